@@ -1,0 +1,160 @@
+"""``sparse_attn_prefill``: validate, decide, launch, and let a probe watch. vLLM's signature."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from .classify import classify
+from .kernels.aiter import AiterSymbolMissing
+from .kernels.common import KernelArgs, SparseIndex
+from .kernels.registry import KernelRegistry, default_registry
+from .platform import Platform, detect
+from .policy import DecisionCache, Policy, PolicySettings
+from .probe import Probe
+from .types import Batch, CallShape, Decision, Kernel
+from .validate import validate
+
+
+class DecodeInPrefillError(RuntimeError):
+    """Raised in guard mode ``raise`` when a pure-decode batch reaches a prefill kernel."""
+
+    def __init__(self, decision: Decision, shape: CallShape, batch: Batch, model: str | None) -> None:
+        super().__init__(
+            f"pure-decode batch ({batch.decode_rows} decode rows in {batch.requests} requests, "
+            f"q rows {shape.rows}, model {model or 'unknown'}) reached {decision.kernel}, a prefill "
+            "kernel with no split-K; route decodes to the decode path (guard mode 'raise')"
+        )
+        self.decision = decision
+
+
+class Dispatcher:
+    """Routes sparse MLA prefill calls for one platform and policy; cheap to call, built by hand."""
+
+    def __init__(
+        self,
+        *,
+        platform: Platform | None = None,
+        policy: Policy | None = None,
+        registry: KernelRegistry | None = None,
+        probe: Probe | None = None,
+    ) -> None:
+        self.platform = platform if platform is not None else detect()
+        self.policy = policy if policy is not None else PolicySettings().policy()
+        self.registry = registry if registry is not None else default_registry()
+        self.probe = probe
+        self.probe_failures = 0
+        self._cache = DecisionCache(self.platform, self.policy)
+
+    def set_probe(self, probe: Probe | None) -> None:
+        self.probe = probe
+
+    def decide(self, shape: CallShape, batch: Batch) -> Decision:
+        return self._cache.decide(shape, batch.call_class)
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        kv: torch.Tensor,
+        indices: torch.Tensor | None,
+        topk_length: torch.Tensor | None,
+        scale: float,
+        head_dim: int,
+        nope_head_dim: int,
+        rope_head_dim: int,
+        attn_sink: torch.Tensor | None,
+        output: torch.Tensor,
+        ragged_indices: torch.Tensor | None = None,
+        ragged_indptr: torch.Tensor | None = None,
+        *,
+        query_lens: Any = None,
+        num_decodes: int | None = None,
+        num_decode_tokens: int | None = None,
+        num_prefills: int | None = None,
+        model: str | None = None,
+        stream: Any = None,
+    ) -> Decision:
+        shape = validate(
+            q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim,
+            attn_sink, output, ragged_indices, ragged_indptr,
+        )
+        batch = classify(
+            rows=shape.rows, query_lens=query_lens, num_decodes=num_decodes,
+            num_decode_tokens=num_decode_tokens, num_prefills=num_prefills,
+            spec_tokens=self.policy.spec_tokens,
+        )
+        decision = self._cache.decide(shape, batch.call_class)
+        args = KernelArgs(q, kv, SparseIndex(indices, topk_length, ragged_indices, ragged_indptr), float(scale), attn_sink, output)
+        probe = self.probe
+        token = None
+        if probe is not None:
+            try:
+                token = probe.start(decision, shape, batch, model, q, stream)
+            except Exception:  # noqa: BLE001 - an observer never breaks the call
+                self.probe_failures += 1
+                probe = None
+        try:
+            if decision.refused:
+                raise DecodeInPrefillError(decision, shape, batch, model)
+            decision, impl = self._launch(decision, shape, batch, args, q.device.type)
+        except BaseException as exc:
+            if probe is not None:
+                try:
+                    probe.error(token, exc)
+                except Exception:  # noqa: BLE001
+                    self.probe_failures += 1
+            raise
+        if probe is not None:
+            try:
+                probe.stop(token, impl)
+            except Exception:  # noqa: BLE001
+                self.probe_failures += 1
+        return decision
+
+    def _launch(self, decision: Decision, shape: CallShape, batch: Batch, args: KernelArgs, device_type: str) -> tuple[Decision, str]:
+        impl = self.registry.resolve(decision.kernel, device_type)
+        try:
+            impl.launch(args)
+        except AiterSymbolMissing:
+            if decision.kernel is not Kernel.AITER_OPUS:
+                raise
+            # gfx950: a missing OPUS symbol declines the branch; re-decide without it.
+            self.platform = replace(self.platform, opus_importable=False)
+            self._cache = DecisionCache(self.platform, self.policy)
+            decision = self._cache.decide(shape, batch.call_class)
+            impl = self.registry.resolve(decision.kernel, device_type)
+            impl.launch(args)
+        return decision, impl.impl
+
+
+def sparse_attn_prefill(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    indices: torch.Tensor | None,
+    topk_length: torch.Tensor | None,
+    scale: float,
+    head_dim: int,
+    nope_head_dim: int,
+    rope_head_dim: int,
+    attn_sink: torch.Tensor | None,
+    output: torch.Tensor,
+    ragged_indices: torch.Tensor | None = None,
+    ragged_indptr: torch.Tensor | None = None,
+    *,
+    query_lens: Any = None,
+    model: str | None = None,
+    dispatcher: Dispatcher | None = None,
+    **batch_counts: Any,
+) -> Decision:
+    """vLLM's ``rocm_sparse_attn_prefill`` positional signature; writes ``output``, returns the Decision.
+
+    Without ``dispatcher`` a fresh one is built for this platform and the ROUTESCOPE_* policy;
+    long-lived callers should build a :class:`Dispatcher` once and call it.
+    """
+    d = dispatcher if dispatcher is not None else Dispatcher()
+    return d(
+        q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim, attn_sink,
+        output, ragged_indices, ragged_indptr, query_lens=query_lens, model=model, **batch_counts,
+    )

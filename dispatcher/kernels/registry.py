@@ -1,0 +1,71 @@
+"""Which implementation runs each kernel name on which device: Triton, torch, or AITER."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..types import Kernel
+from .aiter import OPUS, PA_PREFILL_SPARSE, AiterSymbol, make_adapter
+from .common import KernelArgs
+from .torch_ref import ragged_prefill
+from .torch_splitk import sparse_decode
+
+
+def _anywhere(device_type: str) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class KernelImpl:
+    """One implementation of one kernel name; ``impl`` is reported beside the name (torch, triton, aiter)."""
+
+    kernel: Kernel
+    impl: str
+    launch: Callable[[KernelArgs], None]
+    runs_on: Callable[[str], bool] = field(default=_anywhere)
+
+
+class NoImplementation(LookupError):
+    pass
+
+
+class KernelRegistry:
+    """Implementations in order of preference; the first that runs on the device wins."""
+
+    def __init__(self) -> None:
+        self._impls: dict[Kernel, list[KernelImpl]] = {}
+        self._resolved: dict[tuple[Kernel, str], KernelImpl] = {}
+
+    def register(self, impl: KernelImpl, *, prefer: bool = False) -> None:
+        entries = self._impls.setdefault(impl.kernel, [])
+        entries.insert(0, impl) if prefer else entries.append(impl)
+        self._resolved.clear()
+
+    def impls(self, kernel: Kernel) -> list[KernelImpl]:
+        return list(self._impls.get(kernel, ()))
+
+    def resolve(self, kernel: Kernel, device_type: str) -> KernelImpl:
+        key = (kernel, device_type)
+        hit = self._resolved.get(key)
+        if hit is not None:
+            return hit
+        for impl in self._impls.get(kernel, ()):
+            if impl.runs_on(device_type):
+                self._resolved[key] = impl
+                return impl
+        raise NoImplementation(f"no implementation of {kernel} runs on device type {device_type!r}")
+
+
+def default_registry(*, aiter_module: str = "aiter", triton: bool = True) -> KernelRegistry:
+    """Triton first where it runs (GPU), torch everywhere, AITER adapters behind their gates."""
+    reg = KernelRegistry()
+    if triton:
+        from .triton_impls import register_triton
+
+        register_triton(reg)
+    reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "torch", ragged_prefill))
+    reg.register(KernelImpl(Kernel.INTREE_SPARSE_DECODE, "torch", sparse_decode))
+    for kernel, symbol in ((Kernel.AITER_PA_PREFILL_SPARSE, PA_PREFILL_SPARSE), (Kernel.AITER_OPUS, OPUS)):
+        reg.register(KernelImpl(kernel, "aiter", make_adapter(AiterSymbol(symbol, aiter_module))))
+    return reg

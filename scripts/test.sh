@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up (venv, Python packages, Debian's prometheus and chromium) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v prometheus >/dev/null || need+=(prometheus)
+command -v promtool >/dev/null || need+=(prometheus)
+command -v chromium >/dev/null || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
