@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+import importlib
+
 import typer
 
-from dispatcher.cli import explain_command
+# (name, "module:attribute", kind): a command function or a typer sub-app, imported lazily
+# so `routescope explain` does not pay for FastAPI or matplotlib.
+SUBCOMMANDS = (
+    ("explain", "dispatcher.cli:explain_command", "command"),
+    ("serve", "service.cli:serve_command", "command"),
+    ("sweep", "dispatcher.sweep.cli:sweep_command", "command"),
+    ("bench", "telemetry.bench.cli:bench_app", "group"),
+)
+
+
+def _load(target: str) -> object | None:
+    module, _, attr = target.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return None  # that package has not shipped the command yet
+        raise
+    return getattr(mod, attr)
+
+
+def _root() -> None:
+    """See how sparse MLA prefill calls are routed to attention kernels."""
 
 
 def build_app() -> typer.Typer:
@@ -16,12 +40,15 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     app.callback()(_root)
-    app.command("explain")(explain_command)
+    for name, target, kind in SUBCOMMANDS:
+        obj = _load(target)
+        if obj is None:
+            continue
+        if kind == "group":
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name)(obj)
     return app
-
-
-def _root() -> None:
-    """See how sparse MLA prefill calls are routed to attention kernels."""
 
 
 def main() -> None:
