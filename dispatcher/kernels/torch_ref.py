@@ -33,6 +33,13 @@ def attend_rows(
 
     ``m`` is -inf for a row with no valid slot; the sink enters only through the caller.
     """
+    c, h = q.shape[0], q.shape[1]
+    if kv_rows.shape[1] == 0:  # every row of this chunk is empty
+        m = torch.full((c, h), float("-inf"), device=q.device)
+        if sink is not None:
+            m = torch.maximum(m, sink.float()[None, :])
+        zeros = torch.zeros(c, h, device=q.device)
+        return torch.zeros(c, h, lanes, device=q.device), m, zeros
     scores = torch.bmm(q.float(), kv_rows.transpose(1, 2)) * scale  # [C, H, K]
     scores.masked_fill_(~valid[:, None, :], float("-inf"))
     m = scores.amax(dim=-1)
