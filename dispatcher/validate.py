@@ -26,17 +26,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
-def _need(cond: bool, message: str) -> None:
-    if not cond:
-        raise ValueError(message)
-
-
 def _shape(t: torch.Tensor) -> str:
     return str(list(t.shape))
 
 
 def _is_tensor(name: str, t: object) -> torch.Tensor:
-    _need(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
     return t  # type: ignore[return-value]
 
 
@@ -59,63 +55,66 @@ def validate(
     kv = _is_tensor("kv", kv)
     output = _is_tensor("output", output)
     for name, v in (("head_dim", head_dim), ("nope_head_dim", nope_head_dim), ("rope_head_dim", rope_head_dim)):
-        _need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"{name} must be a non-negative int; got {v!r}")
-    _need(nope_head_dim > 0, f"nope_head_dim must be > 0; got {nope_head_dim}")
-    _need(
-        head_dim == nope_head_dim + rope_head_dim,
-        f"head_dim {head_dim} != nope_head_dim {nope_head_dim} + rope_head_dim {rope_head_dim}",
-    )
-    _need(
-        isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale),
-        f"scale must be a finite number; got {scale!r}",
-    )
-    _need(q.dim() == 3, f"q must be [sq, H, D]; got shape {_shape(q)}")
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ValueError(f"{name} must be a non-negative int; got {v!r}")
+    if not (nope_head_dim > 0):
+        raise ValueError(f"nope_head_dim must be > 0; got {nope_head_dim}")
+    if not (head_dim == nope_head_dim + rope_head_dim):
+        raise ValueError(f"head_dim {head_dim} != nope_head_dim {nope_head_dim} + rope_head_dim {rope_head_dim}")
+    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale)):
+        raise ValueError(f"scale must be a finite number; got {scale!r}")
+    if not (q.dim() == 3):
+        raise ValueError(f"q must be [sq, H, D]; got shape {_shape(q)}")
     rows, heads, qd = q.shape
-    _need(qd == head_dim, f"q's last dim {qd} != head_dim {head_dim} (q shape {_shape(q)})")
-    _need(q.dtype in Q_DTYPES, f"q dtype must be float16, bfloat16 or float32; got {q.dtype}")
-    _need(kv.dim() == 3 and kv.shape[1] == 1, f"kv must be [skv, 1, D]; got shape {_shape(kv)}")
-    _need(kv.shape[2] == head_dim, f"kv's last dim {kv.shape[2]} != head_dim {head_dim} (kv shape {_shape(kv)})")
-    _need(kv.dtype in FLOAT_DTYPES, f"kv dtype must be a float type; got {kv.dtype}")
-    _need(output.dim() == 3, f"output must be [sq, H, nope] or [sq, H, D]; got shape {_shape(output)}")
-    _need(
-        output.shape[0] == rows and output.shape[1] == heads and output.shape[2] in (nope_head_dim, head_dim),
-        f"output must be [{rows}, {heads}, {nope_head_dim}] or [{rows}, {heads}, {head_dim}]; got {_shape(output)}",
-    )
-    _need(output.dtype in Q_DTYPES, f"output dtype must be float16, bfloat16 or float32; got {output.dtype}")
+    if not (qd == head_dim):
+        raise ValueError(f"q's last dim {qd} != head_dim {head_dim} (q shape {_shape(q)})")
+    if not (q.dtype in Q_DTYPES):
+        raise ValueError(f"q dtype must be float16, bfloat16 or float32; got {q.dtype}")
+    if not (kv.dim() == 3 and kv.shape[1] == 1):
+        raise ValueError(f"kv must be [skv, 1, D]; got shape {_shape(kv)}")
+    if not (kv.shape[2] == head_dim):
+        raise ValueError(f"kv's last dim {kv.shape[2]} != head_dim {head_dim} (kv shape {_shape(kv)})")
+    if not (kv.dtype in FLOAT_DTYPES):
+        raise ValueError(f"kv dtype must be a float type; got {kv.dtype}")
+    if not (output.dim() == 3):
+        raise ValueError(f"output must be [sq, H, nope] or [sq, H, D]; got shape {_shape(output)}")
+    if not (output.shape[0] == rows and output.shape[1] == heads and output.shape[2] in (nope_head_dim, head_dim)):
+        raise ValueError(f"output must be [{rows}, {heads}, {nope_head_dim}] or [{rows}, {heads}, {head_dim}]; got {_shape(output)}")
+    if not (output.dtype in Q_DTYPES):
+        raise ValueError(f"output dtype must be float16, bfloat16 or float32; got {output.dtype}")
 
     ragged = ragged_indptr is not None or ragged_indices is not None
     topk = 0
     if ragged:
-        _need(
-            ragged_indptr is not None and ragged_indices is not None,
-            "ragged_indices and ragged_indptr come together; got only "
-            + ("ragged_indices" if ragged_indices is not None else "ragged_indptr"),
-        )
+        if not (ragged_indptr is not None and ragged_indices is not None):
+            raise ValueError("ragged_indices and ragged_indptr come together; got only "
+            + ("ragged_indices" if ragged_indices is not None else "ragged_indptr"))
         ri = _is_tensor("ragged_indices", ragged_indices)
         rp = _is_tensor("ragged_indptr", ragged_indptr)
-        _need(ri.dim() == 1 and ri.dtype in INDEX_DTYPES, f"ragged_indices must be 1-D int32/int64; got {_shape(ri)} {ri.dtype}")
-        _need(
-            rp.dim() == 1 and rp.shape[0] == rows + 1 and rp.dtype in INDEX_DTYPES,
-            f"ragged_indptr must be [{rows + 1}] int32/int64; got {_shape(rp)} {rp.dtype}",
-        )
+        if not (ri.dim() == 1 and ri.dtype in INDEX_DTYPES):
+            raise ValueError(f"ragged_indices must be 1-D int32/int64; got {_shape(ri)} {ri.dtype}")
+        if not (rp.dim() == 1 and rp.shape[0] == rows + 1 and rp.dtype in INDEX_DTYPES):
+            raise ValueError(f"ragged_indptr must be [{rows + 1}] int32/int64; got {_shape(rp)} {rp.dtype}")
     if indices is not None:
         idx = _is_tensor("indices", indices)
-        _need(idx.dim() == 2 and idx.shape[0] == rows, f"indices must be [{rows}, topk]; got {_shape(idx)}")
-        _need(idx.dtype in INDEX_DTYPES, f"indices dtype must be int32 or int64; got {idx.dtype}")
+        if not (idx.dim() == 2 and idx.shape[0] == rows):
+            raise ValueError(f"indices must be [{rows}, topk]; got {_shape(idx)}")
+        if not (idx.dtype in INDEX_DTYPES):
+            raise ValueError(f"indices dtype must be int32 or int64; got {idx.dtype}")
         topk = int(idx.shape[1])
     else:
-        _need(ragged, "indices is None and no ragged_indices/ragged_indptr were given")
+        if not (ragged):
+            raise ValueError("indices is None and no ragged_indices/ragged_indptr were given")
     if topk_length is not None:
         tl = _is_tensor("topk_length", topk_length)
-        _need(
-            tl.dim() == 1 and tl.shape[0] == rows and tl.dtype in INDEX_DTYPES,
-            f"topk_length must be [{rows}] int32/int64; got {_shape(tl)} {tl.dtype}",
-        )
+        if not (tl.dim() == 1 and tl.shape[0] == rows and tl.dtype in INDEX_DTYPES):
+            raise ValueError(f"topk_length must be [{rows}] int32/int64; got {_shape(tl)} {tl.dtype}")
 
     sink_ok = False
     if attn_sink is not None:
         sink = _is_tensor("attn_sink", attn_sink)
-        _need(sink.dim() == 1 and sink.shape[0] == heads, f"attn_sink must be [{heads}]; got {_shape(sink)}")
+        if not (sink.dim() == 1 and sink.shape[0] == heads):
+            raise ValueError(f"attn_sink must be [{heads}]; got {_shape(sink)}")
         sink_ok = sink.dtype == torch.float32
 
     device = q.device
