@@ -1,0 +1,112 @@
+"""Alert and recording rules: promtool checks, unit tests, and what every alert must carry."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DASH = ROOT / "dashboards"
+RULE_FILES = ("recording.yml", "alerts.yml")
+
+
+def _alerts() -> list[dict]:
+    return [r for g in yaml.safe_load((DASH / "alerts.yml").read_text())["groups"] for r in g["rules"]]
+
+
+def _run(cmd: list[str], cwd: Path = DASH) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_promtool_check_rules(promtool):
+    r = _run([promtool, "check", "rules", *RULE_FILES])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("SUCCESS") == 2
+
+
+def test_promtool_unit_tests(promtool):
+    r = _run([promtool, "test", "rules", "tests.yml"])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_unit_tests_can_fail(promtool, tmp_path):
+    # The same tests against an alert that is off by one must fail.
+    for f in RULE_FILES:
+        text = (DASH / f).read_text()
+        if f == "alerts.yml":
+            text = text.replace("for: 30s", "for: 10m", 1)
+        (tmp_path / f).write_text(text)
+    (tmp_path / "tests.yml").write_text((DASH / "tests.yml").read_text())
+    r = _run([promtool, "test", "rules", "tests.yml"], cwd=tmp_path)
+    assert r.returncode != 0 and "DecodeInPrefill" in r.stdout + r.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case():
+    cases: dict[str, set[bool]] = {}
+    for test in yaml.safe_load((DASH / "tests.yml").read_text())["tests"]:
+        for case in test.get("alert_rule_test", []):
+            cases.setdefault(case["alertname"], set()).add(bool(case.get("exp_alerts")))
+    for alert in _alerts():
+        assert cases.get(alert["alert"]) == {True, False}, alert["alert"]
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lowercase, punctuation dropped, spaces to dashes."""
+    out = set()
+    for line in markdown.splitlines():
+        m = re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+def test_alerts_carry_severity_annotations_and_a_runbook_anchor():
+    anchors = _anchors((ROOT / "docs" / "runbook.md").read_text())
+    for alert in _alerts():
+        name = alert["alert"]
+        assert alert["labels"]["severity"] in {"critical", "warning"}, name
+        ann = alert["annotations"]
+        assert ann["summary"].strip() and ann["description"].strip(), name
+        path, _, anchor = ann["runbook_url"].partition("#")
+        assert path == "docs/runbook.md" and anchor in anchors, (name, ann["runbook_url"])
+
+
+def test_decode_in_prefill_severities():
+    by_name = {a["alert"]: a for a in _alerts()}
+    crit, warn = by_name["DecodeInPrefill"], by_name["DecodeRowsInPrefill"]
+    assert crit["labels"]["severity"] == "critical" and 'call_class="pure_decode"' in crit["expr"]
+    assert warn["labels"]["severity"] == "warning" and 'call_class="mixed"' in warn["expr"]
+    # No kernel filter: every prefill kernel lacks split-K.
+    assert "kernel=" not in crit["expr"] and "kernel=" not in warn["expr"]
+    # Fires within about a minute of the first misrouted call at a short evaluation interval.
+    assert crit["for"] in {"0s", "15s", "30s"}
+
+
+def test_no_rule_group_pins_its_interval():
+    for f in RULE_FILES:
+        for group in yaml.safe_load((DASH / f).read_text())["groups"]:
+            assert "interval" not in group, (f, group["name"])
+
+
+def _doc_configs() -> list[str]:
+    text = (ROOT / "docs" / "prometheus-grafana.md").read_text()
+    return [b for b in re.findall(r"```ya?ml\n(.*?)```", text, re.S) if "scrape_configs:" in b]
+
+
+def test_documented_scrape_configs_pass_promtool(promtool, tmp_path):
+    configs = _doc_configs()
+    assert len(configs) >= 3, "expected configs for one node, several nodes and TP ranks"
+    for i, text in enumerate(configs):
+        cfg = tmp_path / f"prometheus-{i}.yml"
+        cfg.write_text(text)
+        r = _run([promtool, "check", "config", str(cfg)], cwd=tmp_path)
+        assert r.returncode == 0, f"config #{i}:\n{text}\n{r.stdout}{r.stderr}"
+
+
+@pytest.mark.parametrize("snippet", ["rule_files", "evaluation_interval"])
+def test_docs_show_how_to_load_rules(snippet):
+    assert any(snippet in c for c in _doc_configs())
