@@ -1,0 +1,82 @@
+"""Telemetry for one vLLM worker, and where its numbers go.
+
+Two ways out, either or both:
+
+* a shared multiprocess directory (``ROUTESCOPE_TELEMETRY_MULTIPROC_DIR``, else
+  ``PROMETHEUS_MULTIPROC_DIR``): every worker writes rank-labelled files at each flush;
+  ``routescope serve --multiproc-dir DIR`` (or vLLM's own /metrics, when vLLM uses the same
+  directory) reads them all;
+* a port per rank (``ROUTESCOPE_VLLM_PORT_BASE``): worker of TP rank r serves /metrics on
+  ``PORT_BASE + r`` (``ROUTESCOPE_VLLM_ADDR``, default 0.0.0.0).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dispatcher.platform import Platform
+from dispatcher.policy import Policy
+
+log = logging.getLogger("vllm.routescope")
+
+PORT_BASE_ENV = "ROUTESCOPE_VLLM_PORT_BASE"
+_servers: list[Any] = []  # per-rank HTTP servers started here (shut down by shutdown_servers)
+ADDR_ENV = "ROUTESCOPE_VLLM_ADDR"
+
+
+def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, rank: str,
+                   env: Mapping[str, str] | None = None) -> Any:
+    """A started Telemetry for this process (flush thread running, closed at exit)."""
+    from telemetry import Telemetry, TelemetryConfig
+
+    env = os.environ if env is None else env
+    base = TelemetryConfig.from_env(env, rank=rank)
+    models = tuple(base.models)
+    if model and model not in models and model not in ("other", "unknown"):
+        models += (model,)
+    cfg = base.with_(models=models)
+    if cfg.multiproc_dir:
+        os.makedirs(cfg.multiproc_dir, exist_ok=True)
+    tel = Telemetry(cfg, platform=platform, policy=policy)
+    port = _port(env, rank)
+    if port is not None:
+        addr = env.get(ADDR_ENV, "").strip() or "0.0.0.0"
+        try:
+            from prometheus_client import start_http_server
+
+            server, _thread = start_http_server(port, addr=addr, registry=tel.registry)
+            _servers.append(server)
+            log.info("routescope: rank %s serves /metrics on %s:%d", rank, addr, port)
+        except Exception as exc:  # noqa: BLE001 - a taken port loses this exporter, not the worker
+            log.warning("routescope: rank %s could not serve /metrics on %s:%d (%s)", rank, addr, port, exc)
+    if not cfg.multiproc_dir and port is None:
+        log.warning("routescope: no export configured in this worker (set PROMETHEUS_MULTIPROC_DIR or "
+                    "ROUTESCOPE_TELEMETRY_MULTIPROC_DIR, or %s); counts stay inside the process", PORT_BASE_ENV)
+    tel.start()
+    atexit.register(tel.close)
+    return tel
+
+
+def _port(env: Mapping[str, str], rank: str) -> int | None:
+    raw = env.get(PORT_BASE_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not rank.isdigit():
+        log.warning("routescope: %s=%r or rank %r is not a number; no per-rank port", PORT_BASE_ENV, raw, rank)
+        return None
+    return int(raw) + int(rank)
+
+
+def shutdown_servers() -> None:
+    """Stop the per-rank /metrics servers this process started (tests; a worker's exit does it anyway)."""
+    while _servers:
+        server = _servers.pop()
+        try:
+            server.shutdown()
+            server.server_close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,347 @@
+"""The wrappers' shared state: label each call of vLLM's real function and hand it to telemetry.
+
+Hot path per prefill call: read a few tensor attributes into a CallShape, read host ints
+from the forward context, look the decision up in a dict, and call the telemetry probe.
+Everything of ours runs inside ``try``: a failure is counted and logged once, and vLLM's
+original function is called exactly once with the arguments it was given.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from dispatcher.platform import Platform
+from dispatcher.policy import Policy, decide
+from dispatcher.types import Batch, CallShape, Decision, Gate, Kernel
+from dispatcher.validate import dtype_name
+
+from .context import ForwardBatch, ModelName
+
+log = logging.getLogger("vllm.routescope")
+
+AITER_KERNELS = frozenset({Kernel.AITER_PA_PREFILL_SPARSE, Kernel.AITER_OPUS})
+_BRANCH = {Kernel.AITER_PA_PREFILL_SPARSE: "gfx942", Kernel.AITER_OPUS: "gfx950"}
+_OBSERVED_CODE = {Kernel.AITER_PA_PREFILL_SPARSE: ("gfx942_pa_prefill_sparse", "gfx942_pa"),
+                  Kernel.AITER_OPUS: ("gfx950_opus", "gfx950_opus")}
+MAX_DECISIONS = 4096
+
+
+def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragged: bool,
+               head_dim: Any, nope_head_dim: Any, rope_head_dim: Any) -> CallShape:
+    """The facts vLLM's gates read, without validation (vLLM validates its own arguments)."""
+    rows, heads = int(q.shape[0]), int(q.shape[1])
+    sink_ok = False
+    if attn_sink is not None:  # vLLM slices the sink to q's heads before its gate
+        sink_ok = attn_sink.dim() == 1 and attn_sink.shape[0] >= heads and dtype_name(attn_sink.dtype) == "float32"
+    return CallShape(
+        rows, heads, int(head_dim), int(nope_head_dim), int(rope_head_dim),
+        dtype_name(q.dtype), dtype_name(kv.dtype), dtype_name(output.dtype), int(output.shape[-1]),
+        int(indices.shape[-1]) if indices is not None else 0,
+        attn_sink is not None, sink_ok,
+        q.device == kv.device == output.device,
+        q.stride(-1) == 1 and kv.stride(-1) == 1 and output.stride(-1) == 1,
+        output.stride() == q.stride(),
+        ragged,
+    )
+
+
+class _Call:
+    """One prefill call in flight: what was predicted, what the getters saw, what launched."""
+
+    __slots__ = ("key", "decision", "token", "launched", "saw_none", "prev")
+
+    def __init__(self, key: tuple, decision: Decision, prev: _Call | None) -> None:
+        self.key = key
+        self.decision = decision
+        self.token: Any = None
+        self.launched: Kernel | None = None
+        self.saw_none: set[Kernel] = set()
+        self.prev = prev
+
+
+class Observer:
+    """Per-process state behind every wrapper; telemetry is built on the first call in each process."""
+
+    def __init__(
+        self,
+        *,
+        param_index: dict[str, int],
+        param_default: dict[str, Any],
+        batch_reader: ForwardBatch,
+        model: ModelName,
+        make_platform: Callable[[Any], Platform],
+        policy: Policy,
+        make_telemetry: Callable[..., Any],
+        resolve_rank: Callable[[], str],
+        absent_branches: frozenset[Kernel] = frozenset(),
+    ) -> None:
+        self.param_index = param_index
+        self.param_default = param_default
+        self.batch_reader = batch_reader
+        self.model = model
+        self.make_platform = make_platform
+        self.policy = policy
+        self.make_telemetry = make_telemetry
+        self.resolve_rank = resolve_rank
+        self.absent_branches = absent_branches
+        self.symbol_missing: set[Kernel] = set()
+        self.platform: Platform | None = None
+        self.telemetry: Any = None
+        self.probe: Any = None
+        self.rank = "0"
+        self.errors: Counter[str] = Counter()
+        self.mismatches: Counter[tuple[str, str]] = Counter()
+        self.calls = 0
+        self.decode_calls = 0
+        self._decisions: dict[tuple, Decision] = {}
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._logged: set[str] = set()
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def failed(self, stage: str, exc: BaseException) -> None:
+        """Count one failure of our own logic; log the first of each stage with its traceback."""
+        self.errors[stage] += 1
+        tel = self.telemetry  # routescope_telemetry_errors_total{stage="probe"}: our wrappers are the probe's caller
+        count = getattr(tel, "count_error", None) or getattr(tel, "_count_error", None)
+        if count is not None:
+            try:
+                count("probe")
+            except Exception:  # noqa: BLE001
+                pass
+        if stage not in self._logged:
+            self._logged.add(stage)
+            log.warning("routescope: %s failed (%s: %s); vLLM's call went on unobserved; further "
+                        "failures of this stage are only counted", stage, type(exc).__name__, exc, exc_info=exc)
+
+    def log_once(self, key: str, level: int, msg: str, *args: Any) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, msg, *args)
+
+    def status(self) -> dict:
+        return {
+            "calls": self.calls, "decode_calls": self.decode_calls, "errors": dict(self.errors),
+            "mismatches": {f"{a}->{b}": n for (a, b), n in self.mismatches.items()},
+            "symbol_missing": sorted(k.value for k in self.symbol_missing),
+            "absent_branches": sorted(k.value for k in self.absent_branches),
+            "platform": None if self.platform is None else self.platform.to_dict(),
+            "policy": self.policy.to_dict(), "model": self.model.value, "rank": self.rank,
+            "telemetry": self.telemetry is not None,
+        }
+
+    # ---- lazy per-process setup ----------------------------------------------------------
+    def ready(self, q: Any) -> bool:
+        """Build platform and telemetry once per process (after a fork too); False: observe nothing."""
+        pid = os.getpid()
+        if self._pid == pid:
+            return self.probe is not None
+        with self._lock:
+            if self._pid != pid:
+                self.telemetry = self.probe = None
+                try:
+                    self.platform = self.make_platform(q)
+                    self.rank = self.resolve_rank()
+                    self.telemetry = self.make_telemetry(
+                        platform=self.platform, policy=self.policy, model=self.model.get(), rank=self.rank)
+                    self.probe = self.telemetry.probe
+                    self._decisions.clear()
+                except Exception as exc:  # noqa: BLE001 - no telemetry: vLLM runs on, unobserved
+                    self.failed("setup", exc)
+                    self.telemetry = self.probe = None
+                self._pid = pid
+        return self.probe is not None
+
+    # ---- decisions ----------------------------------------------------------------------
+    def decide(self, shape: CallShape, batch: Batch) -> tuple[tuple, Decision]:
+        rows = shape[0]
+        policy = self.policy
+        key = (shape[1:], rows >= policy.gfx950_min_rows, rows >= policy.gfx942_min_rows, batch.call_class)
+        hit = self._decisions.get(key)
+        if hit is None:
+            assert self.platform is not None
+            hit = self._adjust(decide(shape, self.platform, policy, Batch(batch.call_class)))
+            if len(self._decisions) < MAX_DECISIONS:
+                self._decisions[key] = hit
+        return key, hit
+
+    def _adjust(self, d: Decision) -> Decision:
+        """Predict what this vLLM build does: a branch it lacks, or an AITER symbol its getter lacked."""
+        k = d.kernel
+        if k not in AITER_KERNELS:
+            return d
+        branch = _BRANCH[k]
+        if k in self.absent_branches:
+            gate = Gate(f"vllm.{branch}_branch", False, f"this vLLM has no {k} branch (no getter for it)")
+            code, reason = "arch_not_gated", f"in-tree: this vLLM build has no {k} branch"
+        elif k in self.symbol_missing:
+            gate = Gate(f"{branch}.symbol", False, f"vLLM's getter for {k} returned None")
+            code, reason = f"{branch}_symbol", f"in-tree: {k} is not importable here"
+        else:
+            return d
+        return Decision(Kernel.INTREE_RAGGED_PREFILL, reason, code, d.gates + (gate,), "intree", d.call_class)
+
+    def _observed(self, call: _Call, launched: Kernel) -> None:
+        """vLLM launched something else than predicted: learn it for this call class and log once."""
+        pred = call.decision
+        self.mismatches[(pred.kernel.value, launched.value)] += 1
+        if call.saw_none:
+            self.symbol_missing |= call.saw_none
+            self._decisions.clear()  # every cached prediction of that branch is now stale
+        if launched in AITER_KERNELS:
+            code, branch = _OBSERVED_CODE[launched]
+        else:
+            b = _BRANCH.get(pred.kernel, "intree")
+            code = f"{b}_symbol" if pred.kernel in call.saw_none else f"{b}_declined"
+            branch = "intree"
+        gate = Gate("vllm.observed", True, f"vLLM launched {launched} where the policy predicted {pred.kernel}")
+        fixed = Decision(launched, f"observed: vLLM launched {launched} ({pred.kernel} predicted: {pred.reason})",
+                         code, pred.gates + (gate,), branch, pred.call_class)
+        if len(self._decisions) < MAX_DECISIONS:
+            self._decisions[call.key] = fixed
+        self.log_once(f"mismatch:{pred.kernel}:{launched}", logging.WARNING,
+                      "routescope: vLLM launched %s where routescope's policy predicted %s (%s); this call "
+                      "is recorded as predicted, later calls of its class as launched", launched, pred.kernel,
+                      pred.reason)
+
+    # ---- the prefill wrapper ------------------------------------------------------------
+    def _arg(self, args: tuple, kwargs: dict, name: str) -> Any:
+        i = self.param_index.get(name)
+        if i is not None and i < len(args):
+            return args[i]
+        return kwargs.get(name, self.param_default.get(name))
+
+    def before(self, args: tuple, kwargs: dict) -> _Call | None:
+        arg = self._arg
+        q = arg(args, kwargs, "q")
+        if not self.ready(q):
+            return None
+        self.calls += 1
+        ragged = arg(args, kwargs, "ragged_indices") is not None and arg(args, kwargs, "ragged_indptr") is not None
+        shape = call_shape(q, arg(args, kwargs, "kv"), arg(args, kwargs, "indices"), arg(args, kwargs, "attn_sink"),
+                           arg(args, kwargs, "output"), ragged, arg(args, kwargs, "head_dim"),
+                           arg(args, kwargs, "nope_head_dim"), arg(args, kwargs, "rope_head_dim"))
+        try:
+            batch = self.batch_reader(shape.rows)
+        except Exception as exc:  # noqa: BLE001 - an odd metadata object reads as unknown
+            self.failed("metadata", exc)
+            batch = Batch()
+        key, decision = self.decide(shape, batch)
+        call = _Call(key, decision, getattr(self._local, "call", None))
+        try:
+            call.token = self.probe.start(decision, shape, batch, self.model.get(), q, None)
+        except Exception as exc:  # noqa: BLE001
+            self.failed("probe", exc)
+            return None
+        self._local.call = call
+        return call
+
+    def after(self, call: _Call, exc: BaseException | None) -> None:
+        """Never raises; restores the enclosing call (if any) for the getters to see."""
+        try:
+            if exc is not None:
+                self.probe.error(call.token, exc)
+                return
+            launched = call.launched or Kernel.INTREE_RAGGED_PREFILL
+            if launched is not call.decision.kernel:
+                self._observed(call, launched)
+            self.probe.stop(call.token, "aiter" if launched in AITER_KERNELS else "triton")
+        except Exception as e:  # noqa: BLE001
+            self.failed("probe", e)
+        finally:
+            self._local.call = call.prev
+
+    def wrap_prefill(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            call = None
+            try:
+                call = obs.before(args, kwargs)
+            except Exception as exc:  # noqa: BLE001 - fail open: vLLM's call goes on
+                obs.failed("before", exc)
+            if call is None:
+                return original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as exc:
+                obs.after(call, exc)
+                raise
+            obs.after(call, None)
+            return result
+
+        return _mark(wrapper, original)
+
+    # ---- getters and decode entries -----------------------------------------------------
+    def wrap_getter(self, getter: Callable[..., Any], kernel: Kernel) -> Callable[..., Any]:
+        """The getter's kernel comes back wrapped, so a launch inside a prefill call is seen."""
+        obs = self
+        wrapped: dict[int, tuple[Any, Any]] = {}
+
+        def launch_marker(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def launch(*args: Any, **kwargs: Any) -> Any:
+                call = getattr(obs._local, "call", None)
+                if call is not None and call.launched is None:
+                    call.launched = kernel
+                return fn(*args, **kwargs)
+
+            return _mark(launch, fn)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            fn = getter(*args, **kwargs)
+            try:
+                if fn is None:
+                    call = getattr(obs._local, "call", None)
+                    if call is not None:
+                        call.saw_none.add(kernel)
+                    return None
+                hit = wrapped.get(id(fn))
+                if hit is None or hit[0] is not fn:
+                    hit = wrapped[id(fn)] = (fn, launch_marker(fn))
+                return hit[1]
+            except Exception as exc:  # noqa: BLE001
+                obs.failed("getter", exc)
+                return fn
+
+        for name in ("cache_clear", "cache_info", "cache_parameters"):  # functools.cache getters
+            if hasattr(getter, name):
+                setattr(wrapper, name, getattr(getter, name))
+        return _mark(wrapper, getter)
+
+    def wrap_decode(self, original: Callable[..., Any], q_index: int) -> Callable[..., Any]:
+        """Counts the outermost decode-entry call (a decode variant may call another)."""
+        obs = self
+        local = self._local
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "decode_depth", 0)
+            if depth == 0:
+                try:
+                    q = args[q_index] if q_index < len(args) else kwargs.get("q")
+                    if obs.ready(q):
+                        obs.decode_calls += 1
+                        obs.telemetry.record_decode_path(int(q.shape[0]), obs.model.get())
+                except Exception as exc:  # noqa: BLE001
+                    obs.failed("decode", exc)
+            local.decode_depth = depth + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                local.decode_depth = depth
+
+        return _mark(wrapper, original)
+
+
+def _mark(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """Look like the original (name, doc, signature via __wrapped__) and say whose wrapper it is."""
+    functools.update_wrapper(wrapper, original, updated=())
+    wrapper.__routescope__ = True  # type: ignore[attr-defined]
+    wrapper.__routescope_original__ = original  # type: ignore[attr-defined]
+    return wrapper

@@ -1,0 +1,245 @@
+"""Install the observers once per process, at the right moment, and never raise into vLLM.
+
+vLLM loads general plugins early in every process, before the model (and with it the ROCm
+sparse MLA module) is imported. If that module is already loaded it is patched at once;
+otherwise a one-shot import hook patches it right after it executes, so every later
+``from ... import rocm_sparse_attn_prefill`` binds the wrapper. A module that does not look
+as expected is left alone: the plugin logs once what was missing and stands down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+from dispatcher.platform import Platform, detect
+from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy, PolicySettings
+from dispatcher.types import GuardMode
+
+from . import enabled
+from .context import ForwardBatch, ModelName, resolve_rank
+from .export import make_telemetry
+from .hooks import Patcher, PostImportHook
+from .layout import Layout, LayoutMismatch, inspect_ops, resolve
+from .observer import Observer
+
+log = logging.getLogger("vllm.routescope")
+
+MODEL_ENV = "ROUTESCOPE_VLLM_MODEL"
+
+
+class Plugin:
+    """One process's installation: what was patched where, and how to undo it."""
+
+    def __init__(
+        self,
+        *,
+        layout: Layout,
+        env: Mapping[str, str],
+        importer: Callable[[str], ModuleType],
+        platform: Platform | None,
+        telemetry_factory: Callable[..., Any] | None,
+    ) -> None:
+        self.layout = layout
+        self.env = env
+        self.importer = importer
+        self.platform = platform
+        self.telemetry_factory = telemetry_factory
+        self.state = "new"  # waiting, observing, stood_down, already
+        self.missing: list[str] = []
+        self.absent: list[str] = []
+        self.patcher = Patcher()
+        self.observer: Observer | None = None
+        self.hook: PostImportHook | None = None
+        self.sites = 0
+
+    def start(self) -> str:
+        name = self.layout.ops_module
+        module = sys.modules.get(name)
+        if module is not None:
+            self.attach(module)
+        elif any(getattr(f, "name", None) == name and type(f).__name__ == "PostImportHook" for f in sys.meta_path):
+            self.state = "already"  # a copy of this plugin (module reloaded) is already waiting
+        else:
+            self.hook = PostImportHook(name, self.attach)
+            self.hook.install()
+            self.state = "waiting"
+            log.debug("routescope: waiting for %s to be imported", name)
+        return self.state
+
+    def attach(self, module: ModuleType) -> None:
+        """Patch ``module`` and every binding site; on any surprise undo and stand down. Never raises."""
+        try:
+            self._attach(module)
+        except Exception as exc:  # noqa: BLE001
+            try:
+                self.patcher.undo()
+            except Exception:  # noqa: BLE001
+                pass
+            self.stand_down([f"unexpected {type(exc).__name__}: {exc}"], exc)
+
+    def stand_down(self, missing: list[str], exc: BaseException | None = None) -> None:
+        self.state = "stood_down"
+        self.missing = missing
+        log.warning("routescope: vLLM's %s is not laid out as this plugin expects (%s); standing down, "
+                    "nothing is patched and vLLM runs as it would without routescope",
+                    self.layout.ops_module, "; ".join(missing), exc_info=exc)
+
+    def _optional(self, target: str) -> Any:
+        try:
+            return resolve(target, self.importer)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _attach(self, module: ModuleType) -> None:
+        layout = self.layout
+        try:
+            found = inspect_ops(module, layout)
+        except LayoutMismatch as exc:
+            self.stand_down(exc.missing)
+            return
+        if getattr(found.prefill, "__routescope__", False):
+            self.state = "already"
+            return
+        try:
+            get_context = resolve(layout.forward_context, self.importer)
+        except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError, or the module's own error
+            self.stand_down([f"forward context {layout.forward_context}: {type(exc).__name__}: {exc}"])
+            return
+        if not callable(get_context):
+            self.stand_down([f"{layout.forward_context} is not callable"])
+            return
+        is_available = self._optional(layout.forward_context_available)
+        config_getter, silent = None, False
+        for target in layout.config_getters:
+            config_getter = self._optional(target)
+            if callable(config_getter):
+                silent = target.endswith("_or_none")
+                break
+        if not callable(config_getter):
+            config_getter = None
+            found.absent.append("no vLLM config getter (the model label is 'unknown' unless ROUTESCOPE_VLLM_MODEL)")
+        rank_getters = [g for g in (self._optional(t) for t in layout.rank_getters) if callable(g)]
+        model = ModelName(config_getter, override=self.env.get(MODEL_ENV, "").strip() or None,
+                          max_attempts=None if silent else 8)
+        model.get()  # vLLM imports this module while it builds the model, under its config
+        absent_branches = frozenset(k for name, k in layout.getters if name not in found.getters)
+        env = self.env
+        factory = self.telemetry_factory or (lambda **kw: make_telemetry(env=env, **kw))
+        observer = Observer(
+            param_index=found.param_index, param_default=found.param_default,
+            batch_reader=ForwardBatch(get_context, is_available if callable(is_available) else None),
+            model=model, make_platform=self._make_platform, policy=self._policy(found),
+            make_telemetry=factory, resolve_rank=lambda: resolve_rank(rank_getters, env),
+            absent_branches=absent_branches,
+        )
+        replacements: dict[int, tuple[Any, Any]] = {
+            id(found.prefill): (found.prefill, observer.wrap_prefill(found.prefill))}
+        for getter, kernel in found.getters.values():
+            if not getattr(getter, "__routescope__", False):
+                replacements[id(getter)] = (getter, observer.wrap_getter(getter, kernel))
+        for fn in found.decodes.values():
+            if not getattr(fn, "__routescope__", False):
+                replacements[id(fn)] = (fn, observer.wrap_decode(fn, _q_index(fn)))
+        self.patcher.patch_module(module, replacements)
+        others = [m for m in list(sys.modules.values()) if m is not module]
+        self.sites = self.patcher.patch_everywhere(replacements, others)
+        self.observer = observer
+        self.absent = found.absent
+        self.state = "observing"
+        log.info("routescope: observing %s.%s (%d other binding sites), getters %s, decode entries %s; "
+                 "policy %s", module.__name__, layout.prefill, self.sites, sorted(found.getters) or "none",
+                 sorted(found.decodes) or "none", observer.policy.to_dict())
+        if found.absent:
+            log.info("routescope: not found in this vLLM (observed without them): %s", "; ".join(found.absent))
+
+    def _policy(self, found: Any) -> Policy:
+        """vLLM's own thresholds when its module defines them; else ROUTESCOPE_* or the defaults."""
+        try:
+            settings = PolicySettings()
+            g942, g950 = settings.gfx942_min_rows, settings.gfx950_min_rows
+        except Exception:  # noqa: BLE001 - a malformed ROUTESCOPE_* variable must not stop vLLM
+            g942, g950 = DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS
+        return Policy(
+            gfx942_min_rows=found.gfx942_min_rows if found.gfx942_min_rows is not None else g942,
+            gfx950_min_rows=found.gfx950_min_rows if found.gfx950_min_rows is not None else g950,
+            guard=GuardMode.OBSERVE, name="vllm",
+        )
+
+    def _make_platform(self, q: Any) -> Platform:
+        if self.platform is not None:
+            return self.platform
+        index = getattr(getattr(q, "device", None), "index", None)
+        return detect(device_index=index or 0)
+
+    def undo(self) -> None:
+        if self.hook is not None:
+            self.hook.remove()
+        self.patcher.undo()
+        self.state = "uninstalled"
+
+    def status(self) -> dict:
+        out = {"state": self.state, "module": self.layout.ops_module, "missing": self.missing,
+               "absent": self.absent, "binding_sites": self.sites}
+        if self.observer is not None:
+            out.update(self.observer.status())
+        return out
+
+
+def _q_index(fn: Callable[..., Any]) -> int:
+    try:
+        names = list(inspect.signature(getattr(fn, "__routescope_original__", fn)).parameters)
+        return names.index("q") if "q" in names else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+_lock = threading.Lock()
+_plugin: Plugin | None = None
+
+
+def install(
+    *,
+    env: Mapping[str, str] | None = None,
+    layout: Layout | None = None,
+    importer: Callable[[str], ModuleType] = importlib.import_module,
+    platform: Platform | None = None,
+    telemetry_factory: Callable[..., Any] | None = None,
+) -> str:
+    """Idempotent: 'off', 'waiting' (hook set), 'observing', 'stood_down' or 'already'. Never raises."""
+    global _plugin
+    try:
+        env = os.environ if env is None else env
+        if not enabled(env):
+            return "off"
+        with _lock:
+            if _plugin is not None:
+                return "already"
+            plugin = Plugin(layout=layout or Layout(), env=env, importer=importer, platform=platform,
+                            telemetry_factory=telemetry_factory)
+            _plugin = plugin
+            return plugin.start()
+    except Exception as exc:  # noqa: BLE001 - vLLM calls plugins without a try
+        log.warning("routescope: plugin setup failed (%s: %s); vLLM runs without it", type(exc).__name__, exc,
+                    exc_info=exc)
+        return "failed"
+
+
+def uninstall() -> None:
+    """Undo every patch and the import hook (tests; a running server can also switch itself back)."""
+    global _plugin
+    with _lock:
+        plugin, _plugin = _plugin, None
+    if plugin is not None:
+        plugin.undo()
+
+
+def current() -> Plugin | None:
+    return _plugin

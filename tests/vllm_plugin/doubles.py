@@ -1,0 +1,203 @@
+"""TEST DOUBLES of a few vLLM modules, written as files into a temporary package named ``vllm``.
+
+vLLM is not installable on these machines. These files are NOT vLLM: each mirrors only the
+layout routescope's plugin relies on (DESIGN.md §3: the ROCm sparse MLA ops module with
+``rocm_sparse_attn_prefill`` and the AITER getters, a backend module that imported the name,
+the forward context, the config getter, the TP rank getter). The fixture in conftest.py puts
+them on sys.path under the ``vllm.*`` names and removes them afterwards. The attention math
+is routescope's own torch reference; the "AITER kernels" are plain functions that log calls.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+HEADER = '"""TEST DOUBLE of vLLM\'s {what}: NOT vLLM. Written by tests/vllm_plugin/doubles.py."""\n'
+
+OPS = '''
+import functools
+
+import torch
+
+from dispatcher.kernels.common import KernelArgs, SparseIndex
+from dispatcher.kernels.torch_ref import ragged_prefill
+from vllm.forward_context import get_forward_context  # noqa: F401  (vLLM's module imports it too)
+
+_ON_GFX942 = False
+_ON_GFX950 = False
+AITER_ENABLED = True
+HAVE_PA = True  # does the (double) AITER build ship pa_prefill_sparse?
+HAVE_OPUS = True
+_GFX942_AITER_PA_PREFILL_SPARSE_MIN_QUERIES = {gfx942_min}
+_GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES = 1024
+LOG = []  # every call: ("prefill", args, kwargs), ("pa"|"opus"|"intree", rows), ("decode", name, rows)
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _attend(q, kv, indices, topk_length, scale, attn_sink, out):
+    ragged_prefill(KernelArgs(q, kv, SparseIndex(indices, topk_length), float(scale), attn_sink, out))
+
+
+def pa_prefill_sparse(q, kv, indices, topk_length, scale, *, attn_sink=None, out=None):
+    LOG.append(("pa", q.shape[0]))
+    _attend(q, kv, indices, topk_length, scale, attn_sink, out)
+
+
+def pa_sparse_prefill_opus(q, kv, indices, topk_length, scale, *, attn_sink=None, out=None):
+    LOG.append(("opus", q.shape[0]))
+    _attend(q, kv, indices, topk_length, scale, attn_sink, out)
+
+
+{getters}
+
+
+def rocm_sparse_attn_prefill(
+    {prefill_params}
+) -> None:
+    LOG.append(("prefill", (q, kv, indices, topk_length, scale, head_dim), output))
+    rows = q.shape[0]
+    if _ON_GFX950 and rows >= _GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES:
+        fn = _get_aiter_sparse_prefill_opus()
+        if (fn is not None and q.dtype in _HALF and kv.dtype == q.dtype and output.shape == q.shape
+                and attn_sink is not None and attn_sink.dtype == torch.float32):
+            fn(q, kv, indices, topk_length, scale, attn_sink=attn_sink, out=output)
+            return
+    if {gfx942_branch} and _ON_GFX942 and AITER_ENABLED and q.dtype in _HALF and kv.dtype == q.dtype \\
+            and rows >= _GFX942_AITER_PA_PREFILL_SPARSE_MIN_QUERIES:
+        fn = _get_aiter_pa_prefill_sparse()
+        if fn is not None:
+            fn(q, kv, indices, topk_length, scale, attn_sink=attn_sink, out=output)
+            return
+    LOG.append(("intree", rows))
+    _attend(q, kv, indices, topk_length, scale, attn_sink, output)
+
+
+def rocm_sparse_attn_decode(q, kv_cache=None, *args, output=None, **kwargs) -> None:
+    LOG.append(("decode", "rocm_sparse_attn_decode", q.shape[0]))
+
+
+def rocm_sparse_attn_decode_v1(q, kv_cache=None, *args, output=None, **kwargs) -> None:
+    LOG.append(("decode", "rocm_sparse_attn_decode_v1", q.shape[0]))
+    rocm_sparse_attn_decode(q, kv_cache, *args, output=output, **kwargs)  # a variant delegating
+'''
+
+GETTERS = {
+    "both": '''
+@functools.cache
+def _get_aiter_pa_prefill_sparse():
+    return pa_prefill_sparse if HAVE_PA else None
+
+
+@functools.cache
+def _get_aiter_sparse_prefill_opus():
+    return pa_sparse_prefill_opus if HAVE_OPUS else None
+''',
+    "opus_only": '''
+@functools.cache
+def _get_aiter_sparse_prefill_opus():
+    return pa_sparse_prefill_opus if HAVE_OPUS else None
+''',
+}
+
+PREFILL_PARAMS = {
+    "vllm": "q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim, attn_sink, output,\n"
+            "    ragged_indices=None, ragged_indptr=None",
+    # an older entry without the nope/rope split: the plugin must stand down
+    "old": "q, kv, indices, topk_length, scale, head_dim, attn_sink, output",
+}
+
+BACKEND = '''
+from vllm.v1.attention.ops.rocm_aiter_mla_sparse import rocm_sparse_attn_decode, rocm_sparse_attn_prefill
+from vllm.v1.attention.ops.rocm_aiter_mla_sparse import rocm_sparse_attn_prefill as triton_sparse_attn_prefill
+
+
+def forward_prefill(*args, **kwargs):
+    """Calls the name this module bound at import, as vLLM's backends do."""
+    return rocm_sparse_attn_prefill(*args, **kwargs)
+
+
+def forward_prefill_aliased(*args, **kwargs):
+    return triton_sparse_attn_prefill(*args, **kwargs)
+
+
+def forward_decode(q):
+    return rocm_sparse_attn_decode(q, None, output=None)
+'''
+
+FORWARD_CONTEXT = '''
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+_forward_context = None
+
+
+def get_forward_context():
+    assert _forward_context is not None, "Forward context is not set."
+    return _forward_context
+
+
+def is_forward_context_available():
+    return _forward_context is not None
+
+
+@contextmanager
+def set_forward_context(attn_metadata):
+    """attn_metadata: dict layer name -> metadata (vLLM v1), or a list of such dicts (DBO)."""
+    global _forward_context
+    prev = _forward_context
+    _forward_context = SimpleNamespace(attn_metadata=attn_metadata)
+    try:
+        yield
+    finally:
+        _forward_context = prev
+'''
+
+CONFIG = '''
+from types import SimpleNamespace
+
+SERVED_MODEL_NAME = "double/served-model"
+_current = SimpleNamespace(model_config=SimpleNamespace(served_model_name=SERVED_MODEL_NAME, model="double/path"))
+
+
+def get_current_vllm_config_or_none():
+    return _current
+'''
+
+DISTRIBUTED = '''
+TP_RANK = 0
+
+
+def get_tensor_model_parallel_rank():
+    return TP_RANK
+'''
+
+PACKAGES = ("vllm", "vllm/v1", "vllm/v1/attention", "vllm/v1/attention/ops", "vllm/v1/attention/backends",
+            "vllm/v1/attention/backends/mla")
+
+
+def write(root: Path, *, getters: str = "both", signature: str = "vllm", gfx942_min: int = 512,
+          forward_context: bool = True) -> Path:
+    """Write the double package under ``root`` and return ``root`` (put it first on sys.path)."""
+    for pkg in PACKAGES:
+        d = root / pkg
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "__init__.py").write_text(HEADER.format(what=f"package {pkg.replace('/', '.')}"))
+    ops = OPS.format(getters=GETTERS[getters], prefill_params=PREFILL_PARAMS[signature], gfx942_min=gfx942_min,
+                     gfx942_branch="True" if getters == "both" else "False")
+    if signature == "old":  # the old entry has no nope/rope parameters to log
+        ops = ops.replace("LOG.append((\"prefill\", (q, kv, indices, topk_length, scale, head_dim), output))",
+                          "LOG.append((\"prefill\", (q, kv), output))")
+    files = {
+        "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py": ("ROCm sparse MLA ops module", ops),
+        "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py": ("sparse MLA backend module", BACKEND),
+        "vllm/config.py": ("config module", CONFIG),
+        "vllm/distributed.py": ("distributed module", DISTRIBUTED),
+    }
+    if forward_context:
+        files["vllm/forward_context.py"] = ("forward context module", FORWARD_CONTEXT)
+    else:  # the ops double imports it: give it a module without the getter
+        files["vllm/forward_context.py"] = ("forward context module, laid out differently", "get_forward_context = None\n")
+    for rel, (what, body) in files.items():
+        (root / rel).write_text(HEADER.format(what=what) + textwrap.dedent(body))
+    return root
