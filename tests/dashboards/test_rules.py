@@ -100,6 +100,10 @@ def _doc_configs() -> list[str]:
 def test_documented_scrape_configs_pass_promtool(promtool, tmp_path):
     configs = _doc_configs()
     assert len(configs) >= 3, "expected configs for one node, several nodes and TP ranks"
+    # Configs that name dashboards/*.yml relative to the repository root load the real files.
+    (tmp_path / "dashboards").mkdir()
+    for f in RULE_FILES:
+        (tmp_path / "dashboards" / f).write_text((DASH / f).read_text())
     for i, text in enumerate(configs):
         cfg = tmp_path / f"prometheus-{i}.yml"
         cfg.write_text(text)

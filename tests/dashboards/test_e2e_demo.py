@@ -1,0 +1,136 @@
+"""End to end: two `routescope serve --demo` processes, a real Prometheus, the rules, the dashboard.
+
+Instance A runs the demo as it should; instance B runs it with the seed's GLM bug (decode
+rows sent through the prefill entry) and as another rank. Prometheus scrapes both every
+second and evaluates the rules every second. Every dashboard query must return data, and
+DecodeInPrefill must fire for B and never for A.
+
+What this test assumes about the service CLI (match these, or change them here):
+  routescope serve --demo --host 127.0.0.1 --port N --rank R [--demo-glm-bug]
+  (--rank sets the `rank` label; the two instances differ by port and rank)
+  GET /readyz answers 200 once the demo runs; GET /metrics serves the metric contract
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.dashboards.e2e import RULE_FILES, decode_in_prefill, wait_decode_in_prefill, wait_panels_have_data
+from tests.promserver import free_port, start_prometheus
+
+if importlib.util.find_spec("service") is None or importlib.util.find_spec("service.cli") is None:
+    pytest.skip("service.cli does not exist yet: `routescope serve --demo` is needed for this test",
+                allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+GLM_BUG_FLAG = "--demo-glm-bug"
+READY_TIMEOUT = 90.0  # torch import and demo start on a busy 2-core machine
+DATA_TIMEOUT = 60.0
+FIRING_TIMEOUT = 90.0  # for: 30s, plus the first scrapes and rate windows
+
+
+def _routescope() -> list[str]:
+    script = Path(sys.executable).with_name("routescope")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("routescope")
+    return [found] if found else [sys.executable, "-c", "from routescope.cli import main; main()"]
+
+
+class Service:
+    """One `routescope serve --demo` subprocess in its own process group."""
+
+    def __init__(self, workdir: Path, name: str, *, glm_bug: bool, rank: int) -> None:
+        self.port = free_port()
+        self.instance = f"127.0.0.1:{self.port}"
+        self.log = workdir / f"{name}.log"
+        cmd = _routescope() + ["serve", "--demo", "--host", "127.0.0.1", "--port", str(self.port),
+                               "--rank", str(rank)]
+        if glm_bug:
+            cmd.append(GLM_BUG_FLAG)
+        env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+        self.cmd = cmd
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{' '.join(self.cmd)} exited {self.proc.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.instance}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"{self.instance} not ready within {timeout}s:\n{self.logs()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)  # the group this test created
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def demo_stack(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("e2e")
+    services: list[Service] = []
+    try:
+        good = Service(workdir, "good", glm_bug=False, rank=0)
+        services.append(good)
+        bad = Service(workdir, "glm-bug", glm_bug=True, rank=1)
+        services.append(bad)
+        for s in services:
+            s.wait_ready(READY_TIMEOUT)
+        targets = {"routescope": [good.instance, bad.instance]}
+        with start_prometheus(workdir / "prom", targets=targets, rule_files=RULE_FILES,
+                              scrape_interval="1s", evaluation_interval="1s") as prom:
+            prom.wait_for(lambda: all(t["health"] == "up" for t in prom.targets()) and len(prom.targets()) == 2,
+                          timeout=30, what="both services scraped")
+            yield prom, good, bad
+    finally:
+        for s in services:
+            s.stop()
+
+
+def test_every_panel_query_returns_data(demo_stack):
+    prom, good, bad = demo_stack
+    wait_panels_have_data(prom, timeout=DATA_TIMEOUT)
+    assert set(prom.label_values("instance", "routescope_calls_total")) == {good.instance, bad.instance}
+    assert set(prom.label_values("rank", "routescope_calls_total")) >= {"0", "1"}
+
+
+def test_decode_in_prefill_fires_for_the_misrouted_instance_only(demo_stack):
+    prom, good, bad = demo_stack
+    alert = wait_decode_in_prefill(prom, bad.instance, states=("firing",), timeout=FIRING_TIMEOUT)
+    assert alert["labels"]["severity"] == "critical"
+    assert decode_in_prefill(prom, good.instance) == [], "the correctly routed instance must not alert"
+    # Its pure-decode calls in prefill kernels are zero or absent, not merely slow to show.
+    series = prom.query(
+        f'sum(increase(routescope_decode_in_prefill_calls_total{{call_class="pure_decode", instance="{good.instance}"}}[5m]))'
+    )["result"]
+    assert not series or float(series[0]["value"][1]) == 0.0
