@@ -1,0 +1,143 @@
+"""``create_app``: the FastAPI app, built from settings by a factory; nothing is created at import."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CollectorRegistry
+from prometheus_fastapi_instrumentator import Instrumentator
+
+from dispatcher import Dispatcher, detect, probe_aiter
+from dispatcher.explain import ExplainRequest
+
+from . import __version__
+from .demo.runner import DemoRunner
+from .errors import unexpected_handler, validation_handler
+from .metrics import ChainedCollector
+from .routes import router
+from .settings import ServiceSettings
+
+log = logging.getLogger("routescope.service")
+
+
+@dataclass
+class ServiceState:
+    """Everything the endpoints read; built once per app, never mutated by a request."""
+
+    settings: ServiceSettings
+    dispatcher: Dispatcher
+    telemetry: Any
+    demo: DemoRunner | None
+    http_registry: CollectorRegistry
+    metrics: ChainedCollector
+    started_ts: float = field(default_factory=time.time)
+    started: bool = False  # the lifespan has run its startup half
+
+    def collect_registry(self) -> Any:
+        return self.telemetry.collect_registry()
+
+
+def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Any:
+    """Telemetry for this dispatcher: models, rank and multiprocess dir from settings; OTEL_* from the environment."""
+    from telemetry import Telemetry, TelemetryConfig
+
+    config = TelemetryConfig.from_env(
+        models=tuple(settings.model_set()),
+        rank=str(settings.rank),
+        multiproc_dir=settings.multiproc_dir,
+        flush_interval_s=settings.flush_interval_s,
+        decisions_maxlen=max(settings.decisions, 1),
+    )
+    tel = Telemetry(config, platform=dispatcher.platform, policy=dispatcher.policy)
+    tel.instrument(dispatcher)
+    return tel
+
+
+def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Any) -> DemoRunner:
+    """The embedded workload; decode-entry calls are reported to telemetry when it can count them."""
+    record = getattr(telemetry, "record_decode_path", None)
+    hook = None
+    if callable(record):
+        def hook(model: str, rows: int) -> None:
+            record(rows, model)
+    return DemoRunner(
+        dispatcher,
+        seed=settings.demo_seed,
+        glm_bug=settings.demo_glm_bug,
+        duty=settings.demo_duty,
+        full_scale=True if settings.demo_full_scale else None,
+        on_decode_path=hook,
+    )
+
+
+def _static_dir() -> str:
+    return str(resources.files("service") / "static")
+
+
+def create_app(
+    settings: ServiceSettings | None = None,
+    *,
+    dispatcher: Dispatcher | None = None,
+    telemetry: Any = None,
+    demo: DemoRunner | None = None,
+) -> FastAPI:
+    """Build the app; the lifespan starts telemetry's flush thread and the demo, and stops both."""
+    settings = settings if settings is not None else ServiceSettings()
+    if dispatcher is None:
+        platform = detect().with_aiter_status(probe_aiter())
+        dispatcher = Dispatcher(platform=platform, policy=settings.policy())
+    if telemetry is None:
+        telemetry = build_telemetry(settings, dispatcher)
+    if demo is None and settings.demo:
+        demo = build_demo(settings, dispatcher, telemetry)
+    http_registry = CollectorRegistry(auto_describe=True)
+    state = ServiceState(
+        settings=settings,
+        dispatcher=dispatcher,
+        telemetry=telemetry,
+        demo=demo,
+        http_registry=http_registry,
+        metrics=None,  # type: ignore[arg-type]
+    )
+    state.metrics = ChainedCollector((state.collect_registry, lambda: http_registry))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        telemetry.start(flush_interval_s=settings.flush_interval_s)
+        if demo is not None:
+            demo.start()
+        state.started = True
+        try:
+            yield
+        finally:
+            if demo is not None and not demo.stop(timeout=15.0):
+                log.warning("demo thread did not stop within 15 s")
+            try:
+                telemetry.flush()
+            finally:
+                telemetry.close()
+
+    app = FastAPI(
+        title="routescope",
+        version=__version__,
+        summary="How sparse MLA prefill calls are routed to attention kernels.",
+        lifespan=lifespan,
+    )
+    app.state.routescope = state
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=_static_dir()), name="static")
+    app.add_exception_handler(RequestValidationError, validation_handler(ExplainRequest.model_fields))
+    app.add_exception_handler(Exception, unexpected_handler)
+    Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(
+        app, metric_namespace="routescope"
+    )
+    return app

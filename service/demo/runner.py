@@ -1,0 +1,240 @@
+"""Runs the demo traffic through the real dispatcher and kernels on a background thread, paced.
+
+Everything decided about the traffic lives in ``traffic.py``; this module only turns call
+specs into tensors, launches them, counts what it did, and sleeps so the machine stays usable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from dispatcher import DecodeInPrefillError, Dispatcher, Kernel
+from dispatcher.kernels.common import KernelArgs, SparseIndex
+
+from .scale import ScaledShape, scaled
+from .traffic import DEFAULT_SCENARIOS, DEMO_MODELS, CallSpec, ModelSpec, Scenario, traffic
+
+log = logging.getLogger("routescope.demo")
+
+DecodePathHook = Callable[[str, int], None]
+
+
+@dataclass(slots=True)
+class DemoCounts:
+    """What the demo itself did; /routing shows it beside telemetry's view so losses would show."""
+
+    prefill_calls: int = 0  # prefill-entry calls that returned (telemetry should count each once)
+    prefill_rows: int = 0
+    decode_path_calls: int = 0
+    decode_path_rows: int = 0
+    refused: int = 0  # guard mode "raise" refused a pure-decode batch
+    errors: int = 0
+    last_error: str | None = None
+    by_kind: dict[str, int] = field(default_factory=dict)  # prefill / mixed / pure_decode at the prefill entry
+
+
+class _Buffers:
+    """Preallocated operands for one model; every call launches on leading slices of them."""
+
+    def __init__(self, shape: ScaledShape, max_rows: int, device: str, dtype: torch.dtype, gen: torch.Generator) -> None:
+        h, d, nope = shape.heads, shape.head_dim, shape.nope_head_dim
+        self.shape = shape
+        self.q = torch.randn(max_rows, h, d, generator=gen).to(device=device, dtype=dtype)
+        self.kv = torch.randn(shape.kv_pool, 1, d, generator=gen).to(device=device, dtype=dtype)
+        self.indices = torch.randint(0, shape.kv_pool, (max_rows, shape.topk), generator=gen, dtype=torch.int32).to(device)
+        self.output = torch.empty(max_rows, h, nope, device=device, dtype=dtype)
+        self.scale = d**-0.5
+
+    def args(self, rows: int) -> KernelArgs:
+        return KernelArgs(
+            self.q[:rows], self.kv, SparseIndex(self.indices[:rows], None), self.scale, None, self.output[:rows]
+        )
+
+
+def pick_device() -> str:
+    """The accelerator when torch sees one (CUDA or ROCm), else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def describe_scenario(sc: Scenario) -> str:
+    return (
+        f"{sc.prompts} prompts of {sc.prompt_tokens} tokens (±{sc.jitter:.0%}), {sc.output_tokens} out, "
+        f"concurrency {sc.concurrency}, chunk budget {sc.token_budget}"
+    )
+
+
+class DemoRunner:
+    """Drives ``dispatcher`` with :func:`traffic` until stopped; thread-safe reads of its counters."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        seed: int = 7,
+        glm_bug: bool = False,
+        duty: float = 0.25,
+        full_scale: bool | None = None,
+        device: str | None = None,
+        models: Sequence[ModelSpec] = DEMO_MODELS,
+        scenarios: Sequence[Scenario] = DEFAULT_SCENARIOS,
+        on_decode_path: DecodePathHook | None = None,
+        min_gap_s: float = 0.002,
+        torch_threads: int | None = 1,
+        limit: int | None = None,
+    ) -> None:
+        if not 0.0 < duty <= 1.0:
+            raise ValueError(f"duty must be in (0, 1]; got {duty}")
+        self.dispatcher = dispatcher
+        self.seed = seed
+        self.glm_bug = glm_bug
+        self.duty = duty
+        self.device = device or pick_device()
+        full = self.device != "cpu" if full_scale is None else full_scale
+        self.shapes = {m.name: scaled(m, full=full) for m in models}
+        self.models = tuple(models)
+        self.scenarios = tuple(scenarios)
+        self.on_decode_path = on_decode_path
+        self.min_gap_s = min_gap_s
+        self.torch_threads = torch_threads
+        self.limit = limit
+        self.counts = DemoCounts()
+        self.scenario_now: dict[str, int] = {}
+        self.started_at: float | None = None
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._buffers: dict[str, _Buffers] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        if self.device == "cpu" and self.torch_threads:
+            torch.set_num_threads(self.torch_threads)  # leave the other core to the HTTP server
+        self._thread = threading.Thread(target=self._run, name="routescope-demo", daemon=True)
+        self.started_at = time.time()
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Ask the loop to end after the call in flight; True when the thread has ended."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Wait for the loop to end (``limit`` reached or stopped)."""
+        return self._done.wait(timeout)
+
+    # -- the loop --------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        gen = torch.Generator().manual_seed(self.seed)
+        max_rows = max(sc.token_budget + sc.concurrency for sc in self.scenarios)
+        dtype = torch.bfloat16
+        for name, shape in self.shapes.items():
+            self._buffers[name] = _Buffers(shape, max_rows, self.device, dtype, gen)
+        self._decode = self.dispatcher.registry.resolve(Kernel.INTREE_SPARSE_DECODE, self.device)
+
+    def _run(self) -> None:
+        try:
+            self._prepare()
+            calls = traffic(self.seed, models=self.models, scenarios=self.scenarios, glm_bug=self.glm_bug)
+            if self.limit is not None:
+                calls = itertools.islice(calls, self.limit)
+            for spec in calls:
+                if self._stop.is_set():
+                    break
+                t0 = time.perf_counter()
+                self.launch(spec)
+                busy = time.perf_counter() - t0
+                pause = max(self.min_gap_s, busy * (1.0 - self.duty) / self.duty)
+                if self._stop.wait(pause):
+                    break
+        except Exception as exc:  # noqa: BLE001 - the demo must never take the server down
+            self.counts.errors += 1
+            self.counts.last_error = f"demo stopped: {exc.__class__.__name__}: {exc}"
+            log.exception("demo workload stopped")
+        finally:
+            self._done.set()
+
+    def launch(self, spec: CallSpec) -> None:
+        """One call: the decode entry (split-K kernel) or the prefill entry (the dispatcher)."""
+        c = self.counts
+        self.scenario_now[spec.model] = spec.scenario
+        buf = self._buffers[spec.model]
+        rows = spec.rows
+        try:
+            if spec.entry == "decode":
+                self._decode.launch(buf.args(rows))
+                c.decode_path_calls += 1
+                c.decode_path_rows += rows
+                if self.on_decode_path is not None:
+                    self.on_decode_path(spec.model, rows)
+                return
+            s, a = buf.shape, buf.args(rows)
+            try:
+                self.dispatcher(
+                    a.q, a.kv, a.index.indices, None, a.scale, s.head_dim, s.nope_head_dim, s.rope_head_dim,
+                    None, a.output, query_lens=list(spec.query_lens), model=spec.model,
+                )
+            except DecodeInPrefillError:
+                c.refused += 1  # a server would fail this step; the demo moves on
+                return
+            c.prefill_calls += 1
+            c.prefill_rows += rows
+            c.by_kind[spec.kind] = c.by_kind.get(spec.kind, 0) + 1
+        except Exception as exc:  # noqa: BLE001 - count, remember, keep going
+            c.errors += 1
+            c.last_error = f"{exc.__class__.__name__}: {exc}"[:500]
+            if c.errors <= 3:
+                log.warning("demo call failed: %s", c.last_error)
+
+    # -- what /routing shows ---------------------------------------------------------------
+    def info(self) -> dict:
+        c = self.counts
+        factors = [s.factor for s in self.shapes.values()]
+        return {
+            "running": self.running,
+            "glm_bug": self.glm_bug,
+            "seed": self.seed,
+            "device": self.device,
+            "duty": self.duty,
+            "torch_threads": torch.get_num_threads(),
+            "scaled": any(f != 1.0 for f in factors),
+            "scale_factor": min(factors) if factors else 1.0,
+            "shapes": [
+                {
+                    "model": s.model,
+                    "heads": s.heads,
+                    "nope_head_dim": s.nope_head_dim,
+                    "rope_head_dim": s.rope_head_dim,
+                    "topk": s.topk,
+                    "kv_pool": s.kv_pool,
+                    "factor": s.factor,
+                    "description": s.describe(),
+                }
+                for s in self.shapes.values()
+            ],
+            "scenarios": {m: describe_scenario(self.scenarios[i]) for m, i in sorted(dict(self.scenario_now).items())},
+            "started_ts": self.started_at,
+            "prefill_calls": c.prefill_calls,
+            "prefill_rows": c.prefill_rows,
+            "decode_path_calls": c.decode_path_calls,
+            "decode_path_rows": c.decode_path_rows,
+            "refused": c.refused,
+            "errors": c.errors,
+            "last_error": c.last_error,
+            "by_kind": dict(c.by_kind),
+        }

@@ -1,0 +1,104 @@
+"""The endpoints: each reads the app's ServiceState and returns a typed model; none changes state."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from dispatcher.explain import ExplainRequest, explain
+
+from .metrics import render
+from .models import ExplainResponse, HealthOut, ReadyCheck, ReadyOut, ValidationErrorOut
+from .routing import RoutingOut, routing_view
+
+router = APIRouter()
+_BAD_PARAMS = {422: {"model": ValidationErrorOut, "description": "a query parameter is malformed; `message` names it"}}
+_POLICY_FIELDS = ("gfx942_min_rows", "gfx950_min_rows")
+
+
+def _state(request: Request):
+    return request.app.state.routescope
+
+
+@router.get("/", include_in_schema=False)
+def page(request: Request) -> FileResponse:
+    """The page for people: static HTML that polls /routing."""
+    from .app import _static_dir
+
+    return FileResponse(f"{_static_dir()}/index.html", media_type="text/html")
+
+
+@router.get("/healthz", response_model=HealthOut, tags=["health"])
+def healthz() -> HealthOut:
+    """Liveness: the process answers HTTP."""
+    return HealthOut()
+
+
+@router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}}, tags=["health"])
+def readyz(request: Request) -> ReadyOut | JSONResponse:
+    """Readiness: started, telemetry flushing, and the demo running when it was asked for."""
+    st = _state(request)
+    checks = [ReadyCheck(name="startup", ok=st.started, detail="lifespan started" if st.started else "starting")]
+    try:
+        health = st.telemetry.snapshot().get("health", {})
+        lag = health.get("flush_lag_s")
+        limit = max(10.0, 5 * st.settings.flush_interval_s)
+        grace = time.time() - st.started_ts < limit
+        ok = (lag is None and grace) or (lag is not None and lag <= limit)
+        detail = f"last flush {lag:.1f} s ago" if lag is not None else "no flush yet"
+        checks.append(ReadyCheck(name="telemetry", ok=ok, detail=detail))
+    except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
+        checks.append(ReadyCheck(name="telemetry", ok=False, detail=f"snapshot failed: {exc.__class__.__name__}"))
+    if st.settings.demo:
+        running = st.demo is not None and st.demo.running
+        checks.append(ReadyCheck(name="demo", ok=running, detail="running" if running else "not running"))
+    out = ReadyOut(ready=all(c.ok for c in checks), checks=checks)
+    if not out.ready:
+        return JSONResponse(status_code=503, content=out.model_dump())
+    return out
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    tags=["metrics"],
+    responses={
+        200: {
+            "description": "Prometheus text format 0.0.4, or OpenMetrics 1.0 when the Accept header asks for it",
+            "content": {"text/plain": {"schema": {"type": "string"}}, "application/openmetrics-text": {"schema": {"type": "string"}}},
+        }
+    },
+)
+def metrics(request: Request, accept: Annotated[str | None, Header()] = None) -> Response:
+    """Telemetry's series (every process's, in multiprocess mode) and this service's HTTP metrics."""
+    body, content_type = render(_state(request).metrics, accept)
+    return Response(content=body, media_type=content_type)
+
+
+@router.get("/routing", response_model=RoutingOut, tags=["routing"])
+def routing(request: Request) -> dict:
+    """What was routed where: counts, decode-in-prefill, latency quantiles, recent decisions, demo."""
+    st = _state(request)
+    return routing_view(
+        st.telemetry.snapshot(),
+        demo=st.demo.info() if st.demo is not None else None,
+        settings=st.settings,
+        started_ts=st.started_ts,
+    )
+
+
+@router.get("/routing/explain", response_model=ExplainResponse, responses=_BAD_PARAMS, tags=["routing"])
+def routing_explain(request: Request, req: Annotated[ExplainRequest, Query()]) -> dict:
+    """The routing decision for a what-if call: the same JSON as `routescope explain --json`.
+
+    Thresholds not given default to this server's active policy, as the CLI's default to
+    ROUTESCOPE_GFX942_MIN_ROWS / ROUTESCOPE_GFX950_MIN_ROWS.
+    """
+    policy = _state(request).dispatcher.policy
+    unset = {f: getattr(policy, f) for f in _POLICY_FIELDS if f not in req.model_fields_set}
+    if unset:
+        req = req.model_copy(update=unset)
+    return explain(req)

@@ -1,0 +1,223 @@
+"""GET /routing: telemetry's snapshot plus what only the service knows (demo, uptime), as typed models.
+
+``routing_view`` is pure (snapshot and facts in, dict out) so it is tested without a server.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dispatcher.types import PREFILL_KERNELS
+
+from .models import PlatformOut, PolicyOut
+from .settings import ServiceSettings
+
+_PREFILL = frozenset(k.value for k in PREFILL_KERNELS)
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class CountRow(_Open):
+    kernel: str
+    impl: str
+    rows_bucket: str
+    model: str
+    call_class: str
+    calls: int
+    rows: int
+
+
+class LatencyRow(_Open):
+    """Quantiles from the call-duration histogram (linear within a bucket, as histogram_quantile)."""
+
+    kernel: str
+    rows_bucket: str
+    model: str
+    samples: int
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+
+
+class DecisionRow(_Open):
+    ts: float
+    kernel: str
+    reason: str
+    reason_code: str
+    rows: int
+    model: str
+    call_class: str
+    decode_rows: int
+
+
+class DipRow(_Open):
+    kernel: str
+    model: str
+    call_class: str
+    calls: int
+    rows: int
+
+
+class DipModel(BaseModel):
+    """Per model: decode-entry calls beside decode-in-prefill calls, so the latter reads as a share."""
+
+    model: str
+    calls: int
+    decode_rows: int
+    decode_path_calls: int
+    share_of_decode_calls: float | None = Field(None, description="dip calls / (dip calls + decode-entry calls)")
+
+
+class DecodeInPrefillOut(_Open):
+    calls: int = Field(0, description="calls with decode rows that a prefill kernel (no split-K) ran")
+    rows: int = Field(0, description="decode rows in those calls")
+    by_model: list[DipModel] = []
+    counts: list[DipRow] = []
+    first_occurrences: list[dict[str, Any]] = []
+
+
+class WouldRouteRow(_Open):
+    policy: str
+    kernel: str
+    rows_bucket: str
+    model: str
+    calls: int
+
+
+class ErrorRow(_Open):
+    kernel: str
+    exception: str
+    model: str
+    calls: int
+
+
+class DecodePathRow(_Open):
+    model: str
+    calls: int
+    rows: int
+
+
+class TelemetryHealth(_Open):
+    telemetry_errors: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+    last_flush_ts: float | None = None
+    flush_lag_s: float | None = None
+    probe_failures: int = 0
+
+
+class DemoShape(_Open):
+    model: str
+    heads: int
+    nope_head_dim: int
+    rope_head_dim: int
+    topk: int
+    kv_pool: int
+    factor: float = Field(description="real per-row work / demo per-row work")
+    description: str
+
+
+class DemoOut(_Open):
+    """The embedded workload: how it is scaled, and its own call counters (to compare with telemetry's)."""
+
+    running: bool
+    glm_bug: bool
+    device: str
+    scaled: bool
+    scale_factor: float
+    shapes: list[DemoShape]
+    scenarios: dict[str, str] = {}
+    prefill_calls: int
+    prefill_rows: int
+    decode_path_calls: int
+    refused: int
+    errors: int
+    last_error: str | None = None
+
+
+class ServiceInfo(BaseModel):
+    version: str
+    ts: float
+    started_ts: float
+    uptime_s: float
+    rank: str
+    models: list[str] = Field(description="the bounded model label set; anything else is `other`")
+    refresh_s: float = Field(2.0, description="how often the page polls this endpoint")
+
+
+class RoutingOut(_Open):
+    """Everything the page shows, and what a script needs to read routing without PromQL."""
+
+    service: ServiceInfo
+    platform: PlatformOut
+    policy: PolicyOut
+    counterfactuals: list[PolicyOut] = Field(description="what-if policies; their counts are never launches")
+    rows_buckets: list[str] = Field(description="every rows bucket label, in order")
+    counts: list[CountRow]
+    decode_in_prefill: DecodeInPrefillOut
+    latency: list[LatencyRow]
+    decisions: list[DecisionRow] = Field(description="most recent first")
+    would_route: list[WouldRouteRow]
+    errors: list[ErrorRow]
+    decode_path: list[DecodePathRow] = []
+    health: TelemetryHealth
+    demo: DemoOut | None = None
+
+
+def _dip_summary(snapshot: dict) -> dict:
+    dip = snapshot.get("decode_in_prefill") or {}
+    counts = [r for r in dip.get("counts", []) if r.get("kernel") in _PREFILL]
+    decode_path = {r["model"]: r.get("calls", 0) for r in snapshot.get("decode_path", [])}
+    per: dict[str, list[int]] = {}
+    for r in counts:
+        acc = per.setdefault(r["model"], [0, 0])
+        acc[0] += r.get("calls", 0)
+        acc[1] += r.get("rows", 0)
+    by_model = []
+    for model in sorted(set(per) | set(decode_path)):
+        calls, rows = per.get(model, (0, 0))
+        dp = decode_path.get(model, 0)
+        share = calls / (calls + dp) if calls + dp else None
+        by_model.append({"model": model, "calls": calls, "decode_rows": rows, "decode_path_calls": dp,
+                         "share_of_decode_calls": share})
+    return {
+        **dip,
+        "calls": sum(r["calls"] for r in by_model),
+        "rows": sum(r["decode_rows"] for r in by_model),
+        "by_model": by_model,
+    }
+
+
+def routing_view(
+    snapshot: dict,
+    *,
+    demo: dict | None,
+    settings: ServiceSettings,
+    started_ts: float,
+    version: str = "",
+    now: float | None = None,
+) -> dict:
+    """Telemetry's snapshot, trimmed (last N decisions, newest first) and joined with service facts."""
+    now = time.time() if now is None else now
+    if not version:
+        from . import __version__ as version
+    out = dict(snapshot)
+    decisions = list(snapshot.get("decisions", []))[-settings.decisions:]
+    decisions.reverse()
+    out["decisions"] = decisions
+    out["decode_in_prefill"] = _dip_summary(snapshot)
+    out["service"] = {
+        "version": version,
+        "ts": now,
+        "started_ts": started_ts,
+        "uptime_s": max(0.0, now - started_ts),
+        "rank": str(snapshot.get("rank", settings.rank)),
+        "models": settings.model_set(),
+        "refresh_s": 2.0,
+    }
+    out["demo"] = demo
+    return out

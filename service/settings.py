@@ -1,0 +1,79 @@
+"""Service settings: flags, then ROUTESCOPE_* environment, then defaults; read when built, never at import."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy
+from dispatcher.types import GuardMode
+
+DEFAULT_PORT = 9475  # unassigned by IANA and clear of the usual 9090-9100 Prometheus range
+DEMO_MODELS = ("DeepSeek-V4.1-Flash", "GLM-5.3-Flash")
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+
+class ServiceSettings(BaseSettings):
+    """Everything `routescope serve` can be told; one object so the app factory takes one argument."""
+
+    model_config = SettingsConfigDict(env_prefix="ROUTESCOPE_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="bind address; loopback unless told otherwise")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    demo: bool = Field(False, description="run the embedded demo workload in this process")
+    demo_glm_bug: bool = Field(False, description="the demo sends GLM decode rows through the prefill entry")
+    demo_seed: int = Field(7, description="seed of the demo's traffic (the seed PR's runs used 7)")
+    demo_duty: float = Field(0.25, gt=0.0, le=1.0, description="fraction of one core the demo may keep busy")
+    demo_full_scale: bool = Field(False, description="real head count, head dim and top-k even on CPU")
+    multiproc_dir: str | None = Field(None, description="PROMETHEUS_MULTIPROC_DIR for multiprocess metrics")
+    rank: int = Field(0, ge=0, le=4095, description="tensor-parallel rank label")
+    models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEMO_MODELS), description="bounded model label set")
+    gfx942_min_rows: int = Field(DEFAULT_GFX942_MIN_ROWS, ge=0)
+    gfx950_min_rows: int = Field(DEFAULT_GFX950_MIN_ROWS, ge=0)
+    guard: GuardMode = GuardMode.OBSERVE
+    spec_tokens: int = Field(0, ge=0, le=64)
+    decisions: int = Field(50, ge=1, le=1000, description="how many recent decisions /routing returns")
+    flush_interval_s: float = Field(1.0, gt=0.0, le=60.0)
+    log_level: LogLevel = "info"
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models(cls, v: object) -> object:
+        """ROUTESCOPE_MODELS="a,b" as well as a JSON list; blanks dropped, order kept, no repeats."""
+        if isinstance(v, str) and v.strip().startswith("["):
+            v = json.loads(v)
+        elif isinstance(v, str):
+            v = [p for p in (s.strip() for s in v.split(",")) if p]
+        if isinstance(v, (list, tuple)):
+            seen: dict[str, None] = {}
+            for name in v:
+                name = str(name).strip()
+                if name:
+                    seen.setdefault(name, None)
+            v = list(seen)
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _bounded(cls, v: list[str]) -> list[str]:
+        if len(v) > 64:
+            raise ValueError("at most 64 model names (they are metric label values)")
+        return v
+
+    def policy(self) -> Policy:
+        return Policy(
+            gfx942_min_rows=self.gfx942_min_rows,
+            gfx950_min_rows=self.gfx950_min_rows,
+            guard=self.guard,
+            spec_tokens=self.spec_tokens,
+        )
+
+    def model_set(self) -> list[str]:
+        """The configured models, plus the demo's when the demo runs (its traffic must not read as 'other')."""
+        names = list(self.models)
+        if self.demo:
+            names += [m for m in DEMO_MODELS if m not in names]
+        return names

@@ -1,0 +1,230 @@
+// The page: polls /routing every refresh_s seconds and redraws. No framework, no network but this server.
+"use strict";
+
+const KERNEL_ORDER = ["intree.ragged_prefill", "aiter.pa_prefill_sparse", "aiter.pa_sparse_prefill_opus", "intree.sparse_decode"];
+const PREFILL_KERNELS = new Set(["intree.ragged_prefill", "aiter.pa_prefill_sparse", "aiter.pa_sparse_prefill_opus"]);
+let refreshMs = 2000;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k === "style") node.setAttribute("style", v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+function fmtInt(n) {
+  if (n >= 1e9) return (n / 1e9).toFixed(1) + "G";
+  if (n >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (n >= 1e4) return (n / 1e3).toFixed(1) + "k";
+  return String(n);
+}
+
+function fmtSeconds(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 1e-3) return (s * 1e6).toFixed(0) + " µs";
+  if (s < 1) return (s * 1e3).toFixed(s < 1e-2 ? 2 : 1) + " ms";
+  return s.toFixed(2) + " s";
+}
+
+function bucketLow(label) {
+  return parseInt(label, 10);
+}
+
+function kernelRank(k) {
+  const i = KERNEL_ORDER.indexOf(k);
+  return i < 0 ? KERNEL_ORDER.length : i;
+}
+
+// Buckets from the first to the last one holding any call, so every model's matrix has the same columns.
+function shownBuckets(data) {
+  const used = new Set();
+  for (const r of data.counts) used.add(r.rows_bucket);
+  for (const r of data.would_route) used.add(r.rows_bucket);
+  const all = data.rows_buckets.filter((b) => b !== "0" || used.has(b));
+  const idx = all.map((b, i) => (used.has(b) ? i : -1)).filter((i) => i >= 0);
+  if (!idx.length) return all.slice(1, 13);
+  return all.slice(Math.min(...idx), Math.max(...idx) + 1);
+}
+
+function gateEdges(policy) {
+  const edges = new Map();
+  if (policy.gfx942_min_rows > 0) edges.set(policy.gfx942_min_rows, "gfx942 gate");
+  if (policy.gfx950_min_rows > 0) edges.set(policy.gfx950_min_rows, (edges.get(policy.gfx950_min_rows) ? edges.get(policy.gfx950_min_rows) + " · " : "") + "gfx950 gate");
+  return edges;
+}
+
+function header(data, buckets) {
+  const edges = gateEdges(data.policy);
+  const row = el("tr", {}, el("th", { class: "kernel", text: "kernel \\ rows per call" }));
+  for (const b of buckets) {
+    const gate = edges.get(bucketLow(b));
+    row.append(el("th", { class: gate ? "gate" : null, title: gate ? `${gate}: rows >= ${bucketLow(b)}` : null },
+      b, gate ? el("span", { class: "edge", text: "▲ " + gate }) : null));
+  }
+  return el("thead", {}, row);
+}
+
+function cellShade(share) {
+  const a = share > 0 ? 0.07 + 0.55 * Math.sqrt(share) : 0;
+  return a ? `background: rgba(37, 99, 235, ${a.toFixed(3)}); color: ${a > 0.42 ? "#fff" : "inherit"}` : null;
+}
+
+function modelPanel(data, model, buckets) {
+  const counts = data.counts.filter((r) => r.model === model);
+  const total = counts.reduce((a, r) => a + r.calls, 0);
+  const cell = new Map(); // kernel|bucket -> {calls, dip}
+  for (const r of counts) {
+    const key = r.kernel + "|" + r.rows_bucket;
+    const c = cell.get(key) || { calls: 0, dip: 0 };
+    c.calls += r.calls;
+    if (PREFILL_KERNELS.has(r.kernel) && (r.call_class === "mixed" || r.call_class === "pure_decode")) c.dip += r.calls;
+    cell.set(key, c);
+  }
+  const lat = new Map(data.latency.filter((r) => r.model === model).map((r) => [r.kernel + "|" + r.rows_bucket, r]));
+  const kernels = [...new Set(counts.map((r) => r.kernel))].sort((a, b) => kernelRank(a) - kernelRank(b));
+  const body = el("tbody");
+  for (const k of kernels) {
+    const tr = el("tr", { "data-kernel": k }, el("td", { class: "kernel", text: k }));
+    for (const b of buckets) {
+      const c = cell.get(k + "|" + b);
+      if (!c || !c.calls) { tr.append(el("td", { class: "empty", "data-kernel": k, "data-bucket": b, "data-calls": 0, text: "·" })); continue; }
+      const share = total ? c.calls / total : 0;
+      const l = lat.get(k + "|" + b);
+      const td = el("td", {
+        class: c.dip ? "dip" : null, style: cellShade(share), "data-kernel": k, "data-bucket": b, "data-calls": c.calls,
+        title: `${c.calls} calls, ${(share * 100).toFixed(1)}% of ${model}'s calls` + (l ? `; p50 ${fmtSeconds(l.p50_s)}, p99 ${fmtSeconds(l.p99_s)} from ${l.samples} timed calls` : ""),
+      }, el("span", { class: "n", text: fmtInt(c.calls) }));
+      if (l && l.samples) td.append(el("span", { class: "lat", text: `${fmtSeconds(l.p50_s)} / ${fmtSeconds(l.p99_s)}` }));
+      if (c.dip) td.append(el("span", { class: "dipn", "data-dip": c.dip, text: `${fmtInt(c.dip)} decode-in-prefill` }));
+      tr.append(td);
+    }
+    body.append(tr);
+  }
+  if (!kernels.length) body.append(el("tr", {}, el("td", { class: "empty", colspan: buckets.length + 1, text: "no calls yet" })));
+  for (const p of data.counterfactuals) {
+    const rows = data.would_route.filter((r) => r.model === model && r.policy === p.name);
+    if (!rows.length) continue;
+    body.append(el("tr", { class: "whatif-head" }, el("td", { colspan: buckets.length + 1,
+      text: `what-if ${p.name} (gfx942 gate ${p.gfx942_min_rows || "none"}, gfx950 gate ${p.gfx950_min_rows}): where the same calls would go; nothing ran there` })));
+    const wk = [...new Set(rows.map((r) => r.kernel))].sort((a, b) => kernelRank(a) - kernelRank(b));
+    for (const k of wk) {
+      const tr = el("tr", { class: "whatif", "data-policy": p.name }, el("td", { class: "kernel", text: "→ " + k }));
+      for (const b of buckets) {
+        const n = rows.filter((r) => r.kernel === k && r.rows_bucket === b).reduce((a, r) => a + r.calls, 0);
+        tr.append(n ? el("td", { "data-bucket": b, text: fmtInt(n) }) : el("td", { class: "empty", text: "·" }));
+      }
+      body.append(tr);
+    }
+  }
+  const dip = (data.decode_in_prefill.by_model || []).find((r) => r.model === model);
+  const dp = (data.decode_path || []).find((r) => r.model === model);
+  const head = el("div", { class: "model-head" }, el("h2", { text: model }), el("span", { class: "badge", text: `${fmtInt(total)} prefill-entry calls` }));
+  head.append(el("span", { class: "badge", text: `${fmtInt(dp ? dp.calls : 0)} decode-entry calls` }));
+  if (dip && dip.calls) {
+    head.append(el("span", { class: "badge bad", "data-dip-model": model, text: `decode-in-prefill: ${fmtInt(dip.calls)} calls, ${fmtInt(dip.decode_rows)} decode rows` }));
+  } else if (total) {
+    head.append(el("span", { class: "badge ok", text: "no decode rows in prefill" }));
+  }
+  return el("section", { class: "panel" }, head,
+    el("div", { class: "scroll" }, el("table", { class: "matrix", "data-model": model }, header(data, buckets), body)),
+    el("div", { class: "hint", text: "cell: calls (shade = share of this model's calls); p50 / p99 latency of timed calls below" }));
+}
+
+function facts(data) {
+  const p = data.platform, pol = data.policy;
+  const aiter = p.aiter_importable ? `importable${p.aiter_version ? " " + p.aiter_version : ""}` : `not available (${p.aiter_reason})`;
+  const node = el("div");
+  node.append("platform ", el("b", { text: `${p.arch}` }), ` (${p.vendor}${p.device_name ? ", " + p.device_name : ""}) · AITER `,
+    el("b", { text: p.aiter_enabled ? "enabled" : "disabled" }), `, ${aiter} · policy gfx942 ≥ `, el("b", { text: String(pol.gfx942_min_rows) }),
+    ", gfx950 ≥ ", el("b", { text: String(pol.gfx950_min_rows) }), ", guard ", el("b", { text: pol.guard }),
+    ` · rank ${data.service.rank} · timing ${data.timing || "?"}`);
+  return node;
+}
+
+function notes(data) {
+  const demo = data.demo, dn = document.getElementById("demo-note"), wn = document.getElementById("whatif-note");
+  if (demo) {
+    const scale = demo.scaled
+      ? `scaled down: per-row work is 1/${Math.round(demo.scale_factor)} of the real models (${demo.shapes.map((s) => `${s.model}: ${s.heads} heads, head dim ${s.nope_head_dim}+${s.rope_head_dim}, top-k ${s.topk}`).join("; ")}); rows per call are the real ones`
+      : "at full model shapes";
+    dn.textContent = `Demo workload ${demo.running ? "running" : "stopped"} on ${demo.device}, ${scale}. ` +
+      `GLM decode bug ${demo.glm_bug ? "ON (decode rows sent through the prefill entry)" : "off (decode steps use the decode entry)"}.`;
+    dn.hidden = false;
+  } else dn.hidden = true;
+  if (data.counterfactuals.length) {
+    const onWhat = data.platform.what_if ? data.platform.arch : (data.counterfactual_platform ? data.counterfactual_platform.arch : data.platform.arch);
+    wn.textContent = `What-if rows (${data.counterfactuals.map((p) => p.name).join(", ")}) are counterfactuals evaluated on ${onWhat}: ` +
+      `where the same calls would have been routed under that policy. They are never launches` +
+      (data.platform.arch.startsWith("gfx") ? "." : `; this machine is ${data.platform.arch}, not gfx942.`);
+    wn.hidden = false;
+  } else wn.hidden = true;
+}
+
+function cards(data) {
+  const total = data.counts.reduce((a, r) => a + r.calls, 0);
+  const dip = data.decode_in_prefill;
+  const dp = (data.decode_path || []).reduce((a, r) => a + r.calls, 0);
+  const h = data.health;
+  const errs = Object.values(h.telemetry_errors || {}).reduce((a, b) => a + b, 0) + data.errors.reduce((a, r) => a + r.calls, 0);
+  const card = (k, v, bad, id) => el("div", { class: "card" + (bad ? " bad" : ""), id }, el("div", { class: "v", text: v }), el("div", { class: "k", text: k }));
+  return [
+    card("prefill-entry calls", fmtInt(total), false, "card-calls"),
+    card("decode-in-prefill calls", fmtInt(dip.calls), dip.calls > 0, "card-dip"),
+    card("decode-entry calls", fmtInt(dp), false, "card-decode"),
+    card("kernel + telemetry errors", fmtInt(errs), errs > 0, "card-errors"),
+    card("last flush", h.last_flush_ts ? `${Math.max(0, data.service.ts - h.last_flush_ts).toFixed(1)} s ago` : "–", false, "card-flush"),
+  ];
+}
+
+function decisions(data) {
+  const tbody = document.querySelector("#decisions tbody");
+  tbody.replaceChildren(...data.decisions.slice(0, 20).map((d) => {
+    const dip = PREFILL_KERNELS.has(d.kernel) && (d.call_class === "mixed" || d.call_class === "pure_decode");
+    const t = new Date(d.ts * 1000);
+    return el("tr", { class: dip ? "dip" : null },
+      el("td", { class: "mono", text: t.toLocaleTimeString([], { hour12: false }) + "." + String(t.getMilliseconds()).padStart(3, "0") }),
+      el("td", { text: d.model }), el("td", { class: "mono", text: String(d.rows) }),
+      el("td", { text: d.call_class + (d.decode_rows ? ` (${d.decode_rows} decode)` : "") }),
+      el("td", { class: "mono", text: d.kernel }), el("td", { class: "reason", text: d.reason }));
+  }));
+}
+
+function render(data) {
+  refreshMs = Math.max(500, (data.service.refresh_s || 2) * 1000);
+  document.getElementById("facts").replaceChildren(facts(data));
+  notes(data);
+  document.getElementById("cards").replaceChildren(...cards(data));
+  const buckets = shownBuckets(data);
+  const seen = new Set([...data.counts, ...(data.decode_path || [])].map((r) => r.model));
+  const all = [...data.service.models, ...[...seen].filter((m) => !data.service.models.includes(m))];
+  const active = all.filter((m) => seen.has(m));
+  const models = active.length ? active : all;
+  document.getElementById("models").replaceChildren(...models.map((m) => modelPanel(data, m, buckets)));
+  decisions(data);
+  const h = data.health, drops = Object.values(h.dropped || {}).reduce((a, b) => a + b, 0);
+  document.getElementById("health").textContent = `routescope ${data.service.version} · up ${Math.round(data.service.uptime_s)} s · ` +
+    `dropped ${drops} · probe failures ${h.probe_failures}` + (data.demo ? ` · demo launched ${fmtInt(data.demo.prefill_calls)} prefill + ${fmtInt(data.demo.decode_path_calls)} decode calls` : "");
+}
+
+async function tick() {
+  const status = document.getElementById("status");
+  try {
+    const r = await fetch("/routing", { cache: "no-store" });
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    render(await r.json());
+    status.className = "status live";
+    status.textContent = "live · updated " + new Date().toLocaleTimeString([], { hour12: false });
+  } catch (e) {
+    status.className = "status stale";
+    status.textContent = "not updating: " + e.message;
+  }
+  setTimeout(tick, refreshMs);
+}
+
+tick();
