@@ -76,6 +76,7 @@ def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Any
         duty=settings.demo_duty,
         full_scale=True if settings.demo_full_scale else None,
         on_decode_path=hook,
+        limit=settings.demo_limit,
     )
 
 

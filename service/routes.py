@@ -53,8 +53,8 @@ def readyz(request: Request) -> ReadyOut | JSONResponse:
     except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
         checks.append(ReadyCheck(name="telemetry", ok=False, detail=f"snapshot failed: {exc.__class__.__name__}"))
     if st.settings.demo:
-        running = st.demo is not None and st.demo.running
-        checks.append(ReadyCheck(name="demo", ok=running, detail="running" if running else "not running"))
+        state = st.demo.state if st.demo is not None else "absent"
+        checks.append(ReadyCheck(name="demo", ok=state in ("running", "finished"), detail=state))
     out = ReadyOut(ready=all(c.ok for c in checks), checks=checks)
     if not out.ready:
         return JSONResponse(status_code=503, content=out.model_dump())

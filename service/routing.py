@@ -125,6 +125,8 @@ class DemoOut(_Open):
     """The embedded workload: how it is scaled, and its own call counters (to compare with telemetry's)."""
 
     running: bool
+    state: str = Field(description="not started, running, finished (call limit reached), stopped, failed")
+    limit: int | None = None
     glm_bug: bool
     device: str
     scaled: bool

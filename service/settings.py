@@ -27,6 +27,7 @@ class ServiceSettings(BaseSettings):
     demo_glm_bug: bool = Field(False, description="the demo sends GLM decode rows through the prefill entry")
     demo_seed: int = Field(7, description="seed of the demo's traffic (the seed PR's runs used 7)")
     demo_duty: float = Field(0.25, gt=0.0, le=1.0, description="fraction of one core the demo may keep busy")
+    demo_limit: int | None = Field(None, ge=1, description="stop the demo after this many calls (tests, benchmarks)")
     demo_full_scale: bool = Field(False, description="real head count, head dim and top-k even on CPU")
     multiproc_dir: str | None = Field(None, description="PROMETHEUS_MULTIPROC_DIR for multiprocess metrics")
     rank: int = Field(0, ge=0, le=4095, description="tensor-parallel rank label")

@@ -109,6 +109,7 @@ class DemoRunner:
         self.started_at: float | None = None
         self._stop = threading.Event()
         self._done = threading.Event()
+        self._failed = False
         self._thread: threading.Thread | None = None
         self._buffers: dict[str, _Buffers] = {}
 
@@ -133,6 +134,17 @@ class DemoRunner:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def state(self) -> str:
+        """not started, running, finished (its call limit reached), stopped, or failed."""
+        if self._thread is None:
+            return "not started"
+        if self._thread.is_alive():
+            return "running"
+        if self._failed:
+            return "failed"
+        return "stopped" if self._stop.is_set() else "finished"
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Wait for the loop to end (``limit`` reached or stopped)."""
@@ -163,6 +175,7 @@ class DemoRunner:
                 if self._stop.wait(pause):
                     break
         except Exception as exc:  # noqa: BLE001 - the demo must never take the server down
+            self._failed = True
             self.counts.errors += 1
             self.counts.last_error = f"demo stopped: {exc.__class__.__name__}: {exc}"
             log.exception("demo workload stopped")
@@ -207,6 +220,8 @@ class DemoRunner:
         factors = [s.factor for s in self.shapes.values()]
         return {
             "running": self.running,
+            "state": self.state,
+            "limit": self.limit,
             "glm_bug": self.glm_bug,
             "seed": self.seed,
             "device": self.device,

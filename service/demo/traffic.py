@@ -125,12 +125,12 @@ class _ModelStream:
         sc = self._scenario()
         while len(self.running) < sc.concurrency and self.sent < sc.prompts:
             spread = int(sc.prompt_tokens * sc.jitter)
-            prompt = max(1, sc.prompt_tokens + self.rng.randint(-spread, spread))
+            prompt = max(2, sc.prompt_tokens + self.rng.randint(-spread, spread))
             self.running.append(_Request(prompt, sc.output_tokens))
             self.sent += 1
 
     def step(self) -> tuple[list[int], list[int]]:
-        """Advance one scheduler step: (decode query lens, prefill chunk lens)."""
+        """Advance one scheduler step: (decode query lens, prefill chunk lens); every chunk has >= 2 rows."""
         self._admit()
         if not self.running:  # scenario finished: move on to the next one
             self.index += 1
@@ -141,8 +141,12 @@ class _ModelStream:
         budget = sc.token_budget - len(decodes)
         chunks: list[int] = []
         for r in self.running:
-            if r.prompt_left > 0 and budget > 0:
+            if r.prompt_left > 0 and budget > 1:
                 take = min(r.prompt_left, budget)
+                if r.prompt_left - take == 1:
+                    take -= 1  # never leave a 1-token chunk: it would read as a decode row
+                if take < 2:
+                    continue
                 r.prompt_left -= take
                 budget -= take
                 chunks.append(take)
