@@ -16,7 +16,9 @@ DECODE_PANELS = ("Decode-in-prefill calls/s by model", "Decode rows in prefill k
 
 
 def _has_data(result: dict[str, Any]) -> bool:
-    return bool(result.get("result"))
+    """At least one sample with a number: a histogram_quantile over no calls is all NaN."""
+    samples = [s["value"][1] for s in result.get("result", [])] if result.get("resultType") == "vector" else []
+    return any(v.lower() != "nan" for v in samples)
 
 
 def missing_panel_data(prom: PromServer, *, strict_panels: tuple[str, ...] = DECODE_PANELS) -> list[str]:
