@@ -1,0 +1,139 @@
+"""Split-K sparse decode (``intree.sparse_decode``) in Triton: partials over (rows, splits, head blocks), then a reduce.
+
+A decode-sized call has too few rows to fill the GPU with one program per row (the seed's 9x
+slowdown); splitting each row's top-k across programs does. Each partial program runs the same
+tile loop as the prefill over its share of the row and writes a normalised partial output and
+its log-sum-exp (base 2); the reduce rescales the partials, adds the sink's mass and writes the
+output. The split count follows the row count: enough programs to cover the GPU twice.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import KernelArgs
+from .torch_splitk import sparse_decode as torch_sparse_decode
+from .triton_prefill import HEAD_BLOCK, TileConfig, attend, count_block, next_pow2, pack, row_bounds, triton_supports
+
+DECODE_CONFIG = TileConfig(32, 4, 2)  # picked on an H200 by scripts/gpu/h200_run.py (docs/benchmarks.md)
+MAX_SPLITS = 64  # the reduce loads every split of a row at once
+PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
+_FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]  # names absent from a kernel are ignored
+_SMS: dict[int, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device (cached); 8 elsewhere, which keeps interpreter grids small."""
+    if device.type != "cuda":
+        return 8
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _SMS:
+        _SMS[key] = torch.cuda.get_device_properties(key).multi_processor_count
+    return _SMS[key]
+
+
+def choose_splits(rows: int, head_blocks: int, width: int, block_n: int, sms: int, per_sm: int | None = None) -> int:
+    """Splits per row: about ``per_sm`` programs per multiprocessor, at least one tile per split, at most MAX_SPLITS."""
+    tiles = max(1, triton.cdiv(width, block_n))
+    target = (per_sm if per_sm is not None else PROGRAMS_PER_SM) * sms
+    want = max(1, triton.cdiv(target, max(1, rows * head_blocks)))
+    want = min(want, tiles, MAX_SPLITS)
+    return triton.cdiv(tiles, triton.cdiv(tiles, want))  # balance: equal tiles per split
+
+
+@triton.jit(do_not_specialize=_FLAGS)
+def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
+                    skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
+                    q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0,
+                    D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
+                    V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr,
+                    CNT_BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    split = tl.program_id(1)
+    h0 = tl.program_id(2) * HB
+    base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
+                         CNT_BLOCK)
+    chunk = tl.cdiv(tl.cdiv(n, splits), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, n)
+    m, l, acc_a, acc_b = attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
+                                q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
+    offs_h = h0 + tl.arange(0, HB)
+    hmask = offs_h < H
+    inv = tl.where(l > 0.0, 1.0 / tl.where(l > 0.0, l, 1.0), 0.0)
+    lse = tl.where(l > 0.0, m + tl.log2(tl.where(l > 0.0, l, 1.0)), float("-inf"))
+    part = (row.to(tl.int64) * splits + split) * H + offs_h  # [HB] partial-row ids
+    tl.store(lse_ptr + part, lse, mask=hmask)
+    o_row = o_ptr + part[:, None] * lanes
+    offs_a = tl.arange(0, BLOCK_A)
+    tl.store(o_row + offs_a[None, :], acc_a * inv[:, None], mask=hmask[:, None] & (offs_a[None, :] < lanes))
+    if V_B:
+        offs_b = BLOCK_A + tl.arange(0, BLOCK_B)
+        tl.store(o_row + offs_b[None, :], acc_b * inv[:, None], mask=hmask[:, None] & (offs_b[None, :] < lanes))
+
+
+@triton.jit(do_not_specialize=_FLAGS)
+def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2,
+                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_l = tl.program_id(2) * L_BLOCK + tl.arange(0, L_BLOCK)
+    lmask = offs_l < lanes
+    offs_s = tl.arange(0, S_BLOCK)
+    smask = offs_s < splits
+    part = (row.to(tl.int64) * splits + offs_s) * H + h  # [S_BLOCK]
+    lse = tl.load(lse_ptr + part, mask=smask, other=float("-inf"))
+    # Absent, the sink loads as -inf: it moves neither the max nor the total.
+    first = (offs_s == 0) & ((offs_s * 0 + has_sink) != 0)
+    sink = tl.load(sink_ptr + h * sink_s0 + offs_s * 0, mask=first, other=float("-inf")).to(tl.float32)
+    sink = tl.max(sink, axis=0) * 1.4426950408889634
+    big = tl.maximum(tl.max(lse, axis=0), sink)
+    big_safe = tl.where(big == float("-inf"), 0.0, big)
+    w = tl.exp2(lse - big_safe)
+    total = tl.sum(w, axis=0) + tl.exp2(sink - big_safe)
+    inv = tl.where(total > 0.0, 1.0 / tl.where(total > 0.0, total, 1.0), 0.0)
+    o = tl.load(o_ptr + part[:, None] * lanes + offs_l[None, :], mask=smask[:, None] & lmask[None, :], other=0.0)
+    res = tl.sum(o * w[:, None], axis=0) * inv
+    out_row = out_ptr + row.to(tl.int64) * o_s0 + h * o_s1
+    tl.store(out_row + offs_l * o_s2, res.to(out_ptr.dtype.element_ty), mask=lmask)
+
+
+def reduce_blocks(splits: int, lanes: int) -> tuple[int, int]:
+    """(S_BLOCK, L_BLOCK): every split of a row in one load, lanes blocked to keep a program near 4K values."""
+    s_block = max(2, next_pow2(splits))
+    return s_block, min(max(16, next_pow2(lanes)), max(64, 4096 // s_block))
+
+
+def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None) -> None:
+    """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not."""
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, head_dim = q.shape
+    if rows == 0 or heads == 0 or out.shape[2] == 0:
+        return
+    if not triton_supports(args):
+        torch_sparse_decode(args)
+        return
+    cfg = config or DECODE_CONFIG
+    p = pack(args)
+    head_blocks = triton.cdiv(heads, HEAD_BLOCK)
+    if splits is None:
+        width = p.width if not p.ragged else triton.cdiv(int(p.idx.numel()), rows)
+        splits = choose_splits(rows, head_blocks, width, cfg.block_n, sm_count(q.device))
+    splits = max(1, min(int(splits), MAX_SPLITS))
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
+    _partial_kernel[(rows, splits, head_blocks)](
+        q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
+        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
+        q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
+        D=head_dim, BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b, V_B=p.v_b, BLOCK_N=cfg.block_n,
+        HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    s_block, l_block = reduce_blocks(splits, p.lanes)
+    _reduce_kernel[(rows, heads, triton.cdiv(p.lanes, l_block))](
+        part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
+        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
+        S_BLOCK=s_block, L_BLOCK=l_block, num_warps=4,
+    )

@@ -1,0 +1,128 @@
+"""From timings to a gate: the A/B ratio table, the crossover per top-k, the row count to gate at. Pure."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+
+class Result(NamedTuple):
+    """One kernel timed at one grid point (a row of the CSV and of the JSON's ``results``)."""
+
+    kernel: str
+    impl: str
+    layout: str
+    rows: int
+    topk: int
+    heads: int
+    head_dim: int
+    nope_head_dim: int
+    rope_head_dim: int
+    dtype: str
+    kv_len: int
+    median_us: float
+    p20_us: float
+    p80_us: float
+    min_us: float
+    repeats: int
+    timer: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel}:{self.impl}"
+
+
+class Crossover(NamedTuple):
+    """Where A stops losing to B at one top-k: the grid row count and a log-log interpolated estimate."""
+
+    layout: str
+    topk: int
+    rows: int | None  # smallest grid row count from which A/B <= threshold at every larger count
+    estimate: float | None  # interpolated between the two grid points around the crossing
+    a_always: bool  # A was no slower even at the smallest row count
+
+
+class GateAdvice(NamedTuple):
+    """The gate the sweep recommends: route to A for rows >= gate (a power of two, so a bucket edge)."""
+
+    gate: int | None
+    reason: str
+    never: tuple[int, ...]  # top-k values at which A never caught up within the grid
+
+
+def next_pow2(n: float) -> int:
+    """Smallest power of two >= n."""
+    return 1 if n <= 1 else 1 << math.ceil(math.log2(n))
+
+
+def ratio_table(results: list[Result], a: str, b: str, layout: str) -> dict[tuple[int, int], float]:
+    """{(rows, topk): median(A) / median(B)} for one layout, where both were timed."""
+    med: dict[tuple[str, int, int], float] = {}
+    for r in results:
+        if r.layout == layout:
+            med[(r.label, r.rows, r.topk)] = r.median_us
+    out = {}
+    for (label, rows, topk), t_a in med.items():
+        if label != a:
+            continue
+        t_b = med.get((b, rows, topk))
+        if t_b is not None and t_b > 0:
+            out[(rows, topk)] = t_a / t_b
+    return out
+
+
+def crossover(ratios: dict[int, float], *, layout: str = "", topk: int = 0, threshold: float = 1.0) -> Crossover:
+    """Smallest row count from which A/B stays <= threshold; interpolated in log rows and log ratio."""
+    rows = sorted(ratios)
+    if not rows:
+        return Crossover(layout, topk, None, None, False)
+    first = None
+    for i in range(len(rows) - 1, -1, -1):
+        if ratios[rows[i]] <= threshold:
+            first = i
+        else:
+            break
+    if first is None:
+        return Crossover(layout, topk, None, None, False)
+    if first == 0:
+        return Crossover(layout, topk, rows[0], float(rows[0]), True)
+    r0, r1 = rows[first - 1], rows[first]
+    y0, y1 = math.log(ratios[r0] / threshold), math.log(ratios[r1] / threshold)
+    x0, x1 = math.log(r0), math.log(r1)
+    est = math.exp(x0 + (0.0 - y0) * (x1 - x0) / (y1 - y0)) if y1 != y0 else float(r1)
+    return Crossover(layout, topk, r1, est, False)
+
+
+def crossovers(table: dict[tuple[int, int], float], layout: str, threshold: float = 1.0) -> list[Crossover]:
+    """One Crossover per top-k of a ratio table."""
+    by_topk: dict[int, dict[int, float]] = {}
+    for (rows, topk), ratio in table.items():
+        by_topk.setdefault(topk, {})[rows] = ratio
+    return [crossover(by_topk[k], layout=layout, topk=k, threshold=threshold) for k in sorted(by_topk)]
+
+
+def recommend_gate(found: list[Crossover]) -> GateAdvice:
+    """Gate at the largest grid crossover (A then wins at every fanout seen), rounded up to a power of two."""
+    never = tuple(sorted({c.topk for c in found if c.rows is None}))
+    hits = [c for c in found if c.rows is not None]
+    if not hits:
+        return GateAdvice(None, "A never reaches B's speed in this grid: keep every call on B", never)
+    worst = max(hits, key=lambda c: c.rows)
+    gate = next_pow2(worst.rows)
+    reason = (
+        f"rows >= {gate}: A is no slower than B from {worst.rows} rows at every fanout timed "
+        f"(last to cross: top-k {worst.topk}, layout {worst.layout}"
+        + (f", interpolated crossing near {worst.estimate:.0f} rows)" if worst.estimate else ")")
+    )
+    if never:
+        reason += f"; A never caught up at top-k {', '.join(map(str, never))}, which the gate does not cover"
+    return GateAdvice(gate, reason, never)
+
+
+def ratio_rows(table: dict[tuple[int, int], float]) -> tuple[list[str], list[list[str]]]:
+    """The seed's layout: a header ("Rows", "Fanout 128", ...) and one line per row count."""
+    rows = sorted({r for r, _ in table})
+    topks = sorted({k for _, k in table})
+    header = ["Rows"] + [f"Fanout {k}" for k in topks]
+    lines = [[str(r)] + [f"{table[(r, k)]:.2f}" if (r, k) in table else "-" for k in topks] for r in rows]
+    return header, lines

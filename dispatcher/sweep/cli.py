@@ -1,0 +1,133 @@
+"""`routescope sweep`: time kernels over rows x top-k and say where a gate between them belongs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Annotated, Optional
+
+import torch
+import typer
+
+from ..kernels.registry import default_registry
+from ..types import Kernel
+from .grid import (
+    CPU_KERNELS, CPU_ROWS, CPU_TOPK, DEFAULT_LAYOUTS, GPU_KERNELS, GPU_ROWS, GPU_TOPK, HEADS, SweepArgError,
+    parse_int_list, parse_kernels, parse_layouts,
+)
+from .report import device_name, document, print_tables, write_all
+from .runner import KernelFailed, SweepPlan, run_sweep
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"routescope sweep: {message}", err=True)
+    return typer.Exit(code)
+
+
+def pick_device(name: str) -> torch.device:
+    """'auto' is the GPU when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda"):
+        raise SweepArgError(f"--device must be auto, cpu or cuda; got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SweepArgError("--device cuda: no CUDA/ROCm device is visible to torch")
+    return torch.device(name)
+
+
+def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layout: str, device: str, dtype: str,
+               heads: int, repeats: int | None, warmup: int, kv_len: int | None) -> SweepPlan:
+    """Parse and check every option; GPU and CPU get their own defaults."""
+    dev = pick_device(device)
+    gpu = dev.type == "cuda"
+    if dtype not in DTYPES:
+        raise SweepArgError(f"--dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    if not 1 <= heads <= 256:
+        raise SweepArgError(f"--heads must be between 1 and 256; got {heads}")
+    if repeats is not None and not 1 <= repeats <= 10_000:
+        raise SweepArgError(f"--repeats must be between 1 and 10000; got {repeats}")
+    if not 0 <= warmup <= 1000:
+        raise SweepArgError(f"--warmup must be between 0 and 1000; got {warmup}")
+    if kv_len is not None and kv_len < 1:
+        raise SweepArgError(f"--kv-len must be positive; got {kv_len}")
+    registry = default_registry()
+    known = {k: [i.impl for i in registry.impls(k)] for k in Kernel}
+    return SweepPlan(
+        kernels=parse_kernels(kernels or ",".join(GPU_KERNELS if gpu else CPU_KERNELS), known),
+        rows=parse_int_list(rows, "rows") if rows else (GPU_ROWS if gpu else CPU_ROWS),
+        topk=parse_int_list(topk, "topk", maximum=65536) if topk else (GPU_TOPK if gpu else CPU_TOPK),
+        layouts=parse_layouts(layout),
+        device=dev, dtype=DTYPES[dtype], heads=heads,
+        repeats=repeats if repeats is not None else (30 if gpu else 5),
+        warmup=warmup, kv_len=kv_len, registry=registry,
+    )
+
+
+def replay_command(plan: SweepPlan, out: Path) -> str:
+    """The full command line that repeats this sweep, every default spelled out."""
+    parts = [
+        "routescope", "sweep", "--kernels", ",".join(map(str, plan.kernels)),
+        "--rows", ",".join(map(str, plan.rows)), "--topk", ",".join(map(str, plan.topk)),
+        "--layout", ",".join(map(str, plan.layouts)), "--heads", str(plan.heads),
+        "--dtype", str(plan.dtype).removeprefix("torch."), "--repeats", str(plan.repeats),
+        "--warmup", str(plan.warmup), "--device", plan.device.type, "--out", str(out),
+    ]
+    if plan.kv_len:
+        parts += ["--kv-len", str(plan.kv_len)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def sweep_command(
+    kernels: Annotated[Optional[str], typer.Option(help="NAME[:IMPL],... ; the first two are A and B of the ratio "
+                                                   "(GPU default: triton prefill vs triton split-K; CPU: torch)")] = None,
+    rows: Annotated[Optional[str], typer.Option(help="query row counts, e.g. 1,2,16,256 (default per device)")] = None,
+    topk: Annotated[Optional[str], typer.Option(help="top-k (fanout) values, e.g. 128,512,2048")] = None,
+    layout: Annotated[str, typer.Option(help="NOPE+ROPE head layouts, or dsv4/glm/v32")] = ",".join(DEFAULT_LAYOUTS),
+    out: Annotated[Path, typer.Option(help="folder for sweep.csv, sweep.json, sweep.png")] = Path("out/sweep"),
+    repeats: Annotated[Optional[int], typer.Option(help="timed calls per kernel and point (default 30 GPU, 5 CPU)")] = None,
+    warmup: Annotated[int, typer.Option(help="untimed calls first")] = 3,
+    heads: Annotated[int, typer.Option(help="query heads")] = HEADS,
+    dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32")] = "bfloat16",
+    kv_len: Annotated[Optional[int], typer.Option(help="KV pool rows (default max(rows, 4 x top-k))")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="print the JSON document instead of tables")] = False,
+) -> None:
+    """Time two or more kernels over rows x top-k; print A/B ratios, the crossover and the gate they suggest."""
+    try:
+        plan = build_plan(kernels=kernels, rows=rows, topk=topk, layout=layout, device=device, dtype=dtype,
+                          heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len)
+    except SweepArgError as exc:
+        raise _fail(str(exc)) from None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=as_json)
+    total = plan.points * len(plan.kernels)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=as_json) as progress:
+        task = progress.add_task("sweep", total=total)
+
+        def step(what: str) -> None:
+            progress.update(task, advance=1, description=what)
+
+        try:
+            results = run_sweep(plan, on_step=step)
+        except SweepArgError as exc:
+            raise _fail(str(exc)) from None
+        except KernelFailed as exc:
+            raise _fail(str(exc), 1) from None
+    a, b = str(plan.kernels[0]), str(plan.kernels[1])
+    if results:  # labels as the registry resolved them (a spec without :IMPL gets the chosen one)
+        labels = list(dict.fromkeys(r.label for r in results))
+        a, b = labels[0], labels[1]
+    doc = document(results, a=a, b=b, layouts=[str(x) for x in plan.layouts], device=device_name(plan.device),
+                   command=replay_command(plan, out))
+    paths = write_all(out, results, doc)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=1))
+        return
+    print_tables(console, results, doc)
+    console.print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -1,0 +1,155 @@
+"""A finished sweep as files (CSV, JSON, heatmap PNG) and as tables for people."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .analysis import Crossover, GateAdvice, Result, crossovers, ratio_rows, ratio_table, recommend_gate
+
+
+def device_name(device: torch.device) -> str:
+    """'NVIDIA H200' on a GPU; 'cpu (x86_64)' elsewhere."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.machine()})"
+
+
+def summarize(results: list[Result], a: str, b: str, layouts: list[str]) -> tuple[dict, list[Crossover], GateAdvice]:
+    """Ratio tables per layout, crossovers per (layout, top-k), and the gate over all of them."""
+    tables = {lay: ratio_table(results, a, b, lay) for lay in layouts}
+    found = [c for lay in layouts for c in crossovers(tables[lay], lay)]
+    return tables, found, recommend_gate(found)
+
+
+def document(results: list[Result], *, a: str, b: str, layouts: list[str], device: str, command: str) -> dict[str, Any]:
+    """The JSON written beside the CSV: {"device", "results": [...], ratios, crossover, recommendation}."""
+    tables, found, advice = summarize(results, a, b, layouts)
+    triton_version = None
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:  # noqa: BLE001 - versions are informative only
+        pass
+    return {
+        "device": device,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "command": command,
+        "a": a,
+        "b": b,
+        "ratio": "median time of A / median time of B (< 1: A faster)",
+        "results": [r._asdict() for r in results],
+        "ratios": [
+            {"layout": lay, "rows": rows, "topk": topk, "ratio": round(v, 4)}
+            for lay, t in tables.items() for (rows, topk), v in sorted(t.items())
+        ],
+        "crossover": [c._asdict() for c in found],
+        "recommendation": advice._asdict(),
+    }
+
+
+def write_csv(path: Path, results: list[Result]) -> None:
+    """One line per kernel and grid point."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(Result._fields)
+        for r in results:
+            w.writerow([f"{v:.3f}" if isinstance(v, float) else v for v in r])
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def write_heatmap(path: Path, doc: dict[str, Any]) -> None:
+    """One panel per layout: rows x top-k, coloured by log2(A/B), red where A is slower."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layouts = list(dict.fromkeys(r["layout"] for r in doc["ratios"]))
+    if not layouts:
+        return
+    fig, axes = plt.subplots(1, len(layouts), figsize=(4.2 * len(layouts) + 1, 5), squeeze=False)
+    span = max([abs(math.log2(r["ratio"])) for r in doc["ratios"] if r["ratio"] > 0] + [1.0])
+    im = None
+    for ax, lay in zip(axes[0], layouts):
+        cells = [r for r in doc["ratios"] if r["layout"] == lay]
+        rows = sorted({c["rows"] for c in cells})
+        topks = sorted({c["topk"] for c in cells})
+        grid = [[math.nan] * len(topks) for _ in rows]
+        for c in cells:
+            grid[rows.index(c["rows"])][topks.index(c["topk"])] = math.log2(c["ratio"])
+        im = ax.imshow(grid, cmap="RdBu_r", vmin=-span, vmax=span, aspect="auto", origin="lower")
+        for c in cells:
+            ax.text(topks.index(c["topk"]), rows.index(c["rows"]), f"{c['ratio']:.2f}", ha="center", va="center",
+                    fontsize=9)
+        ax.set_xticks(range(len(topks)), [str(k) for k in topks])
+        ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+        ax.set_xlabel("top-k (fanout)")
+        ax.set_ylabel("query rows")
+        ax.set_title(f"layout {lay}")
+    fig.colorbar(im, ax=axes[0].tolist(), label="log2(A / B)")
+    gate = doc["recommendation"]["gate"]
+    fig.suptitle(f"{doc['a']} / {doc['b']} on {doc['device']}" + (f"; gate rows >= {gate}" if gate else ""),
+                 fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(out_dir: Path, results: list[Result], doc: dict[str, Any]) -> dict[str, Path]:
+    """sweep.csv, sweep.json, sweep.png under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"csv": out_dir / "sweep.csv", "json": out_dir / "sweep.json", "png": out_dir / "sweep.png"}
+    write_csv(paths["csv"], results)
+    write_json(paths["json"], doc)
+    write_heatmap(paths["png"], doc)
+    return paths
+
+
+def _cell(r: Result) -> str:
+    spread = (r.p80_us - r.p20_us) / 2 / r.median_us * 100 if r.median_us > 0 else 0.0
+    value = f"{r.median_us:.1f}" if r.median_us < 10_000 else f"{r.median_us:.0f}"
+    return f"{value} ±{spread:.0f}%"
+
+
+def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> None:
+    """Medians per kernel, the A/B ratio table per layout (seed's layout), crossovers and the gate."""
+    from rich.table import Table
+
+    console.print(f"A = {doc['a']}, B = {doc['b']}")
+    for lay in dict.fromkeys(r.layout for r in results):
+        med = Table(title=f"median µs per call, layout {lay} (± half the p20-p80 spread)")
+        med.add_column("kernel", no_wrap=True)
+        med.add_column("top-k", justify="right")
+        rows = sorted({r.rows for r in results if r.layout == lay})
+        for n in rows:
+            med.add_column(str(n), justify="right")
+        keys = list(dict.fromkeys((r.label, r.topk) for r in results if r.layout == lay))
+        for label, topk in keys:
+            by_rows = {r.rows: r for r in results if r.layout == lay and r.label == label and r.topk == topk}
+            med.add_row(label, str(topk), *[_cell(by_rows[n]) if n in by_rows else "-" for n in rows])
+        console.print(med)
+        table = {(c["rows"], c["topk"]): c["ratio"] for c in doc["ratios"] if c["layout"] == lay}
+        header, lines = ratio_rows(table)
+        rt = Table(title=f"A/B time, layout {lay} (< 1: A faster)")
+        for h in header:
+            rt.add_column(h, justify="right")
+        for line in lines:
+            rt.add_row(*line)
+        console.print(rt)
+    for c in doc["crossover"]:
+        where = (f"from {c['rows']} rows (interpolated ~{c['estimate']:.0f})" if c["rows"] is not None
+                 else "never within the grid")
+        console.print(f"crossover, layout {c['layout']}, top-k {c['topk']}: A no slower {where}")
+    rec = doc["recommendation"]
+    console.print(f"[bold]recommended gate:[/bold] {rec['reason']}")

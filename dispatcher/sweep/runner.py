@@ -1,0 +1,92 @@
+"""Times every kernel at every grid point on shared inputs; knows nothing of terminals or files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..kernels.common import KernelArgs
+from ..kernels.registry import KernelImpl, KernelRegistry, default_registry
+from .analysis import Result
+from .grid import HEADS, KernelSpec, Layout, SweepArgError, default_kv_len
+from .inputs import make_sets
+from .timing import GpuTimer, HostTimer, Timing
+
+Step = Callable[[str], None]
+
+
+class KernelFailed(RuntimeError):
+    """A kernel raised while being timed (a missing AITER symbol, a launch error): exit status 1."""
+
+
+@dataclass
+class SweepPlan:
+    """Everything one sweep needs, already parsed and checked."""
+
+    kernels: tuple[KernelSpec, ...]
+    rows: tuple[int, ...]
+    topk: tuple[int, ...]
+    layouts: tuple[Layout, ...]
+    device: torch.device
+    dtype: torch.dtype = torch.bfloat16
+    heads: int = HEADS
+    repeats: int = 30
+    warmup: int = 3
+    kv_len: int | None = None  # None: default_kv_len(rows, topk)
+    registry: KernelRegistry = field(default_factory=default_registry)
+
+    @property
+    def points(self) -> int:
+        return len(self.rows) * len(self.topk) * len(self.layouts)
+
+
+def resolve_impl(registry: KernelRegistry, spec: KernelSpec, device_type: str) -> KernelImpl:
+    """The implementation a spec names, checked to run on this device type."""
+    if spec.impl is None:
+        return registry.resolve(spec.kernel, device_type)
+    for impl in registry.impls(spec.kernel):
+        if impl.impl == spec.impl:
+            if not impl.runs_on(device_type):
+                raise SweepArgError(f"{spec} does not run on {device_type} here")
+            return impl
+    raise SweepArgError(f"{spec}: no such implementation registered")
+
+
+def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
+    """Time each kernel at each (layout, top-k, rows) point; inputs are built once per point and shared."""
+    impls = [resolve_impl(plan.registry, s, plan.device.type) for s in plan.kernels]
+    labels = [f"{i.kernel.value}:{i.impl}" for i in impls]
+    if len(set(labels)) != len(labels):
+        raise SweepArgError(f"--kernels resolve to the same implementation twice here: {', '.join(labels)}")
+    timer = GpuTimer(plan.device) if plan.device.type == "cuda" else HostTimer()
+    dtype_name = str(plan.dtype).removeprefix("torch.")
+    results: list[Result] = []
+    for layout in plan.layouts:
+        for topk in plan.topk:
+            for rows in plan.rows:
+                kv_len = plan.kv_len or default_kv_len(rows, topk)
+                sets = make_sets(rows, topk, plan.heads, layout, kv_len, dtype=plan.dtype, device=plan.device)
+                for spec, impl in zip(plan.kernels, impls):
+                    if on_step is not None:
+                        on_step(f"{layout} top-k {topk} rows {rows}: {spec}")
+                    t = _time_one(timer, impl, spec, sets, plan)
+                    results.append(Result(
+                        impl.kernel.value, impl.impl, str(layout), rows, topk, plan.heads, layout.head_dim,
+                        layout.nope, layout.rope, dtype_name, kv_len, t.median_us, t.p20_us, t.p80_us, t.min_us,
+                        t.repeats, t.timer,
+                    ))
+                del sets
+                if plan.device.type == "cuda":
+                    torch.cuda.empty_cache()
+    return results
+
+
+def _time_one(
+    timer: GpuTimer | HostTimer, impl: KernelImpl, spec: KernelSpec, sets: list[KernelArgs], plan: SweepPlan
+) -> Timing:
+    try:
+        return timer.time(impl.launch, sets, warmup=plan.warmup, repeats=plan.repeats)
+    except Exception as exc:
+        raise KernelFailed(f"{spec} failed on {plan.device.type}: {exc.__class__.__name__}: {exc}") from exc

@@ -1,0 +1,132 @@
+"""The Triton prefill and split-K decode under TRITON_INTERPRET=1, against the torch reference and a float64 loop.
+
+The interpreter's tl.dot is exact for fp16 and fp32 operands (it returns garbage for bf16),
+so these tests use those; bf16 is checked on a GPU (test_triton_gpu.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dispatcher.kernels.torch_ref import ragged_prefill as torch_prefill
+
+from .cases import Case, make_case
+
+TOL = {torch.float16: dict(atol=3e-3, rtol=3e-3), torch.float32: dict(atol=2e-5, rtol=2e-5)}
+
+
+def run(kernels, which: str, case: Case, **kw) -> torch.Tensor:
+    prefill, decode = kernels
+    args = case.fresh_output()
+    (prefill.launch if which == "prefill" else decode.launch)(args, **kw)
+    return args.output
+
+
+def check(case: Case, got: torch.Tensor, dtype: torch.dtype) -> None:
+    assert not torch.isnan(got).any(), "an output element was never written"
+    exp = case.expected()
+    torch.testing.assert_close(got.double(), exp, **TOL[dtype])
+    ref_args = case.fresh_output()
+    torch_prefill(ref_args)
+    torch.testing.assert_close(got.float(), ref_args.output.float(), **TOL[dtype])
+    for i, slots in enumerate(case.slots):
+        if not slots:
+            assert torch.equal(got[i], torch.zeros_like(got[i])), f"row {i} has no valid slot and must be 0"
+
+
+KERNELS = [("prefill", {}), ("decode", {}), ("decode", {"splits": 3}), ("decode", {"splits": 1})]
+KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split"]
+
+
+@pytest.mark.parametrize(("which", "kw"), KERNELS, ids=KERNEL_IDS)
+@pytest.mark.parametrize("layout", ["v32", "dsv4", "glm", "odd"])
+@pytest.mark.parametrize("out_full", [False, True], ids=["nope-out", "full-out"])
+@pytest.mark.parametrize("sink", [False, True], ids=["nosink", "sink"])
+def test_layouts_sinks_outputs(interp, which, kw, layout, out_full, sink):
+    case = make_case(1, layout=layout, sink=sink, out_full=out_full)
+    check(case, run(interp, which, case, **kw), torch.float16)
+
+
+EDGE = {
+    "interleaved-minus-one": dict(interleaved=True),
+    "topk-length-short": dict(topk_length="short"),
+    "topk-length-wild": dict(topk_length="wild", sink=True),
+    "ragged": dict(ragged=True),
+    "ragged-topk-length": dict(ragged=True, topk_length="wild", sink=True),
+    "int64-indices": dict(index_dtype=torch.int64, topk_length="short"),
+    "int64-ragged": dict(ragged=True, index_dtype=torch.int64, sink=True),
+    "two-head-blocks": dict(heads=20, sink=True),
+    "one-head": dict(heads=1),
+    "wide-topk": dict(topk=150, skv=200),
+    "tiny-topk": dict(topk=1, skv=3),
+    "fp32": dict(dtype=torch.float32, sink=True, out_full=True),
+    "fp32-ragged": dict(dtype=torch.float32, ragged=True, topk_length="short"),
+}
+
+
+@pytest.mark.parametrize(("which", "kw"), KERNELS, ids=KERNEL_IDS)
+@pytest.mark.parametrize("edge", list(EDGE))
+def test_edge_cases(interp, which, kw, edge):
+    opts = EDGE[edge]
+    case = make_case(7, **opts)
+    check(case, run(interp, which, case, **kw), opts.get("dtype", torch.float16))
+
+
+@pytest.mark.parametrize(("which", "kw"), KERNELS[:2], ids=KERNEL_IDS[:2])
+def test_strided_operands(interp, which, kw):
+    """q, kv and output as non-contiguous views: the kernels must honour every stride."""
+    case = make_case(3, layout="v32", sink=True)
+    a = case.args
+    q_big = torch.randn(a.q.shape[0], a.q.shape[1] * 2, a.q.shape[2] + 8).half()
+    q_big[:, ::2, 4 : 4 + a.q.shape[2]] = a.q
+    kv_big = torch.randn(a.kv.shape[0], 1, a.kv.shape[2] + 16).half()
+    kv_big[:, :, : a.kv.shape[2]] = a.kv
+    args = a._replace(q=q_big[:, ::2, 4 : 4 + a.q.shape[2]], kv=kv_big[:, :, : a.kv.shape[2]])
+    out_big = torch.full((a.output.shape[1], a.output.shape[0], a.output.shape[2]), float("nan")).half()
+    args = args._replace(output=out_big.transpose(0, 1))
+    prefill, decode = interp
+    (prefill.launch if which == "prefill" else decode.launch)(args, **kw)
+    check(case, args.output, torch.float16)
+
+
+@pytest.mark.parametrize("which", ["prefill", "decode"])
+def test_no_rows_is_a_no_op(interp, which):
+    case = make_case(2, sq=3)
+    a = case.args
+    empty = a._replace(q=a.q[:0], output=a.output[:0], index=a.index._replace(indices=a.index.indices[:0]))
+    prefill, decode = interp
+    (prefill.launch if which == "prefill" else decode.launch)(empty)
+
+
+@pytest.mark.parametrize("which", ["prefill", "decode"])
+def test_unsupported_dtypes_fall_back_to_torch(interp, which):
+    """kv in another dtype than q (fp8 pools, say) is served by the torch implementation, same answer."""
+    case = make_case(4, dtype=torch.float32, sink=True)
+    a = case.args
+    args = a._replace(kv=a.kv.to(torch.bfloat16), output=torch.full_like(a.output, float("nan")))
+    prefill, decode = interp
+    (prefill.launch if which == "prefill" else decode.launch)(args)
+    ref = a._replace(kv=args.kv, output=torch.full_like(a.output, float("nan")))
+    torch_prefill(ref)
+    torch.testing.assert_close(args.output, ref.output, atol=1e-5, rtol=1e-5)
+
+
+def test_split_choice_covers_the_gpu_and_respects_bounds(interp):
+    _, decode = interp
+    assert decode.choose_splits(2, 1, 2048, 32, 132) == 64  # capped by MAX_SPLITS and tiles
+    assert decode.choose_splits(16, 1, 2048, 32, 132) == 16  # 4 tiles each, 256 programs
+    assert decode.choose_splits(16384, 1, 2048, 32, 132) == 1
+    assert decode.choose_splits(2, 1, 40, 32, 132) == 2  # never more splits than tiles
+    for rows in (1, 2, 3, 16, 100, 300, 5000):
+        s = decode.choose_splits(rows, 1, 2048, 32, 132)
+        assert 1 <= s <= decode.MAX_SPLITS
+
+
+def test_head_dim_split(interp):
+    prefill, _ = interp
+    assert prefill.split_head_dim(576) == (512, 64)
+    assert prefill.split_head_dim(512) == (512, 0)
+    assert prefill.split_head_dim(48) == (32, 16)
+    assert prefill.split_head_dim(40) == (32, 16)  # remainder 8 padded to tl.dot's minimum
+    assert prefill.split_head_dim(56) == (32, 32)
