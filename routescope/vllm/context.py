@@ -42,7 +42,10 @@ class Counts(NamedTuple):
 
 def _host_int(value: Any) -> int | None:
     """A Python or NumPy integer; anything else (a tensor above all) is None, never converted."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    t = type(value)
+    if t is int:
+        return value
+    if value is None or t is bool or not isinstance(value, numbers.Integral):
         return None
     return int(value)
 
@@ -76,7 +79,7 @@ def find_counts(attn_metadata: Any, rows: int) -> Counts | None:
     such dicts with dual-batch overlap (the micro-batch whose token count equals ``rows`` wins)."""
     if attn_metadata is None:
         return None
-    if isinstance(attn_metadata, Mapping):
+    if type(attn_metadata) is dict or isinstance(attn_metadata, Mapping):
         return _first_counts(attn_metadata.values())
     if isinstance(attn_metadata, (list, tuple)):
         found = [c for d in attn_metadata if isinstance(d, Mapping) and (c := _first_counts(d.values())) is not None]
@@ -133,6 +136,9 @@ class ForwardBatch:
     def __init__(self, get_context: Callable[[], Any] | None, is_available: Callable[[], bool] | None) -> None:
         self.get_context = get_context
         self.is_available = is_available
+        # (metadata container, rows, batch) of the last call: every layer of a step shares one container.
+        # Holding it keeps its id from being reused; it is released at the next step's first call.
+        self._last: tuple[Any, int, Batch] | None = None
 
     def __call__(self, rows: int) -> Batch:
         if self.get_context is None:
@@ -143,8 +149,14 @@ class ForwardBatch:
             ctx = self.get_context()
         except AssertionError:  # vLLM asserts when no forward context is set (outside a forward pass)
             return UNKNOWN_BATCH
-        c = find_counts(getattr(ctx, "attn_metadata", None), rows)
-        return UNKNOWN_BATCH if c is None else batch_from_counts(rows, c)
+        md = getattr(ctx, "attn_metadata", None)
+        last = self._last
+        if last is not None and last[0] is md and last[1] == rows:
+            return last[2]
+        c = find_counts(md, rows)
+        batch = UNKNOWN_BATCH if c is None else batch_from_counts(rows, c)
+        self._last = (md, rows, batch) if md is not None else None
+        return batch
 
 
 def served_model_name(config: Any) -> str | None:

@@ -22,9 +22,12 @@ class Patcher:
 
     def __init__(self) -> None:
         self.sites: list[tuple[ModuleType, str, Any, Any]] = []  # (module, name, original, wrapper)
+        self.made: dict[int, tuple[Any, Any]] = {}  # id(wrapper) -> (wrapper, original), for undo's sweep
 
-    def patch_module(self, module: ModuleType, replacements: dict[int, tuple[Any, Any]]) -> int:
+    def patch_module(self, module: ModuleType, replacements: dict[int, tuple[Any, Any]], *, record: bool = True) -> int:
         """In one module, replace each attribute whose value is one of the originals; return the count."""
+        if record:
+            self.made.update({id(w): (w, o) for o, w in replacements.values()})
         try:
             items = list(vars(module).items())
         except Exception:  # noqa: BLE001 - exotic module objects (lazy proxies) are skipped
@@ -38,25 +41,30 @@ class Patcher:
                 setattr(module, name, hit[1])
             except Exception:  # noqa: BLE001 - a read-only namespace is skipped, not fatal
                 continue
-            self.sites.append((module, name, hit[0], hit[1]))
+            if record:
+                self.sites.append((module, name, hit[0], hit[1]))
             n += 1
         return n
 
-    def patch_everywhere(self, replacements: dict[int, tuple[Any, Any]], modules: Iterable[ModuleType] | None = None) -> int:
+    def patch_everywhere(self, replacements: dict[int, tuple[Any, Any]], modules: Iterable[ModuleType] | None = None,
+                         *, record: bool = True) -> int:
         """Every loaded module (a snapshot of sys.modules), so callers that imported the name see the wrapper."""
         if not replacements:
             return 0
         pool = list(sys.modules.values()) if modules is None else list(modules)
-        return sum(self.patch_module(m, replacements) for m in pool if isinstance(m, ModuleType))
+        return sum(self.patch_module(m, replacements, record=record) for m in pool if isinstance(m, ModuleType))
 
     def undo(self) -> int:
-        """Put every original back where this patcher replaced it (only where the wrapper is still there)."""
+        """Put every original back: where this patcher replaced it, and wherever a module imported a
+        wrapper by name after the patch (those sites were never recorded, so every module is swept)."""
         n = 0
         for module, name, original, wrapper in reversed(self.sites):
             if getattr(module, name, None) is wrapper:
                 setattr(module, name, original)
                 n += 1
+        n += self.patch_everywhere(dict(self.made), record=False)
         self.sites.clear()
+        self.made.clear()
         return n
 
 

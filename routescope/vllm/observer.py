@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import os
 import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from dispatcher.platform import Platform
 from dispatcher.policy import Policy, decide
 from dispatcher.types import Batch, CallShape, Decision, Gate, Kernel
+from dispatcher.validate import _DTYPE_NAMES as _NAMES
 from dispatcher.validate import dtype_name
 
 from .context import ForwardBatch, ModelName
@@ -30,23 +34,31 @@ _BRANCH = {Kernel.AITER_PA_PREFILL_SPARSE: "gfx942", Kernel.AITER_OPUS: "gfx950"
 _OBSERVED_CODE = {Kernel.AITER_PA_PREFILL_SPARSE: ("gfx942_pa_prefill_sparse", "gfx942_pa"),
                   Kernel.AITER_OPUS: ("gfx950_opus", "gfx950_opus")}
 MAX_DECISIONS = 4096
+_FP32 = torch.float32
+_READ = ("q", "kv", "indices", "attn_sink", "output", "head_dim", "nope_head_dim", "rope_head_dim",
+         "ragged_indices", "ragged_indptr")
 
 
 def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragged: bool,
                head_dim: Any, nope_head_dim: Any, rope_head_dim: Any) -> CallShape:
     """The facts vLLM's gates read, without validation (vLLM validates its own arguments)."""
-    rows, heads = int(q.shape[0]), int(q.shape[1])
+    qs = q.shape
+    heads = qs[1]
     sink_ok = False
     if attn_sink is not None:  # vLLM slices the sink to q's heads before its gate
-        sink_ok = attn_sink.dim() == 1 and attn_sink.shape[0] >= heads and dtype_name(attn_sink.dtype) == "float32"
+        sink_ok = attn_sink.dim() == 1 and attn_sink.shape[0] >= heads and attn_sink.dtype is _FP32
+    names = _NAMES
+    q_dt, kv_dt, out_dt = q.dtype, kv.dtype, output.dtype
+    q_stride, out_stride = q.stride(), output.stride()
     return CallShape(
-        rows, heads, int(head_dim), int(nope_head_dim), int(rope_head_dim),
-        dtype_name(q.dtype), dtype_name(kv.dtype), dtype_name(output.dtype), int(output.shape[-1]),
-        int(indices.shape[-1]) if indices is not None else 0,
+        qs[0], heads, head_dim, nope_head_dim, rope_head_dim,
+        names.get(q_dt) or dtype_name(q_dt), names.get(kv_dt) or dtype_name(kv_dt),
+        names.get(out_dt) or dtype_name(out_dt), output.shape[-1],
+        indices.shape[-1] if indices is not None else 0,
         attn_sink is not None, sink_ok,
-        q.device == kv.device == output.device,
-        q.stride(-1) == 1 and kv.stride(-1) == 1 and output.stride(-1) == 1,
-        output.stride() == q.stride(),
+        q.get_device() == kv.get_device() == output.get_device(),
+        q_stride[-1] == 1 and kv.stride()[-1] == 1 and out_stride[-1] == 1,
+        out_stride == q_stride,
         ragged,
     )
 
@@ -83,6 +95,12 @@ class Observer:
     ) -> None:
         self.param_index = param_index
         self.param_default = param_default
+        # positional index per _READ name (-1: not a parameter, read as None); None: some name is keyword-only
+        required = [param_index.get(n) for n in _READ[:8]]
+        self._read_index = None if None in required else tuple(param_index.get(n, -1) for n in _READ)
+        self._read_max = max(required) if None not in required else 0
+        self._read_top = -1 if self._read_index is None or min(self._read_index) < 0 else max(self._read_index)
+        self._getter = operator.itemgetter(*self._read_index) if self._read_top >= 0 else None
         self.batch_reader = batch_reader
         self.model = model
         self.make_platform = make_platform
@@ -218,16 +236,25 @@ class Observer:
             return args[i]
         return kwargs.get(name, self.param_default.get(name))
 
-    def before(self, args: tuple, kwargs: dict) -> _Call | None:
+    def _read(self, args: tuple, kwargs: dict) -> tuple:
+        """The arguments the observer reads, in _READ order; all-positional calls take the fast path."""
+        idx = self._read_index
+        n = len(args)
+        if idx is not None and not kwargs and n > self._read_max:
+            if 0 <= self._read_top < n:  # every read parameter was passed positionally
+                return self._getter(args)
+            dflt = self.param_default
+            return tuple(args[i] if 0 <= i < n else dflt.get(name) for i, name in zip(idx, _READ))
         arg = self._arg
-        q = arg(args, kwargs, "q")
+        return tuple(arg(args, kwargs, name) for name in _READ)
+
+    def before(self, args: tuple, kwargs: dict) -> _Call | None:
+        q, kv, indices, attn_sink, output, hd, nope, rope, r_indices, r_indptr = self._read(args, kwargs)
         if not self.ready(q):
             return None
         self.calls += 1
-        ragged = arg(args, kwargs, "ragged_indices") is not None and arg(args, kwargs, "ragged_indptr") is not None
-        shape = call_shape(q, arg(args, kwargs, "kv"), arg(args, kwargs, "indices"), arg(args, kwargs, "attn_sink"),
-                           arg(args, kwargs, "output"), ragged, arg(args, kwargs, "head_dim"),
-                           arg(args, kwargs, "nope_head_dim"), arg(args, kwargs, "rope_head_dim"))
+        shape = call_shape(q, kv, indices, attn_sink, output, r_indices is not None and r_indptr is not None,
+                           hd, nope, rope)
         try:
             batch = self.batch_reader(shape.rows)
         except Exception as exc:  # noqa: BLE001 - an odd metadata object reads as unknown
@@ -260,8 +287,11 @@ class Observer:
 
     def wrap_prefill(self, original: Callable[..., Any]) -> Callable[..., Any]:
         obs = self
+        compiling = _is_compiling()
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if compiling():  # inside a torch.compile trace: stay out of the graph
+                return original(*args, **kwargs)
             call = None
             try:
                 call = obs.before(args, kwargs)
@@ -319,8 +349,11 @@ class Observer:
         """Counts the outermost decode-entry call (a decode variant may call another)."""
         obs = self
         local = self._local
+        compiling = _is_compiling()
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return original(*args, **kwargs)
             depth = getattr(local, "decode_depth", 0)
             if depth == 0:
                 try:
@@ -337,6 +370,17 @@ class Observer:
                 local.decode_depth = depth
 
         return _mark(wrapper, original)
+
+
+def _is_compiling() -> Callable[[], bool]:
+    """torch.compiler.is_compiling where torch has it: a traced call is passed straight through."""
+    try:
+        import torch
+
+        fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+        return fn if callable(fn) else (lambda: False)
+    except Exception:  # noqa: BLE001
+        return lambda: False
 
 
 def _mark(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:

@@ -28,7 +28,7 @@ def _stop_plugin() -> None:
     p = plugin.current()
     tel = p.observer.telemetry if p is not None and p.observer is not None else None
     plugin.uninstall()
-    if tel is not None:
+    if hasattr(tel, "close"):
         tel.close()
     export.shutdown_servers()
     sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "PostImportHook"]
