@@ -118,12 +118,24 @@ def _ts(
     return p
 
 
-def _table(title: str, description: str, targets: list[prom.Dataquery], *, width: int = 12) -> table.Panel:
+def _table(
+    title: str,
+    description: str,
+    targets: list[prom.Dataquery],
+    *,
+    width: int = 12,
+    columns: dict[str, tuple[str, str]] | None = None,
+) -> table.Panel:
+    """An instant-query table; `columns` maps a refId to (column title, unit)."""
+    columns = columns or {}
+    rename = {f"Value #{ref}": name for ref, (name, _) in columns.items()}
     merge = [
         dm.DataTransformerConfig(id_val="merge", options={}),
-        dm.DataTransformerConfig(id_val="organize", options={"excludeByName": {"Time": True}}),
+        dm.DataTransformerConfig(
+            id_val="organize", options={"excludeByName": {"Time": True}, "renameByName": rename}
+        ),
     ]
-    return (
+    p = (
         table.Panel()
         .title(title)
         .description(description)
@@ -132,7 +144,11 @@ def _table(title: str, description: str, targets: list[prom.Dataquery], *, width
         .span(width)
         .targets(targets)
         .transformations(merge)
+        .show_header(True)
     )
+    for ref, (name, unit) in columns.items():
+        p = p.override_by_name(name, [dm.DynamicConfigValue(id_val="unit", value=unit)])
+    return p
 
 
 def _routing_panels() -> list[Any]:
@@ -212,6 +228,7 @@ def _latency_panels() -> list[Any]:
                 ),
             ],
             width=24,
+            columns={"p50": ("p50", "s"), "p99": ("p99", "s"), "timed_per_s": ("timed calls/s", "ops")},
         ),
     ]
 

@@ -135,6 +135,7 @@ def test_panel_structure():
         if p["type"] == "row":
             continue
         assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+        assert isinstance(p["options"], dict), p["title"]  # Grafana expects an object, not null
         assert p["targets"] and p.get("description"), p["title"]
         refs = [t["refId"] for t in p["targets"]]
         assert len(refs) == len(set(refs)), p["title"]
