@@ -93,9 +93,10 @@ def find_counts(attn_metadata: Any, rows: int) -> Counts | None:
 def batch_from_counts(rows: int, c: Counts) -> Batch:
     """Classify the rows this call got against the step's batch; ``unknown`` when they cannot be placed.
 
-    vLLM orders decode rows first. A backend may pass the whole batch (GLM: decode rows
-    included), only its prefill rows, or a chunk of them; only the first two can be told
-    apart from counts, so a chunk of a mixed batch is ``unknown``, never a guess.
+    vLLM orders decode rows first. A backend passes the whole batch (GLM: decode rows
+    included: rows >= all tokens), or splits the decode rows off and passes prefill rows,
+    possibly in chunks (vLLM's DeepSeek-V4 ROCm backend: ``q[num_decode_tokens:]`` in chunks
+    of 4 requests: rows <= prefill tokens). Rows between the two cannot be placed: ``unknown``.
     """
     nd, ndt = c.num_decodes, c.num_decode_tokens
     if nd < 0 or ndt < nd or rows < 0:
@@ -122,7 +123,7 @@ def batch_from_counts(rows: int, c: Counts) -> Batch:
     if total is not None:
         if rows >= total:  # the whole batch (rows beyond it are padding)
             return Batch(CallClass.MIXED, ndt, nd, nd + prefills)
-        if rows == prefill_tokens:  # the backend split the decode rows off
+        if prefill_tokens is not None and rows <= prefill_tokens:  # decode rows split off (maybe chunked)
             return Batch(CallClass.PREFILL, 0, 0, prefills)
         return UNKNOWN_BATCH
     if rows > ndt:  # no token totals: as the dispatcher does, the call carries the batch

@@ -16,7 +16,7 @@ from routescope.vllm import export, plugin
 from . import doubles
 
 OPS = "vllm.v1.attention.ops.rocm_aiter_mla_sparse"
-BACKEND = "vllm.v1.attention.backends.mla.rocm_aiter_mla_sparse"
+BACKEND = "vllm.v1.attention.backends.mla.rocm_aiter_mla_sparse_dsv4"
 
 
 def _drop_vllm_modules() -> None:

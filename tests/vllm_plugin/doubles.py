@@ -108,8 +108,25 @@ PREFILL_PARAMS = {
 }
 
 BACKEND = '''
+from vllm.forward_context import get_forward_context
 from vllm.v1.attention.ops.rocm_aiter_mla_sparse import rocm_sparse_attn_decode, rocm_sparse_attn_prefill
 from vllm.v1.attention.ops.rocm_aiter_mla_sparse import rocm_sparse_attn_prefill as triton_sparse_attn_prefill
+
+
+def forward_split(q, kv, indices, scale, head_dim, nope_head_dim, rope_head_dim, output, chunk_rows):
+    """Shaped like vLLM's DeepSeek-V4 ROCm backend: decode rows to the decode entry, the prefill
+    rows after them to the prefill entry in chunks, by keyword. Metadata under key "swa"."""
+    md = get_forward_context().attn_metadata["swa"]
+    ndt = md.num_decode_tokens
+    if md.num_prefills > 0:
+        for start in range(ndt, q.shape[0], chunk_rows):
+            end = min(start + chunk_rows, q.shape[0])
+            rocm_sparse_attn_prefill(
+                q=q[start:end], kv=kv, indices=indices[start:end], topk_length=None, scale=scale,
+                head_dim=head_dim, nope_head_dim=nope_head_dim, rope_head_dim=rope_head_dim,
+                attn_sink=None, output=output[start:end])
+    if md.num_decodes > 0:
+        rocm_sparse_attn_decode(q[:ndt], None, output=output[:ndt])
 
 
 def forward_prefill(*args, **kwargs):
@@ -190,7 +207,8 @@ def write(root: Path, *, getters: str = "both", signature: str = "vllm", gfx942_
                           "LOG.append((\"prefill\", (q, kv), output))")
     files = {
         "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py": ("ROCm sparse MLA ops module", ops),
-        "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py": ("sparse MLA backend module", BACKEND),
+        "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse_dsv4.py": ("DeepSeek-V4 ROCm sparse MLA backend module",
+                                                                          BACKEND),
         "vllm/config.py": ("config module", CONFIG),
         "vllm/distributed.py": ("distributed module", DISTRIBUTED),
     }

@@ -77,10 +77,12 @@ def test_exceptions_of_the_original_pass_through_unchanged(gfx942):
         (8, Meta(2, 6, num_prefills=0, num_actual_tokens=6), "pure_decode", 6),
         # no decodes in the step
         (700, Meta(0, 0, num_prefills=2, num_prefill_tokens=700, num_actual_tokens=700), "prefill", 0),
-        # the backend split the decode rows off: only prefill rows reach the entry
+        # the backend split the decode rows off (vLLM's DeepSeek-V4 ROCm backend): prefill rows only
         (596, Meta(4, 4, num_prefills=1, num_prefill_tokens=596, num_actual_tokens=600), "prefill", 0),
-        # a chunk of a mixed batch cannot be placed: unknown, not a guess
-        (100, Meta(4, 4, num_prefills=1, num_prefill_tokens=596, num_actual_tokens=600), "unknown", 0),
+        # ... and sent them in chunks
+        (100, Meta(4, 4, num_prefills=3, num_prefill_tokens=596, num_actual_tokens=600), "prefill", 0),
+        # more rows than the prefills but fewer than the batch cannot be placed: unknown, not a guess
+        (598, Meta(4, 4, num_prefills=1, num_prefill_tokens=596, num_actual_tokens=600), "unknown", 0),
     ],
 )
 def test_decode_rows_from_forward_context_metadata(gfx942, rows, meta, call_class, decode_rows):
@@ -95,6 +97,21 @@ def test_decode_rows_from_forward_context_metadata(gfx942, rows, meta, call_clas
     dip_calls = 1 if call_class in ("mixed", "pure_decode") else 0
     assert samples(tel, "routescope_decode_in_prefill_calls_total", call_class=call_class) == dip_calls
     assert samples(tel, "routescope_decode_in_prefill_rows_total", call_class=call_class) == decode_rows
+
+
+def test_a_backend_that_splits_decodes_off_shows_no_decode_in_prefill(gfx942):
+    """DeepSeek-V4's ROCm backend shape: decode rows to the decode entry, prefill rows in chunks."""
+    ops, backend, fc = gfx942
+    (q, kv, idx, _tl, scale, hd, nope, rope, _sink, out), expected = prefill_args(64)
+    meta = Meta(4, 4, num_prefills=2, num_prefill_tokens=60, num_actual_tokens=64)
+    with fc.set_forward_context({"layers.0.attn": meta, "swa": meta}):
+        backend.forward_split(q, kv, idx, scale, hd, nope, rope, out, chunk_rows=30)
+    torch.testing.assert_close(out[4:], expected[4:], rtol=0, atol=0)
+    assert [e[1] if e[0] != "prefill" else "prefill" for e in ops.LOG] == ["prefill", 30, "prefill", 30, "rocm_sparse_attn_decode"]
+    tel = telemetry()
+    assert samples(tel, "routescope_calls_total", call_class="prefill") == 2
+    assert samples(tel, "routescope_decode_in_prefill_calls_total") == 0
+    assert samples(tel, "routescope_decode_path_rows_total") == 4
 
 
 def test_no_forward_context_reads_unknown(gfx942):

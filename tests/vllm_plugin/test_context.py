@@ -22,7 +22,8 @@ from .conftest import Meta
         (600, Counts(4, 4, 1, 596, 600), (CallClass.MIXED, 4, 4, 5)),
         (640, Counts(4, 4, 1, 596, 600), (CallClass.MIXED, 4, 4, 5)),  # padded
         (596, Counts(4, 4, 1, 596, 600), (CallClass.PREFILL, 0, 0, 1)),  # decodes split off
-        (100, Counts(4, 4, 1, 596, 600), (CallClass.UNKNOWN, 0, 0, 0)),  # a chunk
+        (100, Counts(4, 4, 1, 596, 600), (CallClass.PREFILL, 0, 0, 1)),  # a chunk of the prefill rows
+        (598, Counts(4, 4, 1, 596, 600), (CallClass.UNKNOWN, 0, 0, 0)),  # more than the prefills, less than all
         (16, Counts(16, 16, 0, 0, 16), (CallClass.PURE_DECODE, 16, 16, 16)),
         (32, Counts(16, 16, 0), (CallClass.PURE_DECODE, 16, 16, 16)),  # padded to a graph size
         (12, Counts(4, 12, None, None, None, 3), (CallClass.PURE_DECODE, 12, 4, 4)),  # MTP: max_query_len 3
