@@ -126,6 +126,10 @@ def create_app(
                 telemetry.flush()
             finally:
                 telemetry.close()
+            if demo is not None:
+                c = demo.counts
+                log.info("routescope: demo stopped after %d prefill-entry and %d decode-entry calls; telemetry flushed and closed",
+                         c.prefill_calls, c.decode_path_calls)
 
     app = FastAPI(
         title="routescope",

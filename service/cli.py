@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import socket
 import sys
@@ -111,6 +112,16 @@ def serve_command(
         raise typer.Exit(2) from None
 
 
+def log_config(level: str) -> dict:
+    """uvicorn's logging setup, plus the routescope.* loggers (demo, telemetry, service) on the same handler."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    numeric = "DEBUG" if level == "trace" else level.upper()
+    config["loggers"]["routescope"] = {"handlers": ["default"], "level": numeric, "propagate": False}
+    return config
+
+
 def run(settings: ServiceSettings) -> None:
     """Bind, build, print, serve until SIGINT/SIGTERM; the app's lifespan stops the demo and telemetry."""
     import uvicorn
@@ -125,6 +136,7 @@ def run(settings: ServiceSettings) -> None:
         print(line, flush=True)
     config = uvicorn.Config(
         app,
+        log_config=log_config(settings.log_level),
         log_level=settings.log_level,
         access_log=settings.log_level in ("debug", "trace"),
         lifespan="on",

@@ -1,0 +1,95 @@
+"""The demo runner drives the real dispatcher and kernels; telemetry sees every call it makes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dispatcher import Dispatcher, GuardMode, Policy
+from service.demo.runner import DemoRunner
+from service.demo.traffic import GLM_FLASH
+from telemetry import Telemetry, TelemetryConfig
+
+MODELS = ("DeepSeek-V4.1-Flash", "GLM-5.3-Flash")
+
+
+def run(n: int, *, glm_bug: bool = False, guard: GuardMode = GuardMode.OBSERVE) -> tuple[DemoRunner, dict]:
+    d = Dispatcher(policy=Policy(guard=guard))
+    tel = Telemetry(TelemetryConfig(models=MODELS), platform=d.platform, policy=d.policy)
+    tel.instrument(d)
+    r = DemoRunner(d, glm_bug=glm_bug, limit=n, duty=1.0, min_gap_s=0.0,
+                   on_decode_path=lambda model, rows: tel.record_decode_path(rows, model))
+    r.start()
+    assert r.wait_done(120)
+    snap = tel.snapshot()
+    tel.close()
+    return r, snap
+
+
+def test_every_call_reaches_telemetry_once():
+    r, snap = run(150)
+    c = r.counts
+    assert c.errors == 0, c.last_error
+    assert c.prefill_calls + c.decode_path_calls == 150
+    assert sum(x["calls"] for x in snap["counts"]) == c.prefill_calls
+    assert sum(x["rows"] for x in snap["counts"]) == c.prefill_rows
+    assert sum(x["calls"] for x in snap["decode_path"]) == c.decode_path_calls
+    assert sum(x["rows"] for x in snap["decode_path"]) == c.decode_path_rows
+    assert snap["decode_in_prefill"]["counts"] == []  # no bug, no decode rows in prefill
+    assert {x["kernel"] for x in snap["counts"]} == {"intree.ragged_prefill"}  # a CPU takes no AITER branch
+
+
+def test_glm_bug_shows_up_as_decode_in_prefill_for_glm_only():
+    r, snap = run(150, glm_bug=True)
+    dip = snap["decode_in_prefill"]["counts"]
+    assert dip and {x["model"] for x in dip} == {GLM_FLASH.name}
+    assert {x["call_class"] for x in dip} == {"pure_decode", "mixed"}
+    assert sum(x["calls"] for x in dip) == r.counts.by_kind["pure_decode"] + r.counts.by_kind["mixed"]
+
+
+def test_guard_reroute_sends_pure_decodes_to_split_k():
+    r, snap = run(150, glm_bug=True, guard=GuardMode.REROUTE)
+    kernels = {(x["kernel"], x["call_class"]) for x in snap["counts"]}
+    assert ("intree.sparse_decode", "pure_decode") in kernels
+    assert ("intree.ragged_prefill", "pure_decode") not in kernels
+    assert snap["guard"]["rerouted"]
+
+
+def test_guard_raise_is_counted_as_refused_and_the_demo_goes_on():
+    r, snap = run(150, glm_bug=True, guard=GuardMode.RAISE)
+    assert r.counts.refused > 0 and r.counts.errors == 0
+    assert sum(x["calls"] for x in snap["guard"]["refused"]) == r.counts.refused
+    assert sum(x["calls"] for x in snap["counts"]) == r.counts.prefill_calls
+
+
+def test_stop_is_prompt_while_paced():
+    r = DemoRunner(Dispatcher(), duty=0.25)
+    r.start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    assert r.stop(timeout=15.0)
+    assert time.monotonic() - t0 < 15.0
+    assert r.state == "stopped" and r.counts.prefill_calls + r.counts.decode_path_calls > 0
+
+
+def test_a_failing_dispatcher_is_counted_not_fatal():
+    class Boom(Dispatcher):
+        def __call__(self, *a, **kw):
+            raise RuntimeError("kernel exploded")
+
+    r = DemoRunner(Boom(), limit=40, duty=1.0, min_gap_s=0.0)
+    r.start()
+    assert r.wait_done(60)
+    assert r.state == "finished"
+    assert r.counts.errors > 0 and "kernel exploded" in r.counts.last_error
+
+
+def test_info_states_the_scale():
+    r = DemoRunner(Dispatcher(), limit=1)
+    info = r.info()
+    assert info["state"] == "not started" and info["device"] == "cpu" and info["scaled"] is True
+    assert info["scale_factor"] == pytest.approx(4096)
+    assert [s["model"] for s in info["shapes"]] == list(MODELS)
+    with pytest.raises(ValueError, match="duty"):
+        DemoRunner(Dispatcher(), duty=0.0)
