@@ -1,0 +1,246 @@
+"""GPU replay: what telemetry at default sampling costs in throughput, and how close its event timing is to CUPTI.
+
+    python -m telemetry.bench.gpu_replay --out gpu_replay.json
+
+Three phases on one GPU, the same mixed prefill/decode calls through the real dispatcher:
+
+1. throughput: telemetry off vs on (default sampling), in alternating blocks, under
+   ``torch.cuda.set_sync_debug_mode("error")`` (any host-device sync raises); loss % of calls/s;
+2. accuracy: every call timed (sample_every=1) under torch.profiler with CUDA activity;
+   per call, telemetry's event time vs the CUPTI kernel time summed over the call's
+   ``record_function`` range; median error per rows size;
+3. graph capture: one decode call captured in a CUDA graph with telemetry on; the call is
+   counted as captured and no event is recorded (replays run without Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from dispatcher import Dispatcher, Policy, detect
+from dispatcher.types import GuardMode
+
+from ..config import TelemetryConfig
+from ..core import Telemetry
+from .workload import make_calls
+
+
+def _mix(prefill_rows: list[int], decode_rows: list[int], decodes_per_prefill: int) -> tuple:
+    """A serving-like stream: each prefill (mixed with 4 decode rows) followed by pure-decode calls."""
+    mix: list = []
+    for i, r in enumerate(prefill_rows):
+        mix.append((r, {"num_decodes": 4, "num_decode_tokens": 4, "num_prefills": 1}, "dsv4"))
+        for j in range(decodes_per_prefill):
+            d = decode_rows[(i + j) % len(decode_rows)]
+            mix.append((d, {"num_decodes": d, "num_decode_tokens": d, "num_prefills": 0}, "glm"))
+    return tuple(mix)
+
+
+@contextmanager
+def sync_debug_error():
+    """Raise on any synchronizing CUDA call inside the block."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def _replay(d: Dispatcher, calls: list, iters: int) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with sync_debug_error():
+        for _ in range(iters):
+            for args, kw in calls:
+                d(*args, **kw)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def throughput(calls: list, *, policy: Policy, blocks: int, iters: int) -> dict[str, Any]:
+    platform = detect()
+    tel = Telemetry(TelemetryConfig(models=("glm", "dsv4")), platform=platform, policy=policy)
+    off = Dispatcher(platform=platform, policy=policy)
+    on = tel.instrument(Dispatcher(platform=platform, policy=policy))
+    tel.start()
+    try:
+        _replay(off, calls, 1)
+        _replay(on, calls, 1)
+        t_off, t_on = [], []
+        for b in range(blocks):
+            for name in (("off", "on") if b % 2 == 0 else ("on", "off")):
+                try:
+                    dt = _replay(off if name == "off" else on, calls, iters)
+                except RuntimeError as exc:  # e.g. a sync caught by sync debug mode: say which arm
+                    raise RuntimeError(f"telemetry {name} arm: {exc}") from exc
+                (t_off if name == "off" else t_on).append(dt)
+        snap = tel.snapshot()
+    finally:
+        tel.close()
+    n = len(calls) * iters
+    thr_off, thr_on = n * len(t_off) / sum(t_off), n * len(t_on) / sum(t_on)
+    paired = [100.0 * (b - a) / a for a, b in zip(t_off, t_on)]
+    return {
+        "calls_per_block": n, "blocks": blocks,
+        "calls_per_s_off": thr_off, "calls_per_s_on": thr_on,
+        "throughput_loss_pct": 100.0 * (thr_off - thr_on) / thr_off,
+        "median_block_slowdown_pct": statistics.median(paired),
+        "block_seconds_off": t_off, "block_seconds_on": t_on,
+        "sync_debug_mode": "error (no sync raised)",
+        "telemetry_counts": sum(c["calls"] for c in snap["counts"]),
+        "telemetry_samples": sum(x["samples"] for x in snap["latency"]),
+        "telemetry_health": snap["health"], "timing": snap["timing"],
+    }
+
+
+def _device_us(ev: Any) -> float:
+    for attr in ("device_time_total", "cuda_time_total"):
+        v = getattr(ev, attr, None)
+        if v is not None:
+            return float(v)
+    return float("nan")
+
+
+def accuracy(calls: list, *, policy: Policy, repeats: int) -> dict[str, Any]:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    platform = detect()
+    cfg = TelemetryConfig(models=("glm", "dsv4"), sample_first=1 << 30, sample_every=1, keep_samples=True,
+                          timing_pool=max(4096, 2 * len(calls) * repeats), decisions_maxlen=0)
+    tel = Telemetry(cfg, platform=platform, policy=policy)
+    d = tel.instrument(Dispatcher(platform=platform, policy=policy))
+    for args, kw in calls:  # warm up outside the profiler
+        d(*args, **kw)
+    torch.cuda.synchronize()
+    tel.drain_samples()
+    rows_of: list[int] = []
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            for args, kw in calls:
+                with record_function(f"rs_call_{len(rows_of)}"):
+                    d(*args, **kw)
+                rows_of.append(int(args[0].shape[0]))
+        torch.cuda.synchronize()
+    samples = tel.drain_samples()
+    tel.close()
+    cupti: dict[int, float] = {}
+    cpu = torch.autograd.DeviceType.CPU
+    for ev in prof.events():
+        if ev.name.startswith("rs_call_") and getattr(ev, "device_type", cpu) == cpu:
+            cupti[int(ev.name[len("rs_call_"):])] = _device_us(ev) / 1e6
+    per_size: dict[int, list[tuple[float, float]]] = {}
+    if len(samples) == len(rows_of):
+        for i, s in enumerate(samples):
+            if i in cupti and cupti[i] > 0:
+                per_size.setdefault(rows_of[i], []).append((s["seconds"], cupti[i]))
+    table = []
+    for rows, pairs in sorted(per_size.items()):
+        err = [e - c for e, c in pairs]
+        rel = [100.0 * (e - c) / c for e, c in pairs]
+        table.append({"rows": rows, "calls": len(pairs),
+                      "event_median_s": statistics.median(e for e, _ in pairs),
+                      "cupti_median_s": statistics.median(c for _, c in pairs),
+                      "median_error_s": statistics.median(err), "median_error_pct": statistics.median(rel)})
+    return {"timed_calls": len(samples), "profiled_calls": len(rows_of), "matched": len(samples) == len(rows_of),
+            "per_size": table}
+
+
+def graph_capture(calls: list, *, policy: Policy) -> dict[str, Any]:
+    platform = detect()
+    tel = Telemetry(TelemetryConfig(models=("glm", "dsv4"), sample_first=1 << 30), platform=platform, policy=policy)
+    d = tel.instrument(Dispatcher(platform=platform, policy=policy))
+    args, kw = next(c for c in calls if c[0][0].shape[0] <= 16)
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            d(*args, **kw)  # warm up on the side stream, as torch.cuda.graph requires
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            d(*args, **kw)
+        for _ in range(10):
+            g.replay()
+        torch.cuda.synchronize()
+        snap = tel.snapshot()
+        result = {"ok": True, "graph_captured": snap["graph_captured"], "health": snap["health"]}
+    except Exception as exc:  # noqa: BLE001 - report, do not hide
+        result = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+    tel.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="write the JSON result here")
+    ap.add_argument("--prefill-rows", default="512,1024,2048", help="comma-separated prefill call sizes")
+    ap.add_argument("--decode-rows", default="2,4,16", help="comma-separated pure-decode call sizes")
+    ap.add_argument("--decodes-per-prefill", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--topk", type=int, default=2048)
+    ap.add_argument("--kv-rows", type=int, default=65536)
+    ap.add_argument("--blocks", type=int, default=10, help="alternating off/on blocks")
+    ap.add_argument("--iters", type=int, default=20, help="passes over the call mix per block")
+    ap.add_argument("--profile-repeats", type=int, default=5)
+    ap.add_argument("--guard", choices=[g.value for g in GuardMode], default="observe")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gpu_replay needs a CUDA/ROCm device", file=sys.stderr)
+        return 2
+    mix = _mix([int(x) for x in a.prefill_rows.split(",")], [int(x) for x in a.decode_rows.split(",")],
+               a.decodes_per_prefill)
+    calls = make_calls(len(mix), heads=a.heads, nope=512, rope=64, topk=a.topk, kv_rows=a.kv_rows,
+                       dtype=torch.bfloat16, device="cuda", mix=mix)
+    policy = Policy(guard=GuardMode(a.guard))
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "platform": detect().to_dict(),
+        "policy": policy.to_dict(), "mix_calls": len(calls),
+        "command": " ".join(["python -m telemetry.bench.gpu_replay"] + (argv if argv is not None else sys.argv[1:])),
+    }
+    phases = (("throughput", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters)),
+              ("accuracy", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats)),
+              ("graph_capture", lambda: graph_capture(calls, policy=policy)))
+    failed = False
+    for name, run in phases:
+        try:
+            result[name] = run()
+        except Exception as exc:  # noqa: BLE001 - one phase failing still reports the others
+            failed = True
+            result[name] = {"error": f"{exc.__class__.__name__}: {exc}"}
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=2)
+    _print(result)
+    return 1 if failed else 0
+
+
+def _print(r: dict[str, Any]) -> None:
+    for name in ("throughput", "accuracy", "graph_capture"):
+        if "error" in r[name]:
+            print(f"{name}: FAILED {r[name]['error']}")
+    t = r["throughput"]
+    if "error" in t or "error" in r["accuracy"]:
+        print(json.dumps(r, indent=2)[:4000])
+        return
+    print(f"device {r['device']}  torch {r['torch']}  timing {t['timing']}  mix {r['mix_calls']} calls")
+    print(f"throughput  off {t['calls_per_s_off']:.0f} calls/s  on {t['calls_per_s_on']:.0f} calls/s  "
+          f"loss {t['throughput_loss_pct']:.2f}%  (median block {t['median_block_slowdown_pct']:.2f}%)  "
+          f"sync debug: {t['sync_debug_mode']}")
+    print(f"{'rows':>6} {'calls':>6} {'event p50 µs':>13} {'CUPTI p50 µs':>13} {'err p50 µs':>11} {'err p50 %':>10}")
+    for row in r["accuracy"]["per_size"]:
+        print(f"{row['rows']:>6} {row['calls']:>6} {row['event_median_s'] * 1e6:>13.1f} {row['cupti_median_s'] * 1e6:>13.1f} "
+              f"{row['median_error_s'] * 1e6:>11.1f} {row['median_error_pct']:>10.1f}")
+    if not r["accuracy"]["matched"]:
+        print(f"accuracy: {r['accuracy']['timed_calls']} timed vs {r['accuracy']['profiled_calls']} profiled calls: not matched")
+    print(f"graph capture: {r['graph_capture']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Host cost per call of (a) the bare dispatcher, (b) with telemetry, (c) with naive prometheus_client calls.
+
+All three run the same calls in one process, interleaved pass by pass in a shuffled order,
+and the median over passes is reported (differences are medians of per-pass differences, so
+slow drift of the machine cancels). First with a no-op kernel launch, so telemetry's cost is
+not hidden under the kernel's; then with the real (small) torch kernels.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from dispatcher import Dispatcher, Policy, what_if
+from dispatcher.types import Batch
+
+from ..config import TelemetryConfig
+from ..core import Telemetry
+from .workload import NOOP_IMPL, NaiveProbe, make_calls, noop_registry, real_registry
+
+VARIANTS = ("bare", "instrumented", "naive_prometheus")
+
+
+def _pass(d: Dispatcher, calls: list) -> tuple[float, float]:
+    """(thread CPU ns, wall ns) per call: CPU time ignores the time other processes hold the core."""
+    w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    for args, kw in calls:
+        d(*args, **kw)
+    c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+    return (c1 - c0) / len(calls), (w1 - w0) / len(calls)
+
+
+def _probe_only(probe: Any, records: list, impl: str) -> float:
+    start, stop = probe.start, probe.stop
+    t0 = time.thread_time_ns()
+    for dec, shape, batch, model, q in records:
+        stop(start(dec, shape, batch, model, q, None), impl)
+    return (time.thread_time_ns() - t0) / len(records)
+
+
+def _records(d: Dispatcher, calls: list) -> list:
+    """(decision, shape, batch, model, q) per call, exactly as the dispatcher hands them to a probe."""
+    from dispatcher.classify import classify
+    from dispatcher.validate import validate
+
+    out = []
+    for args, kw in calls:
+        shape = validate(*args)
+        meta = {k: v for k, v in kw.items() if k != "model"}
+        batch: Batch = classify(rows=shape.rows, spec_tokens=d.policy.spec_tokens, **meta)
+        out.append((d.decide(shape, batch), shape, batch, kw.get("model"), args[0]))
+    return out
+
+
+def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """One interleaved run; ``kernels`` is "noop" or "real"."""
+    platform, policy = what_if("gfx942"), Policy()
+    registry = noop_registry if kernels == "noop" else real_registry
+    impl = NOOP_IMPL if kernels == "noop" else "torch"
+    cfg = TelemetryConfig(models=("glm", "dsv4"), multiproc_dir=multiproc_dir)
+    tel = Telemetry(cfg, platform=platform, policy=policy)
+    bare = Dispatcher(platform=platform, policy=policy, registry=registry())
+    inst = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=registry()))
+    naive_probe = NaiveProbe(CollectorRegistry(), tel._agg.buckets, arch=platform.arch)
+    naive = Dispatcher(platform=platform, policy=policy, registry=registry(), probe=naive_probe)
+    workload = make_calls(calls, seed=seed)
+    disp = {"bare": bare, "instrumented": inst, "naive_prometheus": naive}
+    tel.start()
+    try:
+        for d in disp.values():  # warm up: caches, first-N timed calls of every slot, label children
+            _pass(d, workload)
+        per: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        rng = random.Random(seed)
+        for _ in range(repeats):
+            order = list(VARIANTS)
+            rng.shuffle(order)
+            for v in order:
+                gc.collect()
+                cpu_ns, wall_ns = _pass(disp[v], workload)
+                per[v].append(cpu_ns)
+                wall[v].append(wall_ns)
+        records = _records(bare, workload)
+        probe_only = {"instrumented": [], "naive_prometheus": []}
+        for _ in range(repeats):
+            probe_only["instrumented"].append(_probe_only(tel.probe, records, impl))
+            probe_only["naive_prometheus"].append(_probe_only(naive_probe, records, impl))
+    finally:
+        tel.close()
+    med = {v: statistics.median(x) for v, x in per.items()}
+    d_inst = statistics.median(i - b for i, b in zip(per["instrumented"], per["bare"]))
+    d_naive = statistics.median(n - b for n, b in zip(per["naive_prometheus"], per["bare"]))
+    return {
+        "kernels": kernels,
+        "kernel_note": ("kernel launch replaced by a no-op (registry entries whose launch does nothing)"
+                        if kernels == "noop" else "real torch kernels (CPU), AITER names served by the torch prefill"),
+        "calls": calls,
+        "repeats": repeats,
+        "bare_ns_per_call": med["bare"],
+        "instrumented_ns_per_call": med["instrumented"],
+        "naive_prometheus_ns_per_call": med["naive_prometheus"],
+        "instrumented_minus_bare_ns": d_inst,
+        "naive_minus_bare_ns": d_naive,
+        "naive_over_instrumented_overhead": (d_naive / d_inst) if d_inst > 0 else None,
+        "probe_only_ns_per_call": {k: statistics.median(v) for k, v in probe_only.items()},
+        "wall_ns_per_call": {v: statistics.median(x) for v, x in wall.items()},
+        "wall_instrumented_minus_bare_ns": statistics.median(i - b for i, b in zip(wall["instrumented"], wall["bare"])),
+        "clock": "thread CPU time (time.thread_time_ns), medians over interleaved passes; wall time beside it",
+        "instrumented_calls_counted": sum(tel.totals.calls.values()),
+        "telemetry_errors": sum(tel.totals.telemetry_errors.values()),
+        "multiprocess": multiproc_dir is not None,
+    }
+
+
+def run(*, calls: int, repeats: int, real: bool = True, real_calls: int | None = None) -> dict[str, Any]:
+    """The no-op run (headline keys at top level) and, if asked, the real-kernel run."""
+    noop = measure(calls=calls, repeats=repeats, kernels="noop")
+    out = {k: noop[k] for k in ("bare_ns_per_call", "instrumented_ns_per_call", "naive_prometheus_ns_per_call",
+                                "instrumented_minus_bare_ns", "naive_minus_bare_ns", "naive_over_instrumented_overhead")}
+    out["kernel_note"] = noop["kernel_note"]
+    out["noop_kernel"] = noop
+    if real:
+        out["real_kernels"] = measure(calls=real_calls or max(64, calls // 20), repeats=repeats, kernels="real")
+    out["python"] = sys.version.split()[0]
+    out["cpus"] = os.cpu_count()
+    return out
+
+
+def run_multiprocess(*, calls: int, repeats: int) -> dict[str, Any]:
+    """The same no-op measurement in a child whose prometheus_client runs in multiprocess (mmap) mode."""
+    with tempfile.TemporaryDirectory(prefix="routescope-bench-mp-") as tmp:
+        env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=tmp)
+        code = ("import json,sys; from telemetry.bench.overhead import measure; "
+                f"print(json.dumps(measure(calls={calls}, repeats={repeats}, kernels='noop', multiproc_dir={tmp!r})))")
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        import json
+
+        return json.loads(res.stdout.strip().splitlines()[-1])

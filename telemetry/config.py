@@ -1,0 +1,117 @@
+"""TelemetryConfig: plain frozen settings, read from the environment only when ``from_env`` is called."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from dispatcher.policy import Policy
+
+TIMING_MODES = ("auto", "host", "gpu", "off")
+ENV_PREFIX = "ROUTESCOPE_TELEMETRY_"
+DEFAULT_COUNTERFACTUALS = ("gfx942_1024", "no_row_gate")
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """What to record and where to export it; every field has a cheap, safe default."""
+
+    models: tuple[str, ...] = ()  # bounded model label set; others are "other", None is "unknown"
+    rank: str = "0"  # tensor-parallel rank label
+    multiproc_dir: str | None = None  # prometheus multiprocess directory (PROMETHEUS_MULTIPROC_DIR)
+    process_id: str | None = None  # multiprocess file id; None: the pid (dead pids are compacted)
+    counterfactuals: tuple[str | Policy, ...] = DEFAULT_COUNTERFACTUALS
+    timing: str = "auto"  # auto: GPU events for device tensors, host clock otherwise
+    sample_first: int = 32  # calls timed first per slot (kernel x rows bucket x model x class)
+    sample_every: int = 128  # then one call in this many
+    timing_pool: int = 256  # preallocated CUDA event pairs
+    sample_buffer: int = 65536  # sampled latencies kept for OpenTelemetry (or drain_samples) between flushes
+    keep_samples: bool = False  # keep raw sampled latencies for Telemetry.drain_samples() (benchmarks)
+    decisions_maxlen: int = 256  # recent sampled decisions kept for snapshot()
+    max_slots: int = 4096  # distinct (decision, rows bucket, model) combinations
+    max_decisions: int = 1024  # distinct decision objects tracked by identity
+    otel: bool = False  # OpenTelemetry metrics (in-process MeterProvider)
+    otel_span_every: int = 0  # a span for one sampled call in N (0: no spans)
+    otlp: bool = False  # add OTLP exporters (configured by the standard OTEL_* variables)
+    flush_interval_s: float = 5.0
+    compact_interval_s: float = 60.0  # how often a flush looks for dead processes' files
+    log_first_decode_in_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        if self.timing not in TIMING_MODES:
+            raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}; got {self.timing!r}")
+        for name in ("sample_first", "timing_pool", "sample_buffer", "decisions_maxlen", "otel_span_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
+        for name in ("sample_every", "max_slots", "max_decisions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        object.__setattr__(self, "models", tuple(str(m) for m in self.models))
+        object.__setattr__(self, "rank", str(self.rank))
+        bad = [m for m in self.models if m in ("other", "unknown")]
+        if bad:
+            raise ValueError(f"model names 'other' and 'unknown' are reserved; got {bad}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> TelemetryConfig:
+        """ROUTESCOPE_TELEMETRY_<FIELD> and PROMETHEUS_MULTIPROC_DIR; OTLP on when an OTEL endpoint is set."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None or raw.strip() == "":
+                continue
+            values[f.name] = _parse(f.name, raw.strip())
+        if "multiproc_dir" not in values and env.get("PROMETHEUS_MULTIPROC_DIR"):
+            values["multiproc_dir"] = env["PROMETHEUS_MULTIPROC_DIR"]
+        if "otlp" not in values and (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")):
+            values["otlp"] = True
+            values.setdefault("otel", True)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> TelemetryConfig:
+        return replace(self, **changes)
+
+
+def _parse(name: str, raw: str) -> Any:
+    if name in ("models", "counterfactuals"):
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    if name in ("otel", "otlp", "log_first_decode_in_prefill", "keep_samples"):
+        return raw.lower() in ("1", "true", "yes", "on")
+    if name in ("flush_interval_s", "compact_interval_s"):
+        return float(raw)
+    if name in ("rank", "multiproc_dir", "process_id", "timing"):
+        return raw
+    return int(raw)
+
+
+_GATE = re.compile(r"^(gfx942|gfx950)_(\d+)$")
+
+
+def counterfactual_policy(spec: str | Policy, active: Policy) -> Policy:
+    """``gfx942_1024``, ``gfx950_2048``, ``no_row_gate`` (gfx942 gate at 0: the seed before its fix),
+    or ``name:gfx942=768,gfx950=2048``; guard and spec tokens follow the active policy."""
+    if isinstance(spec, Policy):
+        return spec
+    base = dict(gfx942_min_rows=active.gfx942_min_rows, gfx950_min_rows=active.gfx950_min_rows,
+                guard=active.guard, spec_tokens=active.spec_tokens)
+    spec = spec.strip()
+    if spec == "no_row_gate":
+        return Policy(**{**base, "gfx942_min_rows": 0}, name=spec)
+    m = _GATE.match(spec)
+    if m:
+        return Policy(**{**base, f"{m.group(1)}_min_rows": int(m.group(2))}, name=spec)
+    name, sep, rest = spec.partition(":")
+    if sep and name:
+        for part in rest.split(","):
+            key, eq, value = part.partition("=")
+            key = key.strip()
+            if not eq or key not in ("gfx942", "gfx950") or not value.strip().isdigit():
+                raise ValueError(f"counterfactual {spec!r}: expected name:gfx942=N,gfx950=M")
+            base[f"{key}_min_rows"] = int(value)
+        return Policy(**base, name=name.strip())
+    raise ValueError(f"unknown counterfactual policy {spec!r} (gfx942_<N>, gfx950_<N>, no_row_gate, name:gfx942=N)")

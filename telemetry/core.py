@@ -1,0 +1,281 @@
+"""Telemetry: builds the aggregates, the probe and the exporters, and runs the flush that connects them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from dispatcher.platform import Platform, detect
+from dispatcher.policy import Policy, PolicySettings
+
+from .aggregates import STAGE, Aggregates
+from .config import TelemetryConfig, counterfactual_policy
+from .multiproc import MultiprocWriter, compact, ident_for, ident_pid, multiprocess_registry
+from .probe import TelemetryProbe, build_probe
+from .prom import TelemetryCollector, make_registry
+from .spec import STAGES
+from .timing import GpuEvents, capture_check
+from .view import Totals, build_totals
+
+log = logging.getLogger("routescope.telemetry")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("routescope")
+    except Exception:  # noqa: BLE001
+        return "0+unknown"
+
+
+class Telemetry:
+    """Everything telemetry for one process: ``instrument`` a dispatcher, scrape ``registry``, ``close`` at exit."""
+
+    def __init__(
+        self,
+        config: TelemetryConfig | None = None,
+        *,
+        platform: Platform | None = None,
+        policy: Policy | None = None,
+        otel_readers: Sequence[Any] = (),
+        tracer_provider: Any | None = None,
+    ) -> None:
+        import torch
+
+        self.config = cfg = config if config is not None else TelemetryConfig()
+        self._torch = torch
+        self._cuda = bool(torch.cuda.is_available())
+        self._flush_lock = threading.Lock()
+        self._dispatchers: list[weakref.ref] = []
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._bg_flush_ts: float | None = None
+        self._closed = False
+        self._totals = Totals()
+        self._wall_offset_ns = time.time_ns() - time.perf_counter_ns()
+        self._otel_on = bool(cfg.otel or cfg.otlp or otel_readers)
+        self._build(platform if platform is not None else detect(), policy if policy is not None else PolicySettings().policy())
+        self._collector = TelemetryCollector(self.flush, cfg.rank, self._count_error)
+        self.registry: CollectorRegistry = make_registry(self._collector)
+        self._writer: MultiprocWriter | None = None
+        self._mp_path: str | None = None
+        self._last_compact = time.monotonic()
+        if cfg.multiproc_dir:
+            try:
+                compact(cfg.multiproc_dir)
+                self._writer = MultiprocWriter(cfg.multiproc_dir, ident_for(cfg.process_id))
+                self._mp_path = cfg.multiproc_dir
+            except Exception:  # noqa: BLE001 - a bad directory disables the exporter, not the service
+                log.exception("routescope telemetry: multiprocess directory %r unusable", cfg.multiproc_dir)
+                self._count_error("export")
+        self._otel = None
+        if self._otel_on:
+            try:
+                from .otel import OtelExporter
+
+                self._otel = OtelExporter(
+                    totals=lambda: self._totals, rank=cfg.rank, readers=otel_readers, otlp=cfg.otlp,
+                    tracer_provider=tracer_provider, span_every=cfg.otel_span_every, on_error=self._count_error,
+                )
+            except Exception:  # noqa: BLE001
+                log.exception("routescope telemetry: OpenTelemetry setup failed")
+                self._count_error("otel")
+
+    # -- wiring ---------------------------------------------------------------------------------
+    def _build(self, platform: Platform, policy: Policy) -> None:
+        """(Re)build aggregates and probe for a platform and active policy."""
+        cfg = self.config
+        self.platform, self.policy = platform, policy
+        self.counterfactuals: tuple[Policy, ...] = tuple(counterfactual_policy(c, policy) for c in cfg.counterfactuals)
+        self._agg = Aggregates(
+            platform=platform, policy=policy, counterfactuals=self.counterfactuals, models=cfg.models,
+            max_slots=cfg.max_slots, max_decisions=cfg.max_decisions, log_first_dip=cfg.log_first_decode_in_prefill,
+        )
+        mode = cfg.timing
+        if mode in ("auto", "gpu"):
+            mode = "gpu_events" if self._cuda else "host"
+        self.timing = mode
+        self._gpu = GpuEvents(self._torch, cfg.timing_pool) if mode == "gpu_events" else None
+        self._decisions: deque | None = deque(maxlen=cfg.decisions_maxlen) if cfg.decisions_maxlen else None
+        self._samples: deque | None = deque() if (self._otel_on or cfg.keep_samples) else None
+        self._kept: deque = deque(maxlen=cfg.sample_buffer or None)
+        self._probe = build_probe(
+            self._agg, timing=mode, gpu=self._gpu, capturing=capture_check(self._torch) if self._gpu else None,
+            sample_first=cfg.sample_first, sample_every=cfg.sample_every, decisions=self._decisions,
+            samples=self._samples, sample_cap=cfg.sample_buffer, wall_offset_ns=self._wall_offset_ns,
+        )
+        self._build_info = (_version(), platform.arch, platform.vendor,
+                            "true" if platform.aiter_enabled else "false", mode)
+
+    @property
+    def probe(self) -> TelemetryProbe:
+        return self._probe
+
+    def instrument(self, dispatcher: Any) -> Any:
+        """Set this telemetry's probe on ``dispatcher``; adopts its platform and policy if nothing was recorded yet."""
+        if (dispatcher.platform, dispatcher.policy) != (self.platform, self.policy):
+            if self._agg.n_slots == 0:
+                self._build(dispatcher.platform, dispatcher.policy)
+                for ref in self._dispatchers:
+                    d = ref()
+                    if d is not None:
+                        d.set_probe(self._probe)
+            else:
+                log.warning("routescope telemetry: dispatcher policy %s differs from telemetry's %s; buckets "
+                            "and counterfactuals follow telemetry's", dispatcher.policy, self.policy)
+        dispatcher.set_probe(self._probe)
+        self._dispatchers.append(weakref.ref(dispatcher))
+        return dispatcher
+
+    def record_decode_path(self, rows: int, model: str | None = None) -> None:
+        """Count one call of the decode entry, so decode-in-prefill reads as a share of all decode calls."""
+        self._probe.record_decode_path(rows, model)
+
+    def _count_error(self, stage: str) -> None:
+        self._agg.errs[STAGE[stage]] += 1
+
+    @property
+    def probe_failures(self) -> int:
+        return sum(getattr(r(), "probe_failures", 0) for r in self._dispatchers if r() is not None)
+
+    # -- flush ----------------------------------------------------------------------------------
+    def flush(self) -> Totals:
+        """Resolve finished timing events, rebuild totals, feed the exporters; never raises."""
+        with self._flush_lock:
+            agg = self._agg
+            if self._gpu is not None:
+                try:
+                    self._gpu.resolve(agg, self._samples, self.config.sample_buffer)
+                except Exception:  # noqa: BLE001
+                    self._count_error("timing")
+            try:
+                totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
+                                      build_info=self._build_info)
+            except Exception:  # noqa: BLE001
+                self._count_error("flush")
+                return self._totals
+            self._totals = totals
+            if self._writer is not None:
+                self._export_multiprocess(totals)
+            if self._samples is not None and self.config.keep_samples:
+                self._kept.extend(self._samples)  # bounded: oldest fall off
+            if self._otel is not None and self._samples is not None:
+                try:
+                    self._otel.feed(self._samples, agg.info)
+                except Exception:  # noqa: BLE001
+                    self._count_error("otel")
+            elif self._samples is not None:
+                self._samples.clear()
+            totals.telemetry_errors = {(s,): agg.errs[i] for i, s in enumerate(STAGES)}
+            return totals
+
+    def _export_multiprocess(self, totals: Totals) -> None:
+        try:
+            self._writer.write(totals, self.config.rank)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001
+            self._count_error("export")
+        now = time.monotonic()
+        if now - self._last_compact >= self.config.compact_interval_s:
+            self._last_compact = now
+            try:
+                compact(self._writer.path)  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001
+                self._count_error("export")
+
+    def drain_samples(self) -> list[dict[str, Any]]:
+        """Raw sampled latencies since the last drain, in resolution order (needs ``keep_samples``); flushes first."""
+        self.flush()
+        info = self._agg.info
+        out = []
+        while self._kept:
+            s, dt_ns, wall_ns = self._kept.popleft()
+            inf = info[s]
+            out.append({"kernel": inf.kernel, "rows_bucket": inf.bucket, "model": inf.model,
+                        "call_class": inf.call_class, "seconds": dt_ns / 1e9, "ts": wall_ns / 1e9})
+        return out
+
+    @property
+    def totals(self) -> Totals:
+        """The last flush's totals (no flush)."""
+        return self._totals
+
+    def collect_registry(self) -> CollectorRegistry:
+        """What /metrics should serve: every process's files in multiprocess mode, else ``registry``."""
+        if self._mp_path is None:
+            return self.registry
+        self.flush()
+        try:
+            return multiprocess_registry(self._mp_path)
+        except Exception:  # noqa: BLE001
+            self._count_error("export")
+            return self.registry
+
+    def snapshot(self, *, flush: bool = True) -> dict:
+        """JSON-ready view for /routing (see docs/telemetry.md for the keys)."""
+        from .snapshot import build_snapshot
+
+        return build_snapshot(self, self.flush() if flush else self._totals)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self, flush_interval_s: float | None = None) -> Telemetry:
+        """Start the background flush thread (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        interval = flush_interval_s if flush_interval_s is not None else self.config.flush_interval_s
+        if interval <= 0:
+            raise ValueError(f"flush_interval_s must be > 0; got {interval}")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(interval,), name="routescope-telemetry-flush",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.flush()
+                self._bg_flush_ts = time.time()
+            except Exception:  # noqa: BLE001
+                self._count_error("flush")
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop the thread, flush once more, release files (a pid's files go to the archive); idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.flush()
+        self._closed = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+                if ident_pid(writer.ident) is not None:
+                    compact(writer.path, dead_idents=(writer.ident,))
+            except Exception:  # noqa: BLE001
+                self._count_error("export")
+        if self._otel is not None:
+            try:
+                self._otel.shutdown()
+            except Exception:  # noqa: BLE001
+                self._count_error("otel")
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

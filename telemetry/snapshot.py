@@ -1,0 +1,103 @@
+"""Telemetry.snapshot(): the totals as plain JSON-ready dicts for /routing and people."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .buckets import quantile
+from .view import Totals
+
+if TYPE_CHECKING:
+    from .core import Telemetry
+
+
+def _rows(d: dict, names: tuple[str, ...], value: str = "calls") -> list[dict[str, Any]]:
+    return [dict(zip(names, k), **{value: v}) for k, v in sorted(d.items())]
+
+
+def _counts(t: Totals) -> list[dict[str, Any]]:
+    """Calls per impl; rows are per (kernel, bucket, model, class), on the first impl listed for it."""
+    out = []
+    given: set[tuple] = set()
+    for (k, impl, b, m, cc, _arch), n in sorted(t.calls.items()):
+        rk = (k, b, m, cc)
+        rows = t.rows.get(rk, 0) if rk not in given else 0
+        given.add(rk)
+        out.append({"kernel": k, "impl": impl, "rows_bucket": b, "model": m, "call_class": cc, "calls": n, "rows": rows})
+    return out
+
+
+def _latency(t: Totals) -> list[dict[str, Any]]:
+    out = []
+    for (k, b, m), (counts, total) in sorted(t.latency.items()):
+        n = sum(counts)
+        out.append({
+            "kernel": k, "rows_bucket": b, "model": m, "samples": n, "sum_s": total,
+            "mean_s": total / n if n else None,
+            "p50_s": quantile(counts, 0.5), "p90_s": quantile(counts, 0.9), "p99_s": quantile(counts, 0.99),
+        })
+    return out
+
+
+def _decisions(tel: Telemetry) -> list[dict[str, Any]]:
+    dq = tel._decisions
+    if dq is None:
+        return []
+    info = tel._agg.info
+    off = tel._wall_offset_ns
+    out = []
+    for t_ns, s, rows, d in list(dq):
+        inf = info[s]
+        out.append({
+            "ts": (t_ns + off) / 1e9, "kernel": inf.kernel, "reason": inf.decision.reason,
+            "reason_code": inf.reason, "rows": rows, "rows_bucket": inf.bucket, "model": inf.model,
+            "call_class": inf.call_class, "decode_rows": d,
+        })
+    return out
+
+
+def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
+    """Keys: platform, policy, counterfactuals, counts, decode_in_prefill, latency, decisions, would_route,
+    errors, guard, graph_captured, decode_path, health (plus rank, arch, timing, rows_buckets)."""
+    agg = tel._agg
+    now = time.time()
+    dip = [
+        {"kernel": k, "model": m, "call_class": cc, "calls": n, "rows": t.dip_rows.get((k, m, cc), 0)}
+        for (k, m, cc), n in sorted(t.dip_calls.items())
+    ]
+    return {
+        "platform": tel.platform.to_dict(),
+        "policy": tel.policy.to_dict(),
+        "counterfactuals": [p.to_dict() for p in tel.counterfactuals],
+        "rank": tel.config.rank,
+        "arch": tel.platform.arch,
+        "timing": tel.timing,
+        "rows_buckets": list(agg.buckets.labels),
+        "counts": _counts(t),
+        "decode_in_prefill": {"counts": dip, "first_occurrences": [dict(r) for r in agg.first_dip]},
+        "latency": _latency(t),
+        "decisions": _decisions(tel),
+        "would_route": _rows(t.would_route, ("policy", "kernel", "rows_bucket", "model")),
+        "errors": _rows(t.kernel_errors, ("kernel", "exception", "model")),
+        "guard": {
+            "mode": tel.policy.guard.value,
+            "rerouted": _rows(t.rerouted, ("from_kernel", "to_kernel", "model")),
+            "refused": _rows(t.refused, ("kernel", "model")),
+        },
+        "graph_captured": _rows(t.captured, ("kernel", "model")),
+        "decode_path": [
+            {"model": m, "calls": n, "rows": t.decode_path_rows.get((m,), 0)} for (m,), n in sorted(t.decode_path_calls.items())
+        ],
+        "health": {
+            "telemetry_errors": {k[0]: v for k, v in t.telemetry_errors.items()},
+            "dropped": {k[0]: v for k, v in t.dropped.items()},
+            "last_flush_ts": t.ts or None,
+            "flush_lag_s": (now - tel._bg_flush_ts) if tel._bg_flush_ts else None,
+            "flush_thread": tel.running,
+            "probe_failures": tel.probe_failures,
+            "slots": agg.n_slots,
+            "max_slots": agg.max_slots,
+            "multiprocess_dir": tel._mp_path,
+        },
+    }

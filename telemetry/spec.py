@@ -1,0 +1,72 @@
+"""The metric contract of docs/metrics.md as data: every exporter and test reads names and labels from here."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+STAGES = ("record", "timing", "flush", "export", "otel", "probe")
+DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty")
+
+
+class MetricSpec(NamedTuple):
+    """One series family: ``name`` is the exposed name (counters end in ``_total``)."""
+
+    name: str
+    kind: str  # counter, histogram, gauge
+    labels: tuple[str, ...]
+    help: str
+    field: str  # the Totals attribute holding its values, keyed by label tuples
+    mp_mode: str = ""  # multiprocess gauge mode
+
+    @property
+    def base(self) -> str:
+        """Name without ``_total``: prometheus_client's family name and the OpenTelemetry instrument name."""
+        return self.name[: -len("_total")] if self.name.endswith("_total") else self.name
+
+
+R = ("rank",)
+COUNTERS = (
+    MetricSpec("routescope_calls_total", "counter",
+               ("kernel", "impl", "rows_bucket", "model", "call_class", "arch") + R,
+               "Sparse MLA prefill calls launched.", "calls"),
+    MetricSpec("routescope_rows_total", "counter", ("kernel", "rows_bucket", "model", "call_class") + R,
+               "Query rows launched (q.shape[0]).", "rows"),
+    MetricSpec("routescope_decisions_total", "counter", ("kernel", "reason", "model") + R,
+               "Routing decisions by kernel and reason code.", "decisions"),
+    MetricSpec("routescope_decode_in_prefill_calls_total", "counter", ("kernel", "model", "call_class") + R,
+               "Calls with decode rows that a prefill kernel (no split-K) ran.", "dip_calls"),
+    MetricSpec("routescope_decode_in_prefill_rows_total", "counter", ("kernel", "model", "call_class") + R,
+               "Decode rows in calls that a prefill kernel ran.", "dip_rows"),
+    MetricSpec("routescope_guard_rerouted_calls_total", "counter", ("from_kernel", "to_kernel", "model") + R,
+               "Pure-decode calls the guard sent to intree.sparse_decode.", "rerouted"),
+    MetricSpec("routescope_guard_refused_calls_total", "counter", ("kernel", "model") + R,
+               "Calls refused in guard mode raise.", "refused"),
+    MetricSpec("routescope_would_route_calls_total", "counter", ("policy", "kernel", "rows_bucket", "model") + R,
+               "What a counterfactual policy would have launched for the same calls.", "would_route"),
+    MetricSpec("routescope_kernel_errors_total", "counter", ("kernel", "exception", "model") + R,
+               "Kernel launches that raised (re-raised unchanged).", "kernel_errors"),
+    MetricSpec("routescope_graph_captured_calls_total", "counter", ("kernel", "model") + R,
+               "Calls seen during CUDA/HIP graph capture (not timed).", "captured"),
+    MetricSpec("routescope_decode_path_calls_total", "counter", ("model",) + R,
+               "Calls of the decode entry.", "decode_path_calls"),
+    MetricSpec("routescope_decode_path_rows_total", "counter", ("model",) + R,
+               "Rows of decode-entry calls.", "decode_path_rows"),
+    MetricSpec("routescope_telemetry_errors_total", "counter", ("stage",) + R,
+               "Exceptions caught inside telemetry.", "telemetry_errors"),
+    MetricSpec("routescope_telemetry_dropped_total", "counter", ("reason",) + R,
+               "Records or samples telemetry dropped.", "dropped"),
+)
+HISTOGRAM = MetricSpec(
+    "routescope_call_duration_seconds", "histogram", ("kernel", "rows_bucket", "model") + R,
+    "Per-call latency of sampled calls (GPU time from events on GPU, host time on CPU).", "latency",
+)
+GAUGES = (
+    MetricSpec("routescope_telemetry_last_flush_timestamp_seconds", "gauge", R,
+               "Unix time of the last completed flush.", "last_flush", "livemax"),
+    MetricSpec("routescope_gate_threshold_rows", "gauge", ("gate", "policy"),
+               "Active gate thresholds per policy.", "thresholds", "livemax"),
+    MetricSpec("routescope_build_info", "gauge", ("version", "arch", "vendor", "aiter", "timing"),
+               "What this process is.", "build_info", "livemax"),
+)
+ALL = COUNTERS + (HISTOGRAM,) + GAUGES
+BY_NAME = {s.name: s for s in ALL}
