@@ -15,7 +15,7 @@ import triton.language as tl
 
 from .common import KernelArgs
 from .torch_splitk import sparse_decode as torch_sparse_decode
-from .triton_prefill import HEAD_BLOCK, TileConfig, attend, count_block, next_pow2, pack, row_bounds, triton_supports
+from .triton_prefill import HEAD_BLOCK, TileConfig, attend, attend_t, count_block, next_pow2, pack, row_bounds, triton_supports
 
 DECODE_CONFIG = TileConfig(32, 4, 2)  # picked on an H200 by scripts/gpu/h200_run.py (docs/benchmarks.md)
 MAX_SPLITS = 64  # the reduce loads every split of a row at once
@@ -49,7 +49,7 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0,
                     D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
                     V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr,
-                    CNT_BLOCK: tl.constexpr):
+                    CNT_BLOCK: tl.constexpr, SWAP: tl.constexpr):
     row = tl.program_id(0)
     split = tl.program_id(1)
     h0 = tl.program_id(2) * HB
@@ -58,7 +58,11 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
     chunk = tl.cdiv(tl.cdiv(n, splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
     hi = tl.minimum(lo + chunk, n)
-    m, l, acc_a, acc_b = attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
+    if SWAP:
+        m, l, acc_a, acc_b = attend_t(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
+                                q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
+    else:
+        m, l, acc_a, acc_b = attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
                                 q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
@@ -129,7 +133,7 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
         D=head_dim, BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b, V_B=p.v_b, BLOCK_N=cfg.block_n,
-        HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), SWAP=cfg.swap, **cfg.launch_options(),
     )
     s_block, l_block = reduce_blocks(splits, p.lanes)
     _reduce_kernel[(rows, heads, triton.cdiv(p.lanes, l_block))](

@@ -32,6 +32,15 @@ class TileConfig(NamedTuple):
     block_n: int = 32
     num_warps: int = 4
     num_stages: int = 2
+    swap: bool = False  # slots/lanes as the MMA's M (attend_t) instead of heads (attend)
+    maxnreg: int | None = None  # register cap per thread: more programs resident, some spills
+
+    def launch_options(self) -> dict:
+        """Keyword options for a Triton launch (maxnreg only when set: the interpreter rejects it)."""
+        opts = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.maxnreg:
+            opts["maxnreg"] = self.maxnreg
+        return opts
 
 
 PREFILL_CONFIG = TileConfig(32, 4, 2)  # picked on an H200 by scripts/gpu/h200_run.py (docs/benchmarks.md)
@@ -191,18 +200,85 @@ def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_sca
     return m, l, acc_a, acc_b
 
 
+@triton.jit
+def attend_t(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
+             q_s0, q_s1, q_s2, kv_s0, kv_s2,
+             D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
+             V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr):
+    """``attend`` with slots and lanes as the large MMA dimension (S^T = K q^T, O^T = V^T P^T).
+
+    With only 16 heads, heads-as-M gives tensor-core tiles of M=16, which on Hopper means
+    register-staged mma.sync operands; slots-as-M (64+) lets Hopper's wgmma read the kv tile
+    straight from shared memory.
+    """
+    offs_h = h0 + tl.arange(0, HB)
+    hmask = offs_h < H
+    offs_a = tl.arange(0, BLOCK_A)
+    offs_b = BLOCK_A + tl.arange(0, BLOCK_B)
+    bmask = offs_b < D
+    q_row = q_ptr + row.to(tl.int64) * q_s0 + offs_h[None, :] * q_s1
+    qa = tl.load(q_row + offs_a[:, None] * q_s2, mask=hmask[None, :], other=0.0)  # [BLOCK_A, HB]
+    qb = tl.zeros([BLOCK_B, HB], qa.dtype)
+    if HAS_B:
+        qb = tl.load(q_row + offs_b[:, None] * q_s2, mask=hmask[None, :] & bmask[:, None], other=0.0)
+    m = tl.full([HB], float("-inf"), tl.float32)
+    l = tl.zeros([HB], tl.float32)
+    acc_a = tl.zeros([BLOCK_A, HB], tl.float32)
+    acc_b = tl.zeros([BLOCK_B, HB], tl.float32)
+    for j0 in range(lo, hi, BLOCK_N):
+        offs_n = j0 + tl.arange(0, BLOCK_N)
+        in_row = offs_n < hi
+        slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=in_row, other=-1).to(tl.int64)
+        valid = in_row & (slot >= 0) & (slot < skv)
+        krow = kv_ptr + tl.where(valid, slot, 0) * kv_s0
+        ka = tl.load(krow[:, None] + offs_a[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+        if IEEE:
+            s = tl.dot(ka, qa, input_precision="ieee")
+        else:
+            s = tl.dot(ka, qa)
+        kb = tl.zeros([BLOCK_N, BLOCK_B], ka.dtype)
+        if HAS_B:
+            kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :], other=0.0)
+            if IEEE:
+                s += tl.dot(kb, qb, input_precision="ieee")
+            else:
+                s += tl.dot(kb, qb)
+        s = tl.where(valid[:, None], s * sm_scale2, float("-inf"))  # [BLOCK_N, HB]
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        p = tl.exp2(s - m_safe[None, :])
+        l = l * alpha + tl.sum(p, axis=0)
+        pv = p.to(ka.dtype)
+        if IEEE:
+            acc_a = acc_a * alpha[None, :] + tl.dot(tl.trans(ka), pv, input_precision="ieee")
+        else:
+            acc_a = acc_a * alpha[None, :] + tl.dot(tl.trans(ka), pv)
+        if V_B:
+            if IEEE:
+                acc_b = acc_b * alpha[None, :] + tl.dot(tl.trans(kb), pv, input_precision="ieee")
+            else:
+                acc_b = acc_b * alpha[None, :] + tl.dot(tl.trans(kb), pv)
+        m = m_new
+    return m, l, tl.trans(acc_a), tl.trans(acc_b)
+
+
 @triton.jit(do_not_specialize=_FLAGS)
 def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                     skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                     D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
                     V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr,
-                    CNT_BLOCK: tl.constexpr):
+                    CNT_BLOCK: tl.constexpr, SWAP: tl.constexpr):
     row = tl.program_id(0)
     h0 = tl.program_id(1) * HB
     base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                          CNT_BLOCK)
-    m, l, acc_a, acc_b = attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
+    if SWAP:
+        m, l, acc_a, acc_b = attend_t(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
+                                q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
+    else:
+        m, l, acc_a, acc_b = attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
                                 q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
@@ -244,5 +320,5 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None) -> None:
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
         D=head_dim, BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b, V_B=p.v_b, BLOCK_N=cfg.block_n,
-        HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), SWAP=cfg.swap, **cfg.launch_options(),
     )

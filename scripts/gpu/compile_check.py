@@ -1,7 +1,10 @@
-"""Compile the Triton kernels for sm_90 on a machine without a GPU; print registers, spills and shared memory.
+"""Compile the Triton kernels for sm_90 on a machine without a GPU; print registers, stack, shared memory, MMA kind.
 
-Costs no device time: Triton carries ptxas, so a config that spills or overflows shared memory
-is found here before a run. Usage: python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES ...]
+Costs no device time: Triton carries ptxas and cuobjdump, so a config that spills, overflows
+shared memory or misses Hopper's wgmma is found here before a run. Integer arguments are
+specialised the way a real launch specialises them (unit strides become constants, multiples
+of 16 carry that fact), or the loads would not vectorise and the report would mislead.
+Usage: python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES,SWAP,MAXNREG ...]
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from triton.compiler import ASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import triton_decode, triton_prefill  # noqa: E402
 
-PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
-        "sink_ptr": "*fp32", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32"}
+PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*bf16", "indptr_ptr": "*bf16",
+        "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32"}
+ONES = {"q_s2", "kv_s2", "idx_s1", "o_s2"}  # unit strides: Triton turns an argument equal to 1 into a constant
+DIV16 = {"q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H"}  # 9216, 576, 2048, ...: multiples of 16
+TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
-def compile_one(fn, consts: dict, num_warps: int, num_stages: int) -> dict:
-    """Compile one kernel variant for sm_90 and read its resource use from ptxas."""
-    sig, attrs = {}, {}
+def compile_one(fn, consts: dict, num_warps: int, num_stages: int, maxnreg: int | None = None) -> dict:
+    """Compile one kernel variant for sm_90 and read its resource use from the cubin."""
+    sig, attrs, consts = {}, {}, dict(consts)
     for i, name in enumerate(fn.arg_names):
         if name in consts:
             sig[name] = "constexpr"
@@ -33,36 +39,46 @@ def compile_one(fn, consts: dict, num_warps: int, num_stages: int) -> dict:
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif name == "sm_scale2":
             sig[name] = "fp32"
+        elif name in ONES:
+            sig[name] = "constexpr"
+            consts[name] = 1
         else:
             sig[name] = "i32"
-    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": num_stages})
-    cuobjdump = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
-    cubin = Path("/tmp/_cc.cubin")
+            if name in DIV16:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    opts = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg:
+        opts["maxnreg"] = maxnreg
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=opts)
+    cubin = Path("/tmp/_compile_check.cubin")
     cubin.write_bytes(k.asm["cubin"])
-    rep = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)], capture_output=True, text=True).stdout
-    regs = re.search(r"REG:(\d+)", rep)
-    local = re.search(r"LOCAL:(\d+)", rep)
-    return {"shared": k.metadata.shared, "regs": int(regs.group(1)) if regs else -1,
-            "spill": int(local.group(1)) if local else -1,
-            "async": k.asm["ttgir"].count("async_copy_global_to_local")}
+    rep = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-resource-usage", str(cubin)],
+                         capture_output=True, text=True).stdout
+    ttgir = k.asm["ttgir"]
+
+    def num(key: str) -> int:
+        m = re.search(key + r":(\d+)", rep)
+        return int(m.group(1)) if m else -1
+
+    return {"shared": k.metadata.shared, "regs": num("REG"), "stack": num("STACK"),
+            "wgmma": ttgir.count("warp_group_dot "), "mma_v2": ttgir.count("tt.dot "),
+            "async_copies": ttgir.count("async_copy_global_to_local")}
 
 
 def main(argv: list[str]) -> None:
-    configs = [tuple(int(x) for x in a.split(",")) for a in argv] or [(32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 8, 2)]
-    layouts = {"512+64": (576, 512, 64, True), "512+0": (512, 512, 16, False)}
-    for lname, (d, da, bb, has_b) in layouts.items():
-        for bn, warps, stages in configs:
-            base = {"D": d, "BLOCK_A": da, "BLOCK_B": bb, "HAS_B": has_b, "V_B": False, "BLOCK_N": bn,
-                    "HB": 16, "IEEE": False, "CNT_BLOCK": 256}
-            for v_b in (False, True) if has_b else (False,):
-                for name, fn in (("prefill", triton_prefill._prefill_kernel), ("partial", triton_decode._partial_kernel)):
-                    r = compile_one(fn, {**base, "V_B": v_b}, warps, stages)
-                    print(f"{lname:7} {name:8} V_B={v_b:d} BN={bn:3} warps={warps} stages={stages}: "
-                          f"shared={r['shared']:7} regs={r['regs']:4} local={r['spill']} async_copies={r['async']}")
+    configs = [tuple(int(x) for x in a.split(",")) for a in argv] or [
+        (32, 4, 2, 0, 0), (64, 4, 2, 0, 0), (32, 4, 2, 1, 0), (64, 4, 2, 1, 0), (32, 4, 2, 0, 128)]
+    base = {"D": 576, "BLOCK_A": 512, "BLOCK_B": 64, "HAS_B": True, "V_B": False, "HB": 16, "IEEE": False,
+            "CNT_BLOCK": 2048}
+    for bn, warps, stages, swap, maxnreg in configs:
+        for name, fn in (("prefill", triton_prefill._prefill_kernel), ("partial", triton_decode._partial_kernel)):
+            r = compile_one(fn, {**base, "BLOCK_N": bn, "SWAP": bool(swap)}, warps, stages, maxnreg or None)
+            print(f"{name:8} BN={bn:3} warps={warps} stages={stages} swap={swap} maxnreg={maxnreg or '-':>3}: "
+                  + " ".join(f"{k}={v}" for k, v in r.items()))
     for s_block, l_block in ((64, 64), (16, 256), (2, 1024)):
         r = compile_one(triton_decode._reduce_kernel, {"S_BLOCK": s_block, "L_BLOCK": l_block}, 4, 1)
-        print(f"reduce S_BLOCK={s_block} L_BLOCK={l_block}: shared={r['shared']} regs={r['regs']} local={r['spill']}")
+        print(f"reduce   S_BLOCK={s_block} L_BLOCK={l_block}: " + " ".join(f"{k}={v}" for k, v in r.items()))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import torch
+import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import triton_decode, triton_prefill  # noqa: E402
@@ -26,10 +27,13 @@ from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 DEV = torch.device("cuda")
 V32 = Layout(512, 64)
-PREFILL_CANDIDATES = [TileConfig(32, 4, 2), TileConfig(32, 4, 3), TileConfig(64, 4, 2), TileConfig(32, 8, 2),
-                      TileConfig(64, 8, 2), TileConfig(16, 4, 3), TileConfig(64, 8, 3)]
-DECODE_CANDIDATES = [TileConfig(16, 4, 2), TileConfig(32, 4, 2), TileConfig(64, 4, 2), TileConfig(32, 8, 2)]
-PER_SM = (1, 2, 4)
+# Run 1 (docs/benchmarks.md) tried heads-as-M tiles only: (64, 4, 2) won the prefill, (32, 4, 2) the decode.
+PREFILL_CANDIDATES = [TileConfig(64, 4, 2), TileConfig(32, 4, 2, True), TileConfig(64, 4, 2, True),
+                      TileConfig(64, 8, 2, True), TileConfig(32, 4, 3, True), TileConfig(32, 4, 2, False, 128),
+                      TileConfig(32, 4, 2, True, 128), TileConfig(32, 4, 3, False, 128), TileConfig(64, 4, 2, False, 168)]
+DECODE_CANDIDATES = [TileConfig(32, 4, 2), TileConfig(32, 4, 2, True), TileConfig(64, 4, 2, True),
+                     TileConfig(32, 4, 2, False, 128), TileConfig(32, 4, 2, True, 128), TileConfig(16, 4, 2, False, 128)]
+PER_SM = (2, 4)
 
 
 def log(msg: str) -> None:
@@ -83,11 +87,48 @@ def phase_search(timer: GpuTimer, out: Path) -> dict:
         best = min(res["decode"], key=lambda r: r["us_2"] + r["us_16"])
         triton_decode.DECODE_CONFIG = TileConfig(*best["config"])
         triton_decode.PROGRAMS_PER_SM = best["per_sm"]
-    res["chosen"] = {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
-                     "per_sm": triton_decode.PROGRAMS_PER_SM}
+    res["chosen"] = chosen()
     (out / "search.json").write_text(json.dumps(res, indent=1))
     log(f"chosen: {res['chosen']}")
     return res
+
+
+def chosen() -> dict:
+    return {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
+            "per_sm": triton_decode.PROGRAMS_PER_SM}
+
+
+def decode_parts(timer: GpuTimer, rows: int) -> tuple:
+    """(partial kernel alone, reduce kernel alone) for the chosen decode config: where the decode time goes."""
+    cfg = triton_decode.DECODE_CONFIG
+    p_mod, d_mod = triton_prefill, triton_decode
+
+    def partial(a):
+        p = p_mod.pack(a)
+        splits = d_mod.choose_splits(rows, 1, p.width, cfg.block_n, d_mod.sm_count(DEV))
+        o = torch.empty((rows, splits, 16, p.lanes), dtype=torch.float32, device=DEV)
+        lse = torch.empty((rows, splits, 16), dtype=torch.float32, device=DEV)
+        d_mod._partial_kernel[(rows, splits, 1)](
+            a.q, a.kv, p.idx, p.length, p.indptr, o, lse, p.skv, p.width, 16, p.sm_scale2, p.ragged, p.has_len,
+            p.lanes, splits, a.q.stride(0), a.q.stride(1), a.q.stride(2), a.kv.stride(0), a.kv.stride(2),
+            p.idx_s0, p.idx_s1, p.len_s0, D=a.q.shape[2], BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b,
+            V_B=p.v_b, BLOCK_N=cfg.block_n, HB=16, IEEE=p.ieee, CNT_BLOCK=p_mod.count_block(p.width), SWAP=cfg.swap,
+            **cfg.launch_options())
+        return o, lse, splits
+
+    state = {}
+
+    def reduce(a):
+        if id(a) not in state:
+            state[id(a)] = partial(a)
+            torch.cuda.synchronize()
+        o, lse, splits = state[id(a)]
+        s_block, l_block = d_mod.reduce_blocks(splits, 512)
+        d_mod._reduce_kernel[(rows, 16, triton.cdiv(512, l_block))](
+            o, lse, a.q, a.output, 16, 0, 512, splits, 0, a.output.stride(0), a.output.stride(1), a.output.stride(2),
+            S_BLOCK=s_block, L_BLOCK=l_block, num_warps=4)
+
+    return time_call(timer, partial, rows, repeats=100), time_call(timer, reduce, rows, repeats=100)
 
 
 def phase_targets(timer: GpuTimer, out: Path) -> dict:
@@ -99,6 +140,7 @@ def phase_targets(timer: GpuTimer, out: Path) -> dict:
         "prefill_us_16384": time_call(timer, triton_prefill.launch, 16384, repeats=30),
         "decode_us_16384": time_call(timer, triton_decode.launch, 16384, repeats=30),
         "torch_ref_us_2": time_call(timer, torch_ref, 2, repeats=10),
+        **{f"decode_{part}_us_{rows}": v for rows in (2, 16) for part, v in zip(("partial", "reduce"), decode_parts(timer, rows))},
         "torch_ref_us_16384": time_call(timer, torch_ref, 16384, repeats=3),
     }
     (out / "targets.json").write_text(json.dumps(t, indent=1))
@@ -129,8 +171,7 @@ def phase_sweep(out: Path, repeats: int) -> dict:
     labels = list(dict.fromkeys(r.label for r in results))
     doc = document(results, a=labels[0], b=labels[1], layouts=[str(x) for x in plan.layouts],
                    device=device_name(DEV), command=replay_command(plan, Path("out/sweep")))
-    doc["configs"] = {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
-                      "per_sm": triton_decode.PROGRAMS_PER_SM}
+    doc["configs"] = chosen()
     write_all(out, results, doc)
     print_tables(Console(width=140), results, doc)
     return doc
@@ -146,22 +187,21 @@ def main() -> None:
     out = Path(os.environ.get("OUT", "out/gpu"))
     out.mkdir(parents=True, exist_ok=True)
     log(f"{torch.cuda.get_device_name(DEV)}, torch {torch.__version__}, "
-        f"triton {__import__('triton').__version__}, {triton_decode.sm_count(DEV)} SMs")
+        f"triton {triton.__version__}, {triton_decode.sm_count(DEV)} SMs")
     summary: dict = {}
     timer = GpuTimer(DEV)
+    if not opt.skip_search:  # first, so the checks below run the configs that will be timed
+        phase_search(timer, out)
     if not opt.skip_check:
         checks = phase_check(out)
-        summary["checks"] = f"{sum(c['ok'] for c in checks)}/{len(checks)} ok, worst rel " \
+        summary["checks"] = f"{sum(c['ok'] for c in checks)}/{len(checks)} ok with {chosen()}, worst rel " \
                             f"{max(c['rel_err'] for c in checks):.2e}"
-    if not opt.skip_search:
-        phase_search(timer, out)
     targets = phase_targets(timer, out)
     doc = None if opt.skip_sweep else phase_sweep(out, opt.sweep_repeats)
     print("\n==== summary ====")
     for k, v in summary.items():
         print(f"{k}: {v}")
-    print(f"configs: prefill {tuple(triton_prefill.PREFILL_CONFIG)} decode {tuple(triton_decode.DECODE_CONFIG)} "
-          f"per_sm {triton_decode.PROGRAMS_PER_SM}")
+    print(f"configs: {chosen()}")
     for k, v in targets.items():
         print(f"{k:20} {v:12.1f} us")
     if doc:

@@ -9,9 +9,8 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 OUT
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
-  | tee "$OUT/nvidia-smi.txt"
-python3 scripts/gpu/h200_run.py "$@" 2>&1 | tee "$OUT/h200_run.log"
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 scripts/gpu/h200_run.py "$@"; } 2>&1 | tee "$OUT/h200_run.log"  # at most 8 files come back
 status=${PIPESTATUS[0]}
 timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels 2>&1 | tail -4 \
   | tee "$OUT/pytest-gpu.txt"

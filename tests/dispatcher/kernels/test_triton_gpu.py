@@ -10,10 +10,17 @@ from dispatcher.sweep.correctness import run_checks
 pytestmark = pytest.mark.gpu
 
 
+CONFIGS = {"default": None, "heads-as-M": (32, 4, 2, False), "slots-as-M": (64, 4, 2, True),
+           "capped-registers": (32, 4, 2, False, 128)}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_full_shapes_match_the_reference(compiled, dtype):
+def test_full_shapes_match_the_reference(compiled, dtype, config):
     prefill, decode = compiled
-    found = run_checks({"prefill": prefill.launch, "decode": decode.launch}, (dtype,), torch.device("cuda"), big=False)
+    cfg = prefill.TileConfig(*CONFIGS[config]) if CONFIGS[config] else None
+    launchers = {"prefill": lambda a: prefill.launch(a, config=cfg), "decode": lambda a: decode.launch(a, config=cfg)}
+    found = run_checks(launchers, (dtype,), torch.device("cuda"), big=False)
     bad = [c for c in found if not c.ok]
     assert not bad, "\n".join(map(str, bad))
 

@@ -18,6 +18,8 @@ TOL = {torch.float16: dict(atol=3e-3, rtol=3e-3), torch.float32: dict(atol=2e-5,
 
 def run(kernels, which: str, case: Case, **kw) -> torch.Tensor:
     prefill, decode = kernels
+    if "config" in kw:  # a plain tuple here, so collecting this file does not import triton
+        kw = {**kw, "config": prefill.TileConfig(*kw["config"])}
     args = case.fresh_output()
     (prefill.launch if which == "prefill" else decode.launch)(args, **kw)
     return args.output
@@ -35,8 +37,10 @@ def check(case: Case, got: torch.Tensor, dtype: torch.dtype) -> None:
             assert torch.equal(got[i], torch.zeros_like(got[i])), f"row {i} has no valid slot and must be 0"
 
 
-KERNELS = [("prefill", {}), ("decode", {}), ("decode", {"splits": 3}), ("decode", {"splits": 1})]
-KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split"]
+SWAP = (16, 4, 2, True)  # block_n 16, slots-as-M tiles (attend_t)
+KERNELS = [("prefill", {}), ("decode", {}), ("decode", {"splits": 3}), ("decode", {"splits": 1}),
+           ("prefill", {"config": SWAP}), ("decode", {"config": SWAP, "splits": 3})]
+KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split", "prefill-swap", "decode-swap-3splits"]
 
 
 @pytest.mark.parametrize(("which", "kw"), KERNELS, ids=KERNEL_IDS)
@@ -73,7 +77,7 @@ def test_edge_cases(interp, which, kw, edge):
     check(case, run(interp, which, case, **kw), opts.get("dtype", torch.float16))
 
 
-@pytest.mark.parametrize(("which", "kw"), KERNELS[:2], ids=KERNEL_IDS[:2])
+@pytest.mark.parametrize(("which", "kw"), KERNELS[:2] + KERNELS[4:], ids=KERNEL_IDS[:2] + KERNEL_IDS[4:])
 def test_strided_operands(interp, which, kw):
     """q, kv and output as non-contiguous views: the kernels must honour every stride."""
     case = make_case(3, layout="v32", sink=True)
@@ -86,6 +90,8 @@ def test_strided_operands(interp, which, kw):
     out_big = torch.full((a.output.shape[1], a.output.shape[0], a.output.shape[2]), float("nan")).half()
     args = args._replace(output=out_big.transpose(0, 1))
     prefill, decode = interp
+    if "config" in kw:
+        kw = {**kw, "config": prefill.TileConfig(*kw["config"])}
     (prefill.launch if which == "prefill" else decode.launch)(args, **kw)
     check(case, args.output, torch.float16)
 
