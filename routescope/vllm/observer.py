@@ -136,8 +136,8 @@ class Observer:
                 pass
         if stage not in self._logged:
             self._logged.add(stage)
-            log.warning("routescope: %s failed (%s: %s); vLLM's call went on unobserved; further "
-                        "failures of this stage are only counted", stage, type(exc).__name__, exc, exc_info=exc)
+            log.warning("routescope: %s failed (%s: %s); vLLM's call went on as if routescope were absent; "
+                        "further failures of this stage are only counted", stage, type(exc).__name__, exc, exc_info=exc)
 
     def log_once(self, key: str, level: int, msg: str, *args: Any) -> None:
         if key not in self._logged:

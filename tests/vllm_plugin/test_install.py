@@ -188,3 +188,15 @@ def test_unexpected_error_while_patching_undoes_and_stands_down(vllm_doubles, mo
     assert ops.rocm_sparse_attn_prefill is original and backend.rocm_sparse_attn_prefill is original
     assert "patching exploded" in plugin.current().missing[0]
 
+
+
+def test_the_entry_point_line_loads_register():
+    """The line for pyproject.toml's [project.entry-points."vllm.general_plugins"] resolves to register()."""
+    from importlib.metadata import EntryPoint, entry_points
+
+    ep = EntryPoint(name="routescope", value="routescope.vllm_plugin:register", group="vllm.general_plugins")
+    assert ep.load() is vllm_plugin.register
+    declared = [e for e in entry_points(group="vllm.general_plugins") if e.name == "routescope"]
+    if not declared:
+        pytest.skip("pyproject.toml does not declare the vllm.general_plugins entry point yet (see docs/vllm.md)")
+    assert declared[0].value == "routescope.vllm_plugin:register"
