@@ -21,6 +21,8 @@ from dispatcher.explain import ExplainRequest
 
 from . import __version__
 from .demo.runner import DemoRunner
+from .demo.traffic import DEMO_MODELS
+from .demo.whatif import WhatIf
 from .errors import unexpected_handler, validation_handler
 from .metrics import ChainedCollector
 from .routes import router
@@ -63,12 +65,17 @@ def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Any:
 
 
 def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Any) -> DemoRunner:
-    """The embedded workload; decode-entry calls are reported to telemetry when it can count them."""
+    """The embedded workload; decode-entry calls go to telemetry, and off gfx942 a what-if gfx942 decides each call too."""
     record = getattr(telemetry, "record_decode_path", None)
     hook = None
     if callable(record):
         def hook(model: str, rows: int) -> None:
             record(rows, model)
+    whatif = None
+    if not dispatcher.platform.is_gfx942:  # telemetry's counterfactuals are decided on this platform
+        policies = (dispatcher.policy, *getattr(telemetry, "counterfactuals", ()))
+        labels = telemetry.snapshot(flush=False)["rows_buckets"]
+        whatif = WhatIf(policies, labels, DEMO_MODELS)
     return DemoRunner(
         dispatcher,
         seed=settings.demo_seed,
@@ -76,6 +83,7 @@ def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Any
         duty=settings.demo_duty,
         full_scale=True if settings.demo_full_scale else None,
         on_decode_path=hook,
+        what_if=whatif,
         limit=settings.demo_limit,
     )
 

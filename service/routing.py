@@ -121,6 +121,18 @@ class DemoShape(_Open):
     description: str
 
 
+class WhatIfRow(WouldRouteRow):
+    decode_in_prefill_calls: int = Field(0, description="of these, calls with decode rows the policy would send to a prefill kernel")
+
+
+class DemoWhatIf(BaseModel):
+    """The demo's calls decided again on a what-if gfx942 with AITER on: never launched, never this machine."""
+
+    platform: PlatformOut
+    policies: list[PolicyOut]
+    counts: list[WhatIfRow]
+
+
 class DemoOut(_Open):
     """The embedded workload: how it is scaled, and its own call counters (to compare with telemetry's)."""
 
@@ -139,6 +151,7 @@ class DemoOut(_Open):
     refused: int
     errors: int
     last_error: str | None = None
+    what_if: DemoWhatIf | None = None
 
 
 class ServiceInfo(BaseModel):

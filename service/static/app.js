@@ -32,6 +32,35 @@ function fmtSeconds(s) {
   return s.toFixed(2) + " s";
 }
 
+// "13.2/24.8 ms": both quantiles in the unit of the larger, so a cell stays narrow.
+function fmtPair(a, b) {
+  if (a === null || b === null || a === undefined || b === undefined) return "–";
+  const [scale, unit] = b < 1e-3 ? [1e6, "µs"] : b < 1 ? [1e3, "ms"] : [1, "s"];
+  const f = (x) => { const v = x * scale; return v >= 10 ? v.toFixed(0) : v.toFixed(1); };
+  return `${f(a)}/${f(b)} ${unit}`;
+}
+
+// The demo's own what-if (its calls decided on a what-if gfx942) when present, else telemetry's counterfactuals.
+function whatIfSource(data) {
+  const w = data.demo && data.demo.what_if;
+  if (w) return { policies: w.policies, counts: w.counts, where: `${w.platform.arch} + AITER`, demo: true };
+  return { policies: data.counterfactuals, counts: data.would_route, where: `this platform (${data.platform.arch})`, demo: false };
+}
+
+function policyLabel(p) {
+  const gate = p.gfx942_min_rows > 0 ? `≥ ${p.gfx942_min_rows}` : "no row gate";
+  return p.name === "active" ? `active (${gate})` : p.name === "no_row_gate" ? p.name : `${p.name} (${gate})`;
+}
+
+function shortKernel(k) {
+  return {
+    "aiter.pa_prefill_sparse": { name: "aiter", cls: "aiter" },
+    "aiter.pa_sparse_prefill_opus": { name: "opus", cls: "aiter" },
+    "intree.ragged_prefill": { name: "in-tree", cls: "intree" },
+    "intree.sparse_decode": { name: "split-K", cls: "intree" },
+  }[k] || { name: k, cls: "" };
+}
+
 function bucketLow(label) {
   return parseInt(label, 10);
 }
@@ -45,7 +74,7 @@ function kernelRank(k) {
 function shownBuckets(data) {
   const used = new Set();
   for (const r of data.counts) used.add(r.rows_bucket);
-  for (const r of data.would_route) used.add(r.rows_bucket);
+  for (const r of whatIfSource(data).counts) used.add(r.rows_bucket);
   const all = data.rows_buckets.filter((b) => b !== "0" || used.has(b));
   const idx = all.map((b, i) => (used.has(b) ? i : -1)).filter((i) => i >= 0);
   if (!idx.length) return all.slice(1, 13);
@@ -65,7 +94,7 @@ function header(data, buckets) {
   for (const b of buckets) {
     const gate = edges.get(bucketLow(b));
     row.append(el("th", { class: gate ? "gate" : null, title: gate ? `${gate}: rows >= ${bucketLow(b)}` : null },
-      b, gate ? el("span", { class: "edge", text: "▲ " + gate }) : null));
+      b, gate ? el("span", { class: "edge", text: "▲ " + gate.replace(/ gate/g, "") }) : null));
   }
   return el("thead", {}, row);
 }
@@ -100,27 +129,34 @@ function modelPanel(data, model, buckets) {
         class: c.dip ? "dip" : null, style: cellShade(share), "data-kernel": k, "data-bucket": b, "data-calls": c.calls,
         title: `${c.calls} calls, ${(share * 100).toFixed(1)}% of ${model}'s calls` + (l ? `; p50 ${fmtSeconds(l.p50_s)}, p99 ${fmtSeconds(l.p99_s)} from ${l.samples} timed calls` : ""),
       }, el("span", { class: "n", text: fmtInt(c.calls) }));
-      if (l && l.samples) td.append(el("span", { class: "lat", text: `${fmtSeconds(l.p50_s)} / ${fmtSeconds(l.p99_s)}` }));
-      if (c.dip) td.append(el("span", { class: "dipn", "data-dip": c.dip, text: `${fmtInt(c.dip)} decode-in-prefill` }));
+      if (l && l.samples) td.append(el("span", { class: "lat", text: fmtPair(l.p50_s, l.p99_s) }));
+      if (c.dip) td.append(el("span", { class: "dipn", "data-dip": c.dip, text: `${fmtInt(c.dip)} decode` }));
       tr.append(td);
     }
     body.append(tr);
   }
   if (!kernels.length) body.append(el("tr", {}, el("td", { class: "empty", colspan: buckets.length + 1, text: "no calls yet" })));
-  for (const p of data.counterfactuals) {
-    const rows = data.would_route.filter((r) => r.model === model && r.policy === p.name);
-    if (!rows.length) continue;
+  const wi = whatIfSource(data);
+  const wiRows = wi.counts.filter((r) => r.model === model);
+  if (wiRows.length) {
     body.append(el("tr", { class: "whatif-head" }, el("td", { colspan: buckets.length + 1,
-      text: `what-if ${p.name} (gfx942 gate ${p.gfx942_min_rows || "none"}, gfx950 gate ${p.gfx950_min_rows}): where the same calls would go; nothing ran there` })));
-    const wk = [...new Set(rows.map((r) => r.kernel))].sort((a, b) => kernelRank(a) - kernelRank(b));
-    for (const k of wk) {
-      const tr = el("tr", { class: "whatif", "data-policy": p.name }, el("td", { class: "kernel", text: "→ " + k }));
-      for (const b of buckets) {
-        const n = rows.filter((r) => r.kernel === k && r.rows_bucket === b).reduce((a, r) => a + r.calls, 0);
-        tr.append(n ? el("td", { "data-bucket": b, text: fmtInt(n) }) : el("td", { class: "empty", text: "·" }));
-      }
-      body.append(tr);
+      text: `what-if on ${wi.where}: where the same calls would go under each policy (never launched)` })));
+  }
+  for (const p of wi.policies) {
+    const rows = wiRows.filter((r) => r.policy === p.name);
+    if (!rows.length) continue;
+    const tr = el("tr", { class: "whatif", "data-policy": p.name }, el("td", { class: "kernel", text: "→ " + policyLabel(p) }));
+    for (const b of buckets) {
+      const hit = rows.filter((r) => r.rows_bucket === b).sort((x, y) => kernelRank(x.kernel) - kernelRank(y.kernel));
+      if (!hit.length) { tr.append(el("td", { class: "empty", text: "·" })); continue; }
+      const dip = hit.reduce((a, r) => a + (r.decode_in_prefill_calls || 0), 0);
+      const td = el("td", { class: dip ? "dip" : null, "data-bucket": b,
+        title: hit.map((r) => `${r.calls} calls → ${r.kernel}` + (r.decode_in_prefill_calls ? ` (${r.decode_in_prefill_calls} with decode rows)` : "")).join("\n") });
+      for (const r of hit) td.append(el("span", { class: "wk " + shortKernel(r.kernel).cls, text: `${fmtInt(r.calls)} ${shortKernel(r.kernel).name}` }));
+      if (dip) td.append(el("span", { class: "dipn", text: `${fmtInt(dip)} decode` }));
+      tr.append(td);
     }
+    body.append(tr);
   }
   const dip = (data.decode_in_prefill.by_model || []).find((r) => r.model === model);
   const dp = (data.decode_path || []).find((r) => r.model === model);
@@ -133,12 +169,12 @@ function modelPanel(data, model, buckets) {
   }
   return el("section", { class: "panel" }, head,
     el("div", { class: "scroll" }, el("table", { class: "matrix", "data-model": model }, header(data, buckets), body)),
-    el("div", { class: "hint", text: "cell: calls (shade = share of this model's calls); p50 / p99 latency of timed calls below" }));
+    el("div", { class: "hint legend", text: "cell: calls (shade = share of this model's calls), then p50/p99 latency of timed calls; red outline, 'N decode': calls carrying decode rows that a prefill kernel (no split-K) ran" }));
 }
 
 function facts(data) {
   const p = data.platform, pol = data.policy;
-  const aiter = p.aiter_importable ? `importable${p.aiter_version ? " " + p.aiter_version : ""}` : `not available (${p.aiter_reason})`;
+  const aiter = p.aiter_importable ? `importable${p.aiter_version ? " " + p.aiter_version : ""}` : `not importable: ${p.aiter_reason}`;
   const node = el("div");
   node.append("platform ", el("b", { text: `${p.arch}` }), ` (${p.vendor}${p.device_name ? ", " + p.device_name : ""}) · AITER `,
     el("b", { text: p.aiter_enabled ? "enabled" : "disabled" }), `, ${aiter} · policy gfx942 ≥ `, el("b", { text: String(pol.gfx942_min_rows) }),
@@ -153,15 +189,17 @@ function notes(data) {
     const scale = demo.scaled
       ? `scaled down: per-row work is 1/${Math.round(demo.scale_factor)} of the real models (${demo.shapes.map((s) => `${s.model}: ${s.heads} heads, head dim ${s.nope_head_dim}+${s.rope_head_dim}, top-k ${s.topk}`).join("; ")}); rows per call are the real ones`
       : "at full model shapes";
-    dn.textContent = `Demo workload ${demo.running ? "running" : "stopped"} on ${demo.device}, ${scale}. ` +
+    dn.textContent = `Demo workload ${demo.state} on ${demo.device}, ${scale}. ` +
       `GLM decode bug ${demo.glm_bug ? "ON (decode rows sent through the prefill entry)" : "off (decode steps use the decode entry)"}.`;
     dn.hidden = false;
   } else dn.hidden = true;
-  if (data.counterfactuals.length) {
-    const onWhat = data.platform.what_if ? data.platform.arch : (data.counterfactual_platform ? data.counterfactual_platform.arch : data.platform.arch);
-    wn.textContent = `What-if rows (${data.counterfactuals.map((p) => p.name).join(", ")}) are counterfactuals evaluated on ${onWhat}: ` +
-      `where the same calls would have been routed under that policy. They are never launches` +
-      (data.platform.arch.startsWith("gfx") ? "." : `; this machine is ${data.platform.arch}, not gfx942.`);
+  const wi = whatIfSource(data);
+  if (wi.policies.length) {
+    wn.textContent = wi.demo
+      ? `What-if rows decide the demo's calls again on a what-if gfx942 with AITER enabled (${wi.policies.map(policyLabel).join("; ")}). ` +
+        `They are never launches: this machine is ${data.platform.arch}, and nothing ran on gfx942.`
+      : `What-if rows (${wi.policies.map(policyLabel).join("; ")}) are counterfactuals decided on ${data.platform.arch}: ` +
+        `where the same calls would have gone under that policy. They are never launches.`;
     wn.hidden = false;
   } else wn.hidden = true;
 }

@@ -102,6 +102,12 @@ def test_routing_with_demo_traffic(demo_client):
     ts = [d["ts"] for d in body["decisions"]]
     assert ts == sorted(ts, reverse=True)  # newest first
     assert {r["policy"] for r in body["would_route"]} == {p["name"] for p in body["counterfactuals"]}
+    wi = demo["what_if"]  # the CPU demo's calls decided again on a what-if gfx942 (telemetry's are on cpu)
+    assert wi["platform"]["arch"] == "gfx942" and wi["platform"]["what_if"] is True
+    assert [p["name"] for p in wi["policies"]] == ["active"] + [p["name"] for p in body["counterfactuals"]]
+    for p in wi["policies"]:
+        assert sum(r["calls"] for r in wi["counts"] if r["policy"] == p["name"]) == demo["prefill_calls"]
+    assert any(r["kernel"] == "aiter.pa_prefill_sparse" for r in wi["counts"])
 
 
 def test_routing_decisions_are_bounded_by_settings(client_for):

@@ -70,7 +70,7 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
         s.stopped_cleanly()
     tables = {a["data-model"] for a in dom.find("table", **{"class": "matrix"})}
     assert tables == {"DeepSeek-V4.1-Flash", "GLM-5.3-Flash"}
-    cells = [a for a in dom.find("td") if int(a.get("data-calls") or 0) > 0]
+    cells = [a for a in dom.find("td") if "data-kernel" in a and int(a.get("data-calls") or 0) > 0]
     assert cells and {c["data-kernel"] for c in cells} == {"intree.ragged_prefill"}
     assert any("background: rgba(37, 99, 235" in c.get("style", "") for c in cells)  # shaded by share
     assert [c for c in cells if c.get("class") == "dip"]  # decode-in-prefill cells outlined in red
@@ -81,5 +81,8 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
     demo_note = dom.text.get("demo-note", "")
     assert "scaled down" in demo_note and "1/4096" in demo_note and "GLM decode bug ON" in demo_note
     whatif = dom.text.get("whatif-note", "")
-    assert "never launches" in whatif and "not gfx942" in whatif
+    assert "never launches" in whatif and "nothing ran on gfx942" in whatif and "this machine is cpu" in whatif
     assert "intree.ragged_prefill" in dom.text.get("decisions", "")
+    # the what-if rows: the same calls decided on a what-if gfx942, one row per policy
+    policies = {a["data-policy"] for a in dom.find("tr", **{"class": "whatif"})}
+    assert policies == {"active", "gfx942_1024", "no_row_gate"}
