@@ -47,11 +47,13 @@ class Telemetry:
         policy: Policy | None = None,
         otel_readers: Sequence[Any] = (),
         tracer_provider: Any | None = None,
+        torch_module: Any | None = None,
     ) -> None:
-        import torch
+        if torch_module is None:
+            import torch as torch_module  # the real one; tests pass a stand-in to drive the GPU branch on CPU
 
         self.config = cfg = config if config is not None else TelemetryConfig()
-        self._torch = torch
+        self._torch = torch = torch_module
         self._cuda = bool(torch.cuda.is_available())
         self._flush_lock = threading.Lock()
         self._dispatchers: list[weakref.ref] = []
@@ -161,6 +163,7 @@ class Telemetry:
                                       build_info=self._build_info)
             except Exception:  # noqa: BLE001
                 self._count_error("flush")
+                self._totals.telemetry_errors = {(s,): agg.errs[i] for i, s in enumerate(STAGES)}
                 return self._totals
             self._totals = totals
             if self._writer is not None:
@@ -220,9 +223,13 @@ class Telemetry:
 
     def snapshot(self, *, flush: bool = True) -> dict:
         """JSON-ready view for /routing (see docs/telemetry.md for the keys)."""
-        from .snapshot import build_snapshot
+        from .snapshot import build_snapshot, empty_snapshot
 
-        return build_snapshot(self, self.flush() if flush else self._totals)
+        try:
+            return build_snapshot(self, self.flush() if flush else self._totals)
+        except Exception:  # noqa: BLE001 - /routing and /readyz always get an answer
+            self._count_error("export")
+            return empty_snapshot(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self, flush_interval_s: float | None = None) -> Telemetry:

@@ -161,7 +161,10 @@ def build_probe(
                 gpu.release(tok.pair)  # type: ignore[union-attr]
         elif tok.t0:
             t0 = tok.t0
-            observe(agg, s, pc() - t0, samples, sample_cap, t0 + wall_offset_ns)
+            try:
+                observe(agg, s, pc() - t0, samples, sample_cap, t0 + wall_offset_ns)
+            except Exception:  # noqa: BLE001
+                errs[E_TIM] += 1
 
     def stop(token: Any, impl: str) -> None:
         try:

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .buckets import quantile
+from .spec import DROP_REASONS, STAGES
 from .view import Totals
 
 if TYPE_CHECKING:
@@ -99,5 +100,23 @@ def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
             "slots": agg.n_slots,
             "max_slots": agg.max_slots,
             "multiprocess_dir": tel._mp_path,
+        },
+    }
+
+
+def empty_snapshot(tel: Telemetry) -> dict[str, Any]:
+    """Every key, no data: what snapshot() returns if building the real one failed (health still says why)."""
+    agg = tel._agg
+    return {
+        "platform": tel.platform.to_dict(), "policy": tel.policy.to_dict(), "counterfactuals": [],
+        "rank": tel.config.rank, "arch": tel.platform.arch, "timing": tel.timing, "rows_buckets": [],
+        "counts": [], "decode_in_prefill": {"counts": [], "first_occurrences": []}, "latency": [],
+        "decisions": [], "would_route": [], "errors": [], "guard": {"mode": tel.policy.guard.value, "rerouted": [],
+        "refused": []}, "graph_captured": [], "decode_path": [],
+        "health": {
+            "telemetry_errors": {s: agg.errs[i] for i, s in enumerate(STAGES)},
+            "dropped": {r: agg.dropped[i] for i, r in enumerate(DROP_REASONS)},
+            "last_flush_ts": tel.totals.ts or None, "flush_lag_s": None, "flush_thread": tel.running,
+            "probe_failures": 0, "snapshot_failed": True,
         },
     }

@@ -1,0 +1,59 @@
+"""TelemetryConfig: environment read only when asked, counterfactual specs, validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher import GuardMode, Policy
+from telemetry import TelemetryConfig, counterfactual_policy
+
+
+def test_from_env_reads_prefixed_vars_and_multiproc_dir(tmp_path):
+    env = {
+        "ROUTESCOPE_TELEMETRY_MODELS": "glm, dsv4",
+        "ROUTESCOPE_TELEMETRY_RANK": "3",
+        "ROUTESCOPE_TELEMETRY_SAMPLE_EVERY": "64",
+        "ROUTESCOPE_TELEMETRY_COUNTERFACTUALS": "gfx942_1024",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+    }
+    cfg = TelemetryConfig.from_env(env)
+    assert cfg.models == ("glm", "dsv4") and cfg.rank == "3" and cfg.sample_every == 64
+    assert cfg.multiproc_dir == str(tmp_path) and cfg.counterfactuals == ("gfx942_1024",)
+    assert not cfg.otlp
+    assert TelemetryConfig.from_env(env, rank="5").rank == "5"
+
+
+def test_otel_endpoint_turns_on_otlp():
+    cfg = TelemetryConfig.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    assert cfg.otlp and cfg.otel
+
+
+def test_defaults_do_not_read_the_environment(monkeypatch):
+    monkeypatch.setenv("ROUTESCOPE_TELEMETRY_RANK", "9")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent")
+    cfg = TelemetryConfig()
+    assert cfg.rank == "0" and cfg.multiproc_dir is None
+
+
+@pytest.mark.parametrize("bad", [dict(timing="sometimes"), dict(sample_every=0), dict(models=("other",)),
+                                 dict(max_slots=0)])
+def test_validation(bad):
+    with pytest.raises(ValueError):
+        TelemetryConfig(**bad)
+
+
+def test_counterfactual_specs():
+    active = Policy(gfx942_min_rows=512, gfx950_min_rows=1024, guard=GuardMode.REROUTE, spec_tokens=2)
+    p = counterfactual_policy("gfx942_1024", active)
+    assert (p.name, p.gfx942_min_rows, p.gfx950_min_rows, p.guard, p.spec_tokens) == (
+        "gfx942_1024", 1024, 1024, GuardMode.REROUTE, 2)
+    assert counterfactual_policy("no_row_gate", active).gfx942_min_rows == 0
+    assert counterfactual_policy("gfx950_2048", active).gfx950_min_rows == 2048
+    c = counterfactual_policy("wide:gfx942=768,gfx950=4096", active)
+    assert (c.name, c.gfx942_min_rows, c.gfx950_min_rows) == ("wide", 768, 4096)
+    mine = Policy(gfx942_min_rows=5, name="mine")
+    assert counterfactual_policy(mine, active) is mine
+    with pytest.raises(ValueError):
+        counterfactual_policy("sometimes", active)
+    with pytest.raises(ValueError):
+        counterfactual_policy("x:gfx999=1", active)

@@ -1,0 +1,153 @@
+"""Multiprocess mode: ranks aggregate exactly in one scrape; killed processes' files are compacted, not left stale."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dispatcher import Policy, what_if
+from telemetry import Telemetry, TelemetryConfig
+from telemetry.bench.workload import make_calls
+from telemetry.multiproc import FILE_RE, multiprocess_registry
+
+from .conftest import dispatcher, scrape, series
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(tmp: Path, rank: str, calls: int, process_id: str | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "tests.telemetry.mp_worker", "--dir", str(tmp), "--rank", rank, "--calls", str(calls)]
+    if process_id:
+        cmd += ["--process-id", process_id]
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    return subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def wait_ready(p: subprocess.Popen) -> None:
+    line = p.stdout.readline()  # type: ignore[union-attr]
+    assert line.strip() == "ready", f"worker said {line!r} (rc {p.poll()})"
+
+
+def finish(p: subprocess.Popen) -> None:
+    out, _ = p.communicate("go\n", timeout=60)
+    assert p.returncode == 0 and "closed" in out
+
+
+def reference(calls: int) -> dict:
+    """The same calls in one plain process: counts per label set, rank dropped."""
+    tel = Telemetry(TelemetryConfig(models=("glm", "dsv4"), log_first_decode_in_prefill=False),
+                    platform=what_if("gfx942"), policy=Policy())
+    d = tel.instrument(dispatcher())
+    for args, kw in make_calls(calls):
+        d(*args, **kw)
+    out = drop_rank(scrape(tel.registry))
+    tel.close()
+    return out
+
+
+def drop_rank(samples: dict, names: tuple[str, ...] = ("routescope_calls_total", "routescope_rows_total",
+                                                      "routescope_decisions_total",
+                                                      "routescope_decode_in_prefill_rows_total",
+                                                      "routescope_would_route_calls_total",
+                                                      "routescope_call_duration_seconds_count")) -> dict:
+    out: dict = {}
+    for name in names:
+        for labels, v in series(samples, name).items():
+            key = (name, frozenset(kv for kv in labels if kv[0] != "rank"))
+            out[key] = out.get(key, 0) + v
+    return out
+
+
+def times(d: dict, k: int) -> dict:
+    return {key: v * k for key, v in d.items()}
+
+
+def our_files(path: Path) -> list[str]:
+    return sorted(f for f in os.listdir(path) if FILE_RE.match(f))
+
+
+@pytest.mark.slow
+def test_four_ranks_aggregate_exactly_in_one_scrape(tmp_path):
+    procs = [spawn(tmp_path, str(r), 10_000) for r in range(4)]
+    try:
+        for p in procs:
+            wait_ready(p)
+        live = scrape(multiprocess_registry(str(tmp_path)))
+        ref = reference(10_000)
+        assert drop_rank(live) == times(ref, 4)
+        for r in range(4):
+            assert sum(series(live, "routescope_calls_total", rank=str(r)).values()) == 10_000
+        assert len(series(live, "routescope_telemetry_last_flush_timestamp_seconds")) == 4
+    finally:
+        for p in procs:
+            finish(p)
+    after = scrape(multiprocess_registry(str(tmp_path)))
+    assert drop_rank(after) == times(ref, 4)  # closed: moved to the archive, nothing lost or doubled
+    assert our_files(tmp_path) == ["counter_routescope-archive.db", "histogram_routescope-archive.db"]
+    assert series(after, "routescope_telemetry_last_flush_timestamp_seconds") == {}  # no live process
+
+
+@pytest.mark.slow
+def test_killed_and_restarted_ranks_leave_nothing_stale(tmp_path):
+    ref = reference(1_000)
+    dead = []
+    for k in range(3):
+        p = spawn(tmp_path, "0", 1_000)
+        wait_ready(p)
+        files = our_files(tmp_path)
+        assert len([f for f in files if "archive" not in f]) == 3  # this process's counter, histogram, gauge
+        assert not any(str(pid) in f for pid in dead for f in files)  # the killed one was compacted away
+        live = scrape(multiprocess_registry(str(tmp_path)))
+        assert drop_rank(live) == times(ref, k + 1)
+        assert len(series(live, "routescope_telemetry_last_flush_timestamp_seconds")) == 1
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+        dead.append(p.pid)
+    # a new process (here: this one) compacts the last dead rank on start
+    tel = Telemetry(TelemetryConfig(multiproc_dir=str(tmp_path)), platform=what_if("gfx942"), policy=Policy())
+    try:
+        files = our_files(tmp_path)
+        assert "counter_routescope-archive.db" in files
+        assert not any(str(pid) in f for pid in dead for f in files)
+        got = drop_rank(scrape(tel.collect_registry()))
+        assert got == times(ref, 3)
+    finally:
+        tel.close()
+
+
+def test_fixed_process_id_reuses_its_files(tmp_path):
+    def run(calls: int) -> Telemetry:
+        tel = Telemetry(TelemetryConfig(multiproc_dir=str(tmp_path), process_id="rank0", rank="0"),
+                        platform=what_if("gfx942"), policy=Policy())
+        d = tel.instrument(dispatcher())
+        for args, kw in make_calls(calls):
+            d(*args, **kw)
+        tel.flush()
+        return tel
+
+    run(100).close()
+    tel = run(50)
+    try:
+        got = scrape(multiprocess_registry(str(tmp_path)))
+        assert sum(series(got, "routescope_calls_total").values()) == 150
+        assert [f for f in our_files(tmp_path) if f.startswith("counter_")] == ["counter_routescope-id.rank0.db"]
+    finally:
+        tel.close()
+
+
+def test_single_process_registry_is_unchanged_in_multiprocess_mode(tmp_path):
+    tel = Telemetry(TelemetryConfig(multiproc_dir=str(tmp_path)), platform=what_if("gfx942"), policy=Policy())
+    try:
+        d = tel.instrument(dispatcher())
+        for args, kw in make_calls(64):
+            d(*args, **kw)
+        single = sum(series(scrape(tel.registry), "routescope_calls_total").values())
+        multi = sum(series(scrape(tel.collect_registry()), "routescope_calls_total").values())
+        assert single == multi == 64
+    finally:
+        tel.close()
