@@ -7,8 +7,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -18,6 +16,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 
 from dispatcher import Dispatcher, detect, probe_aiter
 from dispatcher.explain import ExplainRequest
+from telemetry import Telemetry, TelemetryConfig
 
 from . import __version__
 from .demo.runner import DemoRunner
@@ -25,7 +24,7 @@ from .demo.traffic import DEMO_MODELS
 from .demo.whatif import WhatIf
 from .errors import unexpected_handler, validation_handler
 from .metrics import ChainedCollector
-from .routes import router
+from .routes import router, static_dir
 from .settings import ServiceSettings
 
 log = logging.getLogger("routescope.service")
@@ -37,21 +36,16 @@ class ServiceState:
 
     settings: ServiceSettings
     dispatcher: Dispatcher
-    telemetry: Any
+    telemetry: Telemetry
     demo: DemoRunner | None
     http_registry: CollectorRegistry
-    metrics: ChainedCollector
+    metrics: ChainedCollector  # telemetry's registry (all processes' files in multiprocess mode), then HTTP's
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
 
-    def collect_registry(self) -> Any:
-        return self.telemetry.collect_registry()
 
-
-def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Any:
+def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Telemetry:
     """Telemetry for this dispatcher: models, rank and multiprocess dir from settings; OTEL_* from the environment."""
-    from telemetry import Telemetry, TelemetryConfig
-
     config = TelemetryConfig.from_env(
         models=tuple(settings.model_set()),
         rank=str(settings.rank),
@@ -64,16 +58,15 @@ def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Any:
     return tel
 
 
-def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Any) -> DemoRunner:
+def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Telemetry) -> DemoRunner:
     """The embedded workload; decode-entry calls go to telemetry, and off gfx942 a what-if gfx942 decides each call too."""
-    record = getattr(telemetry, "record_decode_path", None)
-    hook = None
-    if callable(record):
-        def hook(model: str, rows: int) -> None:
-            record(rows, model)
+
+    def decode_path(model: str, rows: int) -> None:
+        telemetry.record_decode_path(rows, model)
+
     whatif = None
     if not dispatcher.platform.is_gfx942:  # telemetry's counterfactuals are decided on this platform
-        policies = (dispatcher.policy, *getattr(telemetry, "counterfactuals", ()))
+        policies = (dispatcher.policy, *telemetry.counterfactuals)
         labels = telemetry.snapshot(flush=False)["rows_buckets"]
         whatif = WhatIf(policies, labels, DEMO_MODELS)
     return DemoRunner(
@@ -82,21 +75,17 @@ def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Any
         glm_bug=settings.demo_glm_bug,
         duty=settings.demo_duty,
         full_scale=True if settings.demo_full_scale else None,
-        on_decode_path=hook,
+        on_decode_path=decode_path,
         what_if=whatif,
         limit=settings.demo_limit,
     )
-
-
-def _static_dir() -> str:
-    return str(resources.files("service") / "static")
 
 
 def create_app(
     settings: ServiceSettings | None = None,
     *,
     dispatcher: Dispatcher | None = None,
-    telemetry: Any = None,
+    telemetry: Telemetry | None = None,
     demo: DemoRunner | None = None,
 ) -> FastAPI:
     """Build the app; the lifespan starts telemetry's flush thread and the demo, and stops both."""
@@ -115,9 +104,8 @@ def create_app(
         telemetry=telemetry,
         demo=demo,
         http_registry=http_registry,
-        metrics=None,  # type: ignore[arg-type]
+        metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry)),
     )
-    state.metrics = ChainedCollector((state.collect_registry, lambda: http_registry))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -130,10 +118,7 @@ def create_app(
         finally:
             if demo is not None and not demo.stop(timeout=15.0):
                 log.warning("demo thread did not stop within 15 s")
-            try:
-                telemetry.flush()
-            finally:
-                telemetry.close()
+            telemetry.close()  # stops the flush thread, flushes once more, releases multiprocess files
             if demo is not None:
                 c = demo.counts
                 log.info("routescope: demo stopped after %d prefill-entry and %d decode-entry calls; telemetry flushed and closed",
@@ -147,7 +132,7 @@ def create_app(
     )
     app.state.routescope = state
     app.include_router(router)
-    app.mount("/static", StaticFiles(directory=_static_dir()), name="static")
+    app.mount("/static", StaticFiles(directory=static_dir()), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler(ExplainRequest.model_fields))
     app.add_exception_handler(Exception, unexpected_handler)
     Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(

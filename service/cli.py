@@ -69,8 +69,8 @@ def banner(settings: ServiceSettings, port: int, demo_info: dict | None) -> list
 
 
 def serve_command(
-    host: Annotated[Optional[str], typer.Option(help="bind address [default: 127.0.0.1]")] = None,
-    port: Annotated[Optional[int], typer.Option(help=f"port; 0 picks a free one [default: {DEFAULT_PORT}]")] = None,
+    host: Annotated[Optional[str], typer.Option(help="bind address (default 127.0.0.1, loopback)")] = None,
+    port: Annotated[Optional[int], typer.Option(help=f"port; 0 picks a free one (default {DEFAULT_PORT})")] = None,
     demo: Annotated[bool, typer.Option("--demo", help="run the embedded demo workload in this process")] = False,
     demo_glm_bug: Annotated[
         bool, typer.Option("--demo-glm-bug", help="demo sends GLM decode rows through the prefill entry (implies --demo)")
@@ -78,14 +78,14 @@ def serve_command(
     multiproc_dir: Annotated[
         Optional[Path], typer.Option(help="Prometheus multiprocess directory shared with other ranks")
     ] = None,
-    rank: Annotated[Optional[int], typer.Option(help="tensor-parallel rank label [default: 0]")] = None,
+    rank: Annotated[Optional[int], typer.Option(help="tensor-parallel rank label (default 0)")] = None,
     model: Annotated[
         Optional[list[str]], typer.Option("--model", help="a served model name (repeat); others are labelled 'other'")
     ] = None,
-    gfx942_min_rows: Annotated[Optional[int], typer.Option(help="gfx942 gate [default: 512]")] = None,
-    gfx950_min_rows: Annotated[Optional[int], typer.Option(help="gfx950 gate [default: 1024]")] = None,
-    guard: Annotated[Optional[GuardMode], typer.Option(help="decode guard mode [default: observe]")] = None,
-    log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug [default: info]")] = None,
+    gfx942_min_rows: Annotated[Optional[int], typer.Option(help="gfx942 gate in rows (default 512)")] = None,
+    gfx950_min_rows: Annotated[Optional[int], typer.Option(help="gfx950 gate in rows (default 1024)")] = None,
+    guard: Annotated[Optional[GuardMode], typer.Option(help="decode guard mode (default observe)")] = None,
+    log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug (default info)")] = None,
 ) -> None:
     """Serve /metrics, /routing and the page at /; --demo drives the real dispatcher with model-shaped traffic."""
     flags = dict(

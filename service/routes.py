@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from importlib import resources
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
@@ -23,12 +24,15 @@ def _state(request: Request):
     return request.app.state.routescope
 
 
-@router.get("/", include_in_schema=False)
-def page(request: Request) -> FileResponse:
-    """The page for people: static HTML that polls /routing."""
-    from .app import _static_dir
+def static_dir() -> str:
+    """The page's files, shipped as package data (no CDN: these machines have no internet)."""
+    return str(resources.files("service") / "static")
 
-    return FileResponse(f"{_static_dir()}/index.html", media_type="text/html")
+
+@router.get("/", include_in_schema=False)
+def page() -> FileResponse:
+    """The page for people: static HTML that polls /routing."""
+    return FileResponse(f"{static_dir()}/index.html", media_type="text/html")
 
 
 @router.get("/healthz", response_model=HealthOut, tags=["health"])

@@ -1,0 +1,1 @@
+"""The embedded demo workload: model-shaped traffic (pure), its scaling, a what-if view, and the runner."""

@@ -45,7 +45,7 @@ DEMO_MODELS = (DSV4_FLASH, GLM_FLASH)
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """One benchmark point: prompts of ``prompt_tokens`` (± ``jitter``), ``concurrency`` in flight."""
+    """One benchmark point: prompts of ``prompt_tokens`` and outputs (both ± ``jitter``), ``concurrency`` in flight."""
 
     prompt_tokens: int
     output_tokens: int
@@ -126,7 +126,9 @@ class _ModelStream:
         while len(self.running) < sc.concurrency and self.sent < sc.prompts:
             spread = int(sc.prompt_tokens * sc.jitter)
             prompt = max(2, sc.prompt_tokens + self.rng.randint(-spread, spread))
-            self.running.append(_Request(prompt, sc.output_tokens))
+            spread = int(sc.output_tokens * sc.jitter)  # uneven outputs stagger the next arrivals
+            output = max(1, sc.output_tokens + self.rng.randint(-spread, spread))
+            self.running.append(_Request(prompt, output))
             self.sent += 1
 
     def step(self) -> tuple[list[int], list[int]]:
