@@ -123,6 +123,8 @@ def create_app(
                 c = demo.counts
                 log.info("routescope: demo stopped after %d prefill-entry and %d decode-entry calls; telemetry flushed and closed",
                          c.prefill_calls, c.decode_path_calls)
+            else:
+                log.info("routescope: telemetry flushed and closed")
 
     app = FastAPI(
         title="routescope",

@@ -86,3 +86,18 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
     # the what-if rows: the same calls decided on a what-if gfx942, one row per policy
     policies = {a["data-policy"] for a in dom.find("tr", **{"class": "whatif"})}
     assert policies == {"active", "gfx942_1024", "no_row_gate"}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) is not installed")
+def test_page_without_the_demo_says_so(tmp_path):
+    s = Served("--model", "glm-5.3-flash", log=tmp_path / "serve.log").wait_ready()
+    try:
+        dom = dump_dom(s.base + "/", tmp_path / "profile")
+    finally:
+        s.stopped_cleanly()
+    assert dom.find("div", id="status", **{"class": "status live"})
+    assert {a["data-model"] for a in dom.find("table", **{"class": "matrix"})} == {"glm-5.3-flash"}
+    assert "no calls yet" in dom.text.get("models", "")
+    assert dom.find("p", id="demo-note", hidden="")  # no demo, no demo note
+    whatif = dom.text.get("whatif-note", "")  # telemetry's own counterfactuals, decided on this platform
+    assert "counterfactuals decided on cpu" in whatif and "never launches" in whatif
