@@ -20,6 +20,7 @@ from .triton_prefill import HEAD_BLOCK, TileConfig, attend, attend_t, count_bloc
 DECODE_CONFIG = TileConfig(32, 4, 2)  # picked on an H200 by scripts/gpu/h200_run.py (docs/benchmarks.md)
 MAX_SPLITS = 64  # the reduce loads every split of a row at once
 PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
+REDUCE_VALUES = 4096  # partial values one reduce program loads: fewer means more, lighter programs
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]  # names absent from a kernel are ignored
 _SMS: dict[int, int] = {}
 
@@ -34,12 +35,13 @@ def sm_count(device: torch.device) -> int:
     return _SMS[key]
 
 
-def choose_splits(rows: int, head_blocks: int, width: int, block_n: int, sms: int, per_sm: int | None = None) -> int:
+def choose_splits(rows: int, head_blocks: int, width: int, block_n: int, sms: int, per_sm: int | None = None,
+                  max_splits: int | None = None) -> int:
     """Splits per row: about ``per_sm`` programs per multiprocessor, at least one tile per split, at most MAX_SPLITS."""
     tiles = max(1, triton.cdiv(width, block_n))
     target = (per_sm if per_sm is not None else PROGRAMS_PER_SM) * sms
     want = max(1, triton.cdiv(target, max(1, rows * head_blocks)))
-    want = min(want, tiles, MAX_SPLITS)
+    want = min(want, tiles, max_splits if max_splits is not None else MAX_SPLITS)
     return triton.cdiv(tiles, triton.cdiv(tiles, want))  # balance: equal tiles per split
 
 
@@ -104,13 +106,14 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     tl.store(out_row + offs_l * o_s2, res.to(out_ptr.dtype.element_ty), mask=lmask)
 
 
-def reduce_blocks(splits: int, lanes: int) -> tuple[int, int]:
-    """(S_BLOCK, L_BLOCK): every split of a row in one load, lanes blocked to keep a program near 4K values."""
+def reduce_blocks(splits: int, lanes: int, values: int | None = None) -> tuple[int, int]:
+    """(S_BLOCK, L_BLOCK): every split of a row in one load, lanes blocked to keep a program near ``values``."""
     s_block = max(2, next_pow2(splits))
-    return s_block, min(max(16, next_pow2(lanes)), max(64, 4096 // s_block))
+    return s_block, min(max(16, next_pow2(lanes)), max(16, (values or REDUCE_VALUES) // s_block))
 
 
-def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None) -> None:
+def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
+           reduce_values: int | None = None) -> None:
     """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not."""
     q, kv, out = args.q, args.kv, args.output
     rows, heads, head_dim = q.shape
@@ -135,7 +138,7 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
         D=head_dim, BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b, V_B=p.v_b, BLOCK_N=cfg.block_n,
         HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), SWAP=cfg.swap, **cfg.launch_options(),
     )
-    s_block, l_block = reduce_blocks(splits, p.lanes)
+    s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values)
     _reduce_kernel[(rows, heads, triton.cdiv(p.lanes, l_block))](
         part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),

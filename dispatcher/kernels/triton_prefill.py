@@ -43,7 +43,8 @@ class TileConfig(NamedTuple):
         return opts
 
 
-PREFILL_CONFIG = TileConfig(32, 4, 2)  # picked on an H200 by scripts/gpu/h200_run.py (docs/benchmarks.md)
+# Picked on an H200 by scripts/gpu/h200_run.py over 19 tile configs in three runs (docs/benchmarks.md).
+PREFILL_CONFIG = TileConfig(64, 4, 2)
 
 
 class Packed(NamedTuple):

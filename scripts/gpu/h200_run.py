@@ -96,7 +96,29 @@ def phase_search(timer: GpuTimer, out: Path) -> dict:
 
 def chosen() -> dict:
     return {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
-            "per_sm": triton_decode.PROGRAMS_PER_SM}
+            "per_sm": triton_decode.PROGRAMS_PER_SM, "reduce_values": triton_decode.REDUCE_VALUES,
+            "max_splits": triton_decode.MAX_SPLITS}
+
+
+def phase_reduce_search(timer: GpuTimer, out: Path) -> list[dict]:
+    """Run 4: the decode's reduce program size and split cap, at 1, 2 and 16 rows (tile configs fixed)."""
+    found = []
+    for values in (4096, 2048, 1024):
+        for max_splits in (64, 32):
+            def fn(a, v=values, ms=max_splits):
+                s = triton_decode.choose_splits(a.q.shape[0], 1, a.index.indices.shape[1],
+                                                triton_decode.DECODE_CONFIG.block_n, triton_decode.sm_count(DEV),
+                                                max_splits=ms)
+                triton_decode.launch(a, splits=s, reduce_values=v)
+            t = {r: time_call(timer, fn, r, repeats=100) for r in (1, 2, 16)}
+            found.append({"reduce_values": values, "max_splits": max_splits, **{f"us_{r}": v for r, v in t.items()}})
+            log(f"decode reduce_values={values} max_splits={max_splits}: "
+                + ", ".join(f"{v:.1f} us at {r} rows" for r, v in t.items()))
+    best = min(found, key=lambda r: r["us_2"] + r["us_16"])
+    triton_decode.REDUCE_VALUES, triton_decode.MAX_SPLITS = best["reduce_values"], best["max_splits"]
+    (out / "search.json").write_text(json.dumps({"reduce": found, "chosen": chosen()}, indent=1))
+    log(f"chosen: {chosen()}")
+    return found
 
 
 def decode_parts(timer: GpuTimer, rows: int) -> tuple:
@@ -183,6 +205,7 @@ def main() -> None:
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--check-new-only", action="store_true", help="skip the checks if the search kept the defaults")
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument("--reduce-search", action="store_true", help="search the decode reduce only (run 4)")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--sweep-repeats", type=int, default=30)
     opt = ap.parse_args()
@@ -193,7 +216,9 @@ def main() -> None:
     summary: dict = {}
     timer = GpuTimer(DEV)
     defaults = chosen()
-    if not opt.skip_search:  # first, so the checks below run the configs that will be timed
+    if opt.reduce_search:
+        phase_reduce_search(timer, out)
+    elif not opt.skip_search:  # first, so the checks below run the configs that will be timed
         phase_search(timer, out)
     if opt.check_new_only and chosen() == defaults:
         summary["checks"] = f"skipped: the search kept the defaults {defaults}, checked in an earlier run"

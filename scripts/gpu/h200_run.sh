@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on the device machine from the repository root (the `run` tool, kind nvidia-h200, carry [".whl"]):
-#   [RUN_PYTEST=0] [RUN_NCU=1] bash scripts/gpu/h200_run.sh [h200_run.py options]
+#   [RUN_PYTEST=0] [PYTEST_K=expr] [RUN_NCU=1] bash scripts/gpu/h200_run.sh [h200_run.py options]
 # Installs the carried wheels (pydantic, pydantic-settings, typer... the image lacks), then tunes,
 # checks, times and sweeps (scripts/gpu/h200_run.py), then optionally runs the GPU tests and an
 # Nsight Compute pass over the target shapes (scripts/gpu/profile.py). Results land in $OUT.
@@ -14,7 +14,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 O
   python3 scripts/gpu/h200_run.py "$@"; } 2>&1 | tee "$OUT/h200_run.log"  # at most 8 files come back
 status=${PIPESTATUS[0]}
 if [ "${RUN_PYTEST:-1}" = 1 ]; then
-  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels 2>&1 | tail -4 \
+  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -k "${PYTEST_K:-}" tests/dispatcher/kernels 2>&1 | tail -4 \
     | tee "$OUT/pytest-gpu.txt"
 fi
 if [ "${RUN_NCU:-0}" = 1 ]; then

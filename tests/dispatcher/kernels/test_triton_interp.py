@@ -39,8 +39,8 @@ def check(case: Case, got: torch.Tensor, dtype: torch.dtype) -> None:
 
 SWAP = (16, 4, 2, True)  # block_n 16, slots-as-M tiles (attend_t)
 KERNELS = [("prefill", {}), ("decode", {}), ("decode", {"splits": 3}), ("decode", {"splits": 1}),
-           ("prefill", {"config": SWAP}), ("decode", {"config": SWAP, "splits": 3})]
-KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split", "prefill-swap", "decode-swap-3splits"]
+           ("prefill", {"config": SWAP}), ("decode", {"config": SWAP, "splits": 3, "reduce_values": 32})]
+KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split", "prefill-swap", "decode-swap-3splits-16lanes"]
 
 
 @pytest.mark.parametrize(("which", "kw"), KERNELS, ids=KERNEL_IDS)
@@ -127,6 +127,14 @@ def test_split_choice_covers_the_gpu_and_respects_bounds(interp):
     for rows in (1, 2, 3, 16, 100, 300, 5000):
         s = decode.choose_splits(rows, 1, 2048, 32, 132)
         assert 1 <= s <= decode.MAX_SPLITS
+
+
+def test_reduce_blocks_cover_every_split_and_lane(interp):
+    _, decode = interp
+    assert decode.reduce_blocks(64, 512, 4096) == (64, 64)
+    assert decode.reduce_blocks(64, 512, 2048) == (64, 32)
+    assert decode.reduce_blocks(3, 24, 32) == (4, 16)  # several lane blocks for a 24-lane output
+    assert decode.reduce_blocks(1, 576, 4096) == (2, 1024)
 
 
 def test_head_dim_split(interp):
