@@ -168,11 +168,14 @@ class DemoRunner:
             calls = traffic(self.seed, models=self.models, scenarios=self.scenarios, glm_bug=self.glm_bug)
             if self.limit is not None:
                 calls = itertools.islice(calls, self.limit)
+            sync = torch.cuda.synchronize if self.device != "cpu" else None
             for spec in calls:
                 if self._stop.is_set():
                     break
                 t0 = time.perf_counter()
                 self.launch(spec)
+                if sync is not None:
+                    sync()  # GPU launches return at once: pace on the work done, not the work queued
                 busy = time.perf_counter() - t0
                 pause = max(self.min_gap_s, busy * (1.0 - self.duty) / self.duty)
                 if self._stop.wait(pause):
