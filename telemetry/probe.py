@@ -104,24 +104,29 @@ def build_probe(
             tok.rows, tok.drows, tok.rich = rows, d, True
         return tok
 
-    def start(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
+    def start(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any,
+              _tables: dict = tables, _lut: list = lut_nm, _midx: dict = midx, _calls: list = calls,
+              _rows: list = rows_t, _drows: list = drows, _every: int = every) -> Any:
+        # the hot path: state comes in as default arguments (plain locals, no closure cells to chase)
         try:
-            rows = shape[0]
-            i = lut_nm[rows] + midx[model]
-            s = tables[id(decision)][i]
+            try:
+                rows = shape[0]
+                t = _tables[id(decision)]
+                i = _lut[rows] + _midx[model]
+            except LookupError:  # a new decision or model, or rows past the table (a zero-cost try)
+                return miss(decision, shape, batch, model, q, stream)
+            s = t[i]
             if s < 0:
-                return rare(decision, tables[id(decision)], i, shape, batch, q, stream)
-            c = calls[s] + 1
-            calls[s] = c
-            rows_t[s] += rows
+                return rare(decision, t, i, shape, batch, q, stream)
+            c = _calls[s] + 1
+            _calls[s] = c
+            _rows[s] += rows
             d = batch[1]
             if d:
-                drows[s] += d
-            if c % every:
+                _drows[s] += d
+            if c % _every:
                 return s
             return sampled(s, rows, d, q, stream)
-        except LookupError:  # first call of a decision or model, or rows past the table: no cost until raised
-            return miss(decision, shape, batch, model, q, stream)
         except Exception:  # noqa: BLE001 - telemetry never breaks the call
             errs[E_REC] += 1
             return None
@@ -166,12 +171,12 @@ def build_probe(
             except Exception:  # noqa: BLE001
                 errs[E_TIM] += 1
 
-    def stop(token: Any, impl: str) -> None:
+    def stop(token: Any, impl: str, _impl: list = simpl, _int: type = int) -> None:
         try:
-            if token.__class__ is not int:
+            if token.__class__ is not _int:
                 if token is not None:
                     finish(token, impl)
-            elif impl is not simpl[token]:
+            elif impl is not _impl[token]:
                 note_impl(token, impl)
         except Exception:  # noqa: BLE001
             errs[E_REC] += 1

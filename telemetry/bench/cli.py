@@ -40,21 +40,25 @@ def _render(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=max(Console().width, 150))
     runs = [("no-op kernel", result["noop_kernel"])]
     if "real_kernels" in result:
         runs.append(("real torch kernels", result["real_kernels"]))
     if "multiprocess" in result:
         runs.append(("no-op kernel, multiprocess", result["multiprocess"]))
     table = Table("run", "bare ns/call", "instrumented", "naive prometheus", "instr − bare", "naive − bare",
-                  "naive/instr overhead", "probe only: instr / naive")
+                  "naive/instr overhead", "empty probe − bare", "probe only: instr / naive")
     for name, r in runs:
         ratio = r["naive_over_instrumented_overhead"]
         po = r["probe_only_ns_per_call"]
         table.add_row(name, f"{r['bare_ns_per_call']:.0f}", f"{r['instrumented_ns_per_call']:.0f}",
                       f"{r['naive_prometheus_ns_per_call']:.0f}", f"{r['instrumented_minus_bare_ns']:.0f}",
                       f"{r['naive_minus_bare_ns']:.0f}", "n/a" if ratio is None else f"{ratio:.1f}×",
+                      f"{r['empty_probe_minus_bare_ns']:.0f}",
                       f"{po['instrumented']:.0f} / {po['naive_prometheus']:.0f}")
     console.print(table)
-    console.print(f"no-op run: {result['noop_kernel']['kernel_note']}; medians over "
-                  f"{result['noop_kernel']['repeats']} interleaved passes of {result['noop_kernel']['calls']} calls")
+    n = result["noop_kernel"]
+    console.print(f"no-op run: {n['kernel_note']}. Host CPU ns per call (thread time), medians over "
+                  f"{n['repeats']} interleaved passes of {n['calls']} calls; differences are medians of per-pass "
+                  "differences. 'empty probe' is a probe whose methods do nothing: the cost of the probe "
+                  "protocol itself, included in 'instr − bare'. 'probe only': start+stop alone on the same calls.")

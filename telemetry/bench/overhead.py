@@ -27,7 +27,23 @@ from ..config import TelemetryConfig
 from ..core import Telemetry
 from .workload import NOOP_IMPL, NaiveProbe, make_calls, noop_registry, real_registry
 
-VARIANTS = ("bare", "instrumented", "naive_prometheus")
+VARIANTS = ("bare", "empty_probe", "instrumented", "naive_prometheus")
+
+
+class EmptyProbe:
+    """start/stop/error that do nothing: what the dispatcher's probe protocol itself costs (two calls)."""
+
+    def __init__(self) -> None:
+        def start(decision: Any, shape: Any, batch: Any, model: Any, q: Any, stream: Any) -> Any:
+            return None
+
+        def stop(token: Any, impl: str) -> None:
+            return None
+
+        def error(token: Any, exc: BaseException) -> None:
+            return None
+
+        self.start, self.stop, self.error = start, stop, error
 
 
 def _pass(d: Dispatcher, calls: list) -> tuple[float, float]:
@@ -73,11 +89,14 @@ def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None
     naive_probe = NaiveProbe(CollectorRegistry(), tel._agg.buckets, arch=platform.arch)
     naive = Dispatcher(platform=platform, policy=policy, registry=registry(), probe=naive_probe)
     workload = make_calls(calls, seed=seed)
-    disp = {"bare": bare, "instrumented": inst, "naive_prometheus": naive}
+    empty = Dispatcher(platform=platform, policy=policy, registry=registry(), probe=EmptyProbe())
+    disp = {"bare": bare, "empty_probe": empty, "instrumented": inst, "naive_prometheus": naive}
     tel.start()
     try:
         for d in disp.values():  # warm up: caches, first-N timed calls of every slot, label children
             _pass(d, workload)
+        gc.collect()
+        gc.freeze()  # torch's many objects out of the collector's way: collections stay cheap and even
         per: dict[str, list[float]] = {v: [] for v in VARIANTS}
         wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
         rng = random.Random(seed)
@@ -85,7 +104,6 @@ def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None
             order = list(VARIANTS)
             rng.shuffle(order)
             for v in order:
-                gc.collect()
                 cpu_ns, wall_ns = _pass(disp[v], workload)
                 per[v].append(cpu_ns)
                 wall[v].append(wall_ns)
@@ -95,10 +113,12 @@ def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None
             probe_only["instrumented"].append(_probe_only(tel.probe, records, impl))
             probe_only["naive_prometheus"].append(_probe_only(naive_probe, records, impl))
     finally:
+        gc.unfreeze()
         tel.close()
     med = {v: statistics.median(x) for v, x in per.items()}
     d_inst = statistics.median(i - b for i, b in zip(per["instrumented"], per["bare"]))
     d_naive = statistics.median(n - b for n, b in zip(per["naive_prometheus"], per["bare"]))
+    d_empty = statistics.median(e - b for e, b in zip(per["empty_probe"], per["bare"]))
     return {
         "kernels": kernels,
         "kernel_note": ("kernel launch replaced by a no-op (registry entries whose launch does nothing)"
@@ -108,7 +128,11 @@ def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None
         "bare_ns_per_call": med["bare"],
         "instrumented_ns_per_call": med["instrumented"],
         "naive_prometheus_ns_per_call": med["naive_prometheus"],
+        "empty_probe_ns_per_call": med["empty_probe"],
         "instrumented_minus_bare_ns": d_inst,
+        "empty_probe_minus_bare_ns": d_empty,
+        "instrumented_minus_empty_probe_ns": statistics.median(
+            i - e for i, e in zip(per["instrumented"], per["empty_probe"])),
         "naive_minus_bare_ns": d_naive,
         "naive_over_instrumented_overhead": (d_naive / d_inst) if d_inst > 0 else None,
         "probe_only_ns_per_call": {k: statistics.median(v) for k, v in probe_only.items()},
@@ -129,7 +153,8 @@ def run(*, calls: int, repeats: int, real: bool = True, real_calls: int | None =
     out["kernel_note"] = noop["kernel_note"]
     out["noop_kernel"] = noop
     if real:
-        out["real_kernels"] = measure(calls=real_calls or max(64, calls // 20), repeats=repeats, kernels="real")
+        out["real_kernels"] = measure(calls=real_calls or max(64, calls // 20), repeats=min(repeats, 21),
+                                      kernels="real")
     out["python"] = sys.version.split()[0]
     out["cpus"] = os.cpu_count()
     return out
