@@ -25,7 +25,9 @@ class BindError(RuntimeError):
 def bind(host: str, port: int) -> socket.socket:
     """Bind before uvicorn starts, so --port 0 gets a real port we can print, and a busy port fails clearly."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then (else
+    # Nagle + delayed ACK add 40 ms to every keep-alive response)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -104,3 +104,34 @@ def test_chained_collector_skips_a_family_seen_twice_and_encodes_both_formats():
     assert ctype.startswith("text/plain") and "x_total 1.0" in text and "x_total 5.0" not in text and "y_total 2.0" in text
     body, ctype = render(chain, "application/openmetrics-text; version=1.0.0")
     assert ctype.startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+
+
+def test_bound_socket_is_tcp_so_asyncio_sets_nodelay():
+    """proto 0 would skip asyncio's TCP_NODELAY: every keep-alive response then waited 40 ms (delayed ACK)."""
+    import asyncio
+    import socket
+
+    from service.cli import bind
+
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    seen: list[int] = []
+
+    async def main() -> None:
+        async def handle(reader, writer):
+            seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=sock)
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.02)
+        w.close()
+        server.close()
+        await server.wait_closed()
+
+    assert sock.proto == socket.IPPROTO_TCP
+    asyncio.run(main())
+    assert seen and seen[0] != 0
