@@ -79,7 +79,8 @@ def write_heatmap(path: Path, doc: dict[str, Any]) -> None:
     layouts = list(dict.fromkeys(r["layout"] for r in doc["ratios"]))
     if not layouts:
         return
-    fig, axes = plt.subplots(1, len(layouts), figsize=(4.2 * len(layouts) + 1, 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(layouts), figsize=(4.2 * len(layouts) + 1.5, 5), squeeze=False,
+                             constrained_layout=True)
     span = max([abs(math.log2(r["ratio"])) for r in doc["ratios"] if r["ratio"] > 0] + [1.0])
     im = None
     for ax, lay in zip(axes[0], layouts):
@@ -91,12 +92,14 @@ def write_heatmap(path: Path, doc: dict[str, Any]) -> None:
             grid[rows.index(c["rows"])][topks.index(c["topk"])] = math.log2(c["ratio"])
         im = ax.imshow(grid, cmap="RdBu_r", vmin=-span, vmax=span, aspect="auto", origin="lower")
         for c in cells:
+            dark = abs(math.log2(c["ratio"])) > 0.6 * span if c["ratio"] > 0 else False
             ax.text(topks.index(c["topk"]), rows.index(c["rows"]), f"{c['ratio']:.2f}", ha="center", va="center",
-                    fontsize=9)
+                    fontsize=9, color="white" if dark else "black")
         ax.set_xticks(range(len(topks)), [str(k) for k in topks])
         ax.set_yticks(range(len(rows)), [str(r) for r in rows])
         ax.set_xlabel("top-k (fanout)")
-        ax.set_ylabel("query rows")
+        if ax is axes[0][0]:
+            ax.set_ylabel("query rows")
         ax.set_title(f"layout {lay}")
     fig.colorbar(im, ax=axes[0].tolist(), label="log2(A / B)")
     gate = doc["recommendation"]["gate"]

@@ -1,0 +1,256 @@
+"""`routescope sweep` on CPU: the pure pieces (grid parsing, ratios, crossover, gate) and the command end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dispatcher.kernels.registry import default_registry
+from dispatcher.sweep.analysis import (
+    Result, crossover, crossovers, next_pow2, ratio_rows, ratio_table, recommend_gate,
+)
+from dispatcher.sweep.grid import (
+    KernelSpec, Layout, SweepArgError, default_kv_len, parse_int_list, parse_kernels, parse_layouts,
+)
+from dispatcher.sweep.inputs import make_sets, topk_indices
+from dispatcher.sweep.report import document, write_heatmap
+from dispatcher.sweep.runner import KernelFailed, SweepPlan, run_sweep
+from dispatcher.sweep.timing import summarize
+from dispatcher.types import Kernel
+
+KNOWN = {k: [i.impl for i in default_registry().impls(k)] for k in Kernel}
+A, B = "intree.ragged_prefill:triton", "intree.sparse_decode:triton"
+
+
+def result(label: str, rows: int, topk: int, us: float, layout: str = "512+64") -> Result:
+    kernel, impl = label.split(":")
+    return Result(kernel, impl, layout, rows, topk, 16, 576, 512, 64, "bfloat16", 8192, us, us, us, us, 5, "test")
+
+
+# ---- grid parsing ---------------------------------------------------------------------------------------------
+
+
+def test_int_lists_are_sorted_and_deduplicated():
+    assert parse_int_list("16, 2,2,1", "rows") == (1, 2, 16)
+
+
+@pytest.mark.parametrize("text", ["", " , ", "1,a", "0", "-4", "3.5", "2000000"])
+def test_bad_int_lists_are_refused_with_the_option_named(text):
+    with pytest.raises(SweepArgError, match="--rows"):
+        parse_int_list(text, "rows")
+
+
+def test_layouts_and_aliases():
+    assert parse_layouts("512+64,glm,dsv4,512+64") == (Layout(512, 64), Layout(512, 0), Layout(448, 64))
+    assert parse_layouts("256") == (Layout(256, 0),)
+    assert Layout(448, 64).head_dim == 512 and str(Layout(512, 0)) == "512+0"
+
+
+@pytest.mark.parametrize("text", ["", "x+y", "0+64", "8+4", "512+-1", "5000+0"])
+def test_bad_layouts_are_refused(text):
+    with pytest.raises(SweepArgError, match="--layout"):
+        parse_layouts(text)
+
+
+def test_kernel_specs_keep_order_and_implementation():
+    specs = parse_kernels("intree.ragged_prefill:torch, intree.sparse_decode", KNOWN)
+    assert specs == (KernelSpec(Kernel.INTREE_RAGGED_PREFILL, "torch"), KernelSpec(Kernel.INTREE_SPARSE_DECODE, None))
+    assert str(specs[0]) == "intree.ragged_prefill:torch"
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("intree.ragged_prefill", "two or more"),
+    ("nope.kernel,intree.sparse_decode", "unknown kernel"),
+    ("intree.ragged_prefill:cuda,intree.sparse_decode", "no implementation 'cuda'"),
+    ("intree.sparse_decode:torch,intree.sparse_decode:torch", "listed twice"),
+])
+def test_bad_kernel_specs_are_refused(text, match):
+    with pytest.raises(SweepArgError, match=match):
+        parse_kernels(text, KNOWN)
+
+
+def test_kv_pool_holds_the_prompt_and_four_fanouts():
+    assert default_kv_len(2, 2048) == 8192
+    assert default_kv_len(16384, 2048) == 16384
+
+
+# ---- ratios, crossover, gate ------------------------------------------------------------------------------------
+
+
+def test_ratio_table_pairs_a_with_b_per_point_and_layout():
+    res = [result(A, 1, 128, 30.0), result(B, 1, 128, 10.0), result(A, 512, 128, 50.0), result(B, 512, 128, 100.0),
+           result(A, 1, 128, 7.0, layout="512+0"), result(B, 1, 128, 7.0, layout="512+0"), result(A, 2, 128, 5.0)]
+    assert ratio_table(res, A, B, "512+64") == {(1, 128): 3.0, (512, 128): 0.5}  # (2, 128) has no B: left out
+    assert ratio_table(res, A, B, "512+0") == {(1, 128): 1.0}
+
+
+def test_crossover_interpolates_in_log_rows_and_log_ratio():
+    c = crossover({1: 4.0, 16: 2.0, 256: 0.5, 4096: 0.4}, topk=2048)
+    assert c.rows == 256 and not c.a_always
+    # log-log line through (16, 2) and (256, 0.5) crosses 1 halfway: sqrt(16 * 256) = 64
+    assert c.estimate == pytest.approx(64.0)
+
+
+def test_crossover_needs_a_to_stay_ahead():
+    assert crossover({1: 2.0, 16: 0.9, 256: 1.2, 4096: 0.8}).rows == 4096  # the dip at 16 does not count
+    assert crossover({1: 0.5, 2: 0.7}).a_always
+    never = crossover({1: 3.0, 2: 1.01})
+    assert never.rows is None and never.estimate is None
+    assert crossover({}).rows is None
+
+
+def test_gate_is_the_latest_crossover_rounded_to_a_bucket_edge():
+    table = {(1, 128): 1.5, (300, 128): 0.9, (1, 2048): 8.0, (300, 2048): 1.1, (1000, 2048): 0.8}
+    found = crossovers(table, "512+64")
+    assert [(c.topk, c.rows) for c in found] == [(128, 300), (2048, 1000)]
+    advice = recommend_gate(found)
+    assert advice.gate == 1024 and advice.never == ()
+    assert "top-k 2048" in advice.reason
+
+
+def test_gate_notes_fanouts_where_a_never_wins_and_declines_when_none_do():
+    found = crossovers({(1, 128): 2.0, (512, 128): 0.5, (1, 2048): 3.0, (512, 2048): 1.5}, "512+0")
+    advice = recommend_gate(found)
+    assert advice.gate == 512 and advice.never == (2048,)
+    assert "never caught up at top-k 2048" in advice.reason
+    none = recommend_gate(crossovers({(1, 128): 2.0}, "x"))
+    assert none.gate is None and "keep every call on B" in none.reason
+
+
+def test_next_pow2_and_the_seed_table_layout():
+    assert [next_pow2(x) for x in (0, 1, 2, 3, 300, 512, 513)] == [1, 1, 2, 4, 512, 512, 1024]
+    header, lines = ratio_rows({(256, 128): 1.04, (256, 512): 0.88, (512, 128): 0.64})
+    assert header == ["Rows", "Fanout 128", "Fanout 512"]
+    assert lines == [["256", "1.04", "0.88"], ["512", "0.64", "-"]]
+
+
+def test_timing_summary_is_median_and_spread():
+    t = summarize([5.0, 1.0, 3.0, 2.0, 4.0], "host")
+    assert (t.median_us, t.min_us, t.repeats) == (3.0, 1.0, 5)
+    assert t.p20_us <= t.median_us <= t.p80_us
+    assert summarize([7.0], "host").p80_us == 7.0
+    with pytest.raises(ValueError):
+        summarize([], "host")
+
+
+# ---- inputs and the runner --------------------------------------------------------------------------------------
+
+
+def test_indices_are_distinct_in_range_and_padded_past_the_pool():
+    g = torch.Generator().manual_seed(0)
+    idx = topk_indices(5, 16, 40, torch.device("cpu"), g)
+    assert idx.dtype == torch.int32 and idx.shape == (5, 16)
+    for row in idx:
+        assert len(set(row.tolist())) == 16 and int(row.min()) >= 0 and int(row.max()) < 40
+    short = topk_indices(2, 16, 10, torch.device("cpu"), g)
+    assert (short[:, 10:] == -1).all() and (short[:, :10] >= 0).all()
+
+
+def test_input_sets_have_the_call_shapes():
+    sets = make_sets(3, 8, 4, Layout(32, 16), 20, dtype=torch.float32, device=torch.device("cpu"))
+    a = sets[0]
+    assert a.q.shape == (3, 4, 48) and a.kv.shape == (20, 1, 48) and a.output.shape == (3, 4, 32)
+    assert a.index.indices.shape == (3, 8) and math.isclose(a.scale, 48 ** -0.5)
+
+
+def test_runner_times_every_kernel_at_every_point():
+    reg = default_registry()
+    plan = SweepPlan(kernels=parse_kernels("intree.ragged_prefill:torch,intree.sparse_decode:torch", KNOWN),
+                     rows=(1, 3), topk=(8,), layouts=(Layout(32, 16), Layout(32, 0)), device=torch.device("cpu"),
+                     dtype=torch.float32, heads=4, repeats=2, warmup=1, registry=reg)
+    steps = []
+    res = run_sweep(plan, on_step=steps.append)
+    assert len(res) == len(steps) == 2 * 2 * 2
+    assert {r.label for r in res} == {"intree.ragged_prefill:torch", "intree.sparse_decode:torch"}
+    assert all(r.median_us > 0 and r.repeats == 2 and r.timer == "host" for r in res)
+    assert {r.kv_len for r in res} == {32}
+
+
+def test_a_kernel_that_cannot_run_is_reported_not_timed():
+    plan = SweepPlan(kernels=parse_kernels("intree.ragged_prefill:torch,aiter.pa_prefill_sparse", KNOWN),
+                     rows=(1,), topk=(8,), layouts=(Layout(32, 0),), device=torch.device("cpu"),
+                     dtype=torch.float32, heads=2, repeats=1, warmup=0)
+    with pytest.raises(KernelFailed, match="aiter.pa_prefill_sparse"):
+        run_sweep(plan)
+
+
+def test_document_and_heatmap(tmp_path):
+    res = [result(A, 1, 128, 30.0), result(B, 1, 128, 10.0), result(A, 512, 128, 5.0), result(B, 512, 128, 10.0)]
+    doc = document(res, a=A, b=B, layouts=["512+64"], device="cpu (test)", command="routescope sweep")
+    assert doc["device"] == "cpu (test)" and doc["results"][0]["heads"] == 16 and doc["results"][0]["median_us"] == 30.0
+    assert doc["recommendation"]["gate"] == 512
+    png = tmp_path / "h.png"
+    write_heatmap(png, doc)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- the command ------------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str):
+    import typer
+
+    from dispatcher.sweep.cli import sweep_command
+
+    app = typer.Typer()
+    app.command()(sweep_command)
+    return CliRunner().invoke(app, list(args))
+
+
+def test_sweep_end_to_end_on_a_tiny_cpu_grid(tmp_path):
+    out = tmp_path / "sw"
+    r = _cli("--rows", "1,4", "--topk", "8,16", "--layout", "32+16", "--heads", "4", "--repeats", "2",
+             "--warmup", "1", "--dtype", "float32", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert "Fanout 8" in r.output and "recommended gate" in r.output
+    assert (out / "sweep.png").stat().st_size > 1000
+    with (out / "sweep.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 2 * 2 and {row["impl"] for row in rows} == {"torch"}
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["a"] == "intree.ragged_prefill:torch" and doc["b"] == "intree.sparse_decode:torch"
+    assert {"device", "results", "ratios", "crossover", "recommendation", "command"} <= set(doc)
+    assert doc["command"].startswith("routescope sweep --kernels intree.ragged_prefill:torch,intree.sparse_decode:torch")
+    assert len(doc["ratios"]) == 4
+
+
+def test_sweep_json_flag_prints_the_document(tmp_path):
+    r = _cli("--rows", "2", "--topk", "8", "--layout", "glm", "--heads", "2", "--repeats", "1", "--warmup", "0",
+             "--dtype", "float32", "--json", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    assert doc["results"][0]["layout"] == "512+0" and doc["results"][0]["rows"] == 2
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--rows", "1,x"], "--rows"),
+    (["--topk", "0"], "--topk"),
+    (["--layout", "a+b"], "--layout"),
+    (["--kernels", "intree.ragged_prefill"], "two or more"),
+    (["--repeats", "0"], "--repeats"),
+    (["--dtype", "int8"], "--dtype"),
+    (["--device", "tpu"], "--device"),
+    (["--heads", "0"], "--heads"),
+])
+def test_bad_arguments_exit_2_with_a_message(args, match, tmp_path):
+    r = _cli(*args, "--out", str(tmp_path))
+    assert r.exit_code == 2
+    assert match in r.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_asking_for_cuda_without_one_exits_2(tmp_path):
+    r = _cli("--device", "cuda", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "no CUDA" in r.output
+
+
+def test_routescope_lists_sweep():
+    from routescope.cli import build_app
+
+    r = CliRunner().invoke(build_app(), ["sweep", "--help"])
+    assert r.exit_code == 0 and "--kernels" in r.output
