@@ -7,6 +7,10 @@ power-of-two block ``DA`` (512 for every production layout) and a masked remaind
 (the 64 rope lanes of 512+64), so no lane is loaded twice and no power-of-two padding of 576
 is paid. Shared pieces (row bounds, the tile loop, host-side argument packing) live here and
 are reused by the split-K decode kernel in ``triton_decode``.
+
+Two tile orientations exist: heads as the MMA's M (``attend``, mma.sync with M=16) and slots as
+M (``attend_t``, which lets Hopper use wgmma). On an H200 the first won every config tried
+(8.4 ms against 12.0 ms at 16,384 rows; docs/benchmarks.md), so it is the default.
 """
 
 from __future__ import annotations
