@@ -125,7 +125,9 @@ class Telemetry:
         """Set this telemetry's probe on ``dispatcher``; adopts its platform and policy if nothing was recorded yet."""
         if (dispatcher.platform, dispatcher.policy) != (self.platform, self.policy):
             if self._agg.n_slots == 0:
+                errs, dropped = self._agg.errs[:], self._agg.dropped[:]
                 self._build(dispatcher.platform, dispatcher.policy)
+                self._agg.errs[:], self._agg.dropped[:] = errs, dropped
                 for ref in self._dispatchers:
                     d = ref()
                     if d is not None:

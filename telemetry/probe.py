@@ -1,9 +1,11 @@
 """The hot path: the probe the dispatcher calls, built as closures over preallocated aggregates.
 
-Per call ``start`` does a dict lookup by decision identity, a list lookup for the rows bucket,
-one for the model, then three integer additions; ``stop`` compares one string by identity.
-Everything else (a new slot, a sampled call, an error) takes a separate, rarer path. Any
-exception is caught and counted in ``routescope_telemetry_errors_total``: never re-raised.
+Per call ``start`` finds the slot (the decision's table by ``id()``, rows -> bucket from a list,
+the model's index from a dict, one list index), adds to three integers and tests the sampling
+modulo; ``stop`` compares the implementation string by identity. Everything else (a new
+decision, model or slot, a slot's first calls, OPUS calls, sampled calls, errors) takes a
+separate, rarer path. Any exception is caught and counted in
+``routescope_telemetry_errors_total``: never re-raised.
 """
 
 from __future__ import annotations

@@ -81,3 +81,21 @@ def test_gpu_replay_needs_a_device(tmp_path, capsys):
     assert gpu_main(["--out", str(tmp_path / "x.json")]) == 2
     mix = _mix([512, 1024], [2, 16], 3)
     assert len(mix) == 8 and mix[0][1]["num_decodes"] == 4 and mix[1][1]["num_prefills"] == 0
+
+
+def test_gpu_replay_phases_run_on_cpu(monkeypatch):
+    """The replay's throughput and accuracy phases, on CPU tensors with CUDA calls stubbed: the script's logic runs."""
+    import torch
+
+    import telemetry.bench.gpu_replay as g
+    from dispatcher import Policy, what_if
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda *a, **k: None)
+    monkeypatch.setattr(g, "detect", lambda: what_if("cpu"))
+    mix = g._mix([64], [2, 4], 2)
+    calls = make_calls(len(mix), heads=2, nope=48, rope=16, topk=8, kv_rows=32, dtype=torch.float32, mix=mix)
+    t = g.throughput(calls, policy=Policy(), blocks=2, iters=1)
+    assert t["telemetry_counts"] == 3 * (2 + 1 + 2)  # warm-up 2 + 1, then 2 blocks of 1 pass and t["timing"] == "host"
+    a = g.accuracy(calls, policy=Policy(), repeats=2)
+    assert a["matched"] and a["timed_calls"] == a["profiled_calls"] == 6

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from dispatcher import Policy, what_if
 from telemetry import Telemetry, TelemetryConfig
@@ -83,6 +85,11 @@ def test_four_ranks_aggregate_exactly_in_one_scrape(tmp_path):
         for r in range(4):
             assert sum(series(live, "routescope_calls_total", rank=str(r)).values()) == 10_000
         assert len(series(live, "routescope_telemetry_last_flush_timestamp_seconds")) == 4
+        promtool = shutil.which("promtool")
+        if promtool:  # the merged multiprocess exposition is clean too
+            text = generate_latest(multiprocess_registry(str(tmp_path)))
+            res = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+            assert res.returncode == 0 and not res.stdout.strip(), res.stdout.decode() + res.stderr.decode()
     finally:
         for p in procs:
             finish(p)
