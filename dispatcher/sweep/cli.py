@@ -131,3 +131,5 @@ def sweep_command(
         return
     print_tables(console, results, doc)
     console.print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if "png" not in paths:
+        console.print("no heatmap: matplotlib is not installed (pip install 'routescope[sweep]')")

@@ -110,11 +110,16 @@ def write_heatmap(path: Path, doc: dict[str, Any]) -> None:
 
 
 def write_all(out_dir: Path, results: list[Result], doc: dict[str, Any]) -> dict[str, Path]:
-    """sweep.csv, sweep.json, sweep.png under ``out_dir``."""
+    """sweep.csv, sweep.json and, where matplotlib is installed (extra ``sweep``), sweep.png under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out_dir / "sweep.csv", "json": out_dir / "sweep.json", "png": out_dir / "sweep.png"}
     write_csv(paths["csv"], results)
     write_json(paths["json"], doc)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        del paths["png"]  # the tables and files still say everything; the picture needs the extra
+        return paths
     write_heatmap(paths["png"], doc)
     return paths
 
