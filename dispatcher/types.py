@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
@@ -78,8 +78,8 @@ class CallShape(NamedTuple):
 
     rows: int
     heads: int = 16
-    head_dim: int = 576
-    nope_head_dim: int = 512
+    head_dim: int = 512  # DeepSeek-V4.x layout: 448 nope + 64 rope (GLM-5.3: 512 + 0)
+    nope_head_dim: int = 448
     rope_head_dim: int = 64
     q_dtype: str = "bfloat16"
     kv_dtype: str = "bfloat16"
@@ -124,6 +124,10 @@ class Decision:
     call_class: CallClass = CallClass.UNKNOWN
     rerouted_from: Kernel | None = None
     refused: bool = False  # the guard (mode "raise") refuses this call
+    # Process-unique number of a memoised decision (DecisionCache sets it), so an observer can
+    # index its own per-decision state by a small int instead of id() + dict. -1: not memoised.
+    # Not compared, hashed, shown or copied by replace(): it is identity, not content.
+    ordinal: int = field(default=-1, init=False, compare=False, repr=False)
 
     @property
     def decode_in_prefill(self) -> bool:

@@ -1,7 +1,7 @@
 """How much smaller the demo's per-row work is than the real model's: pure, so the page can say it exactly.
 
 Row counts are never scaled (the gates look at rows); heads, head dim, top-k and the kv pool
-are, because a 2-core CPU cannot run 16 heads x 576 lanes x top-k 2048 at serving rates.
+are, because a 2-core CPU cannot run 16 heads x 512 lanes x top-k 2048 at serving rates.
 """
 
 from __future__ import annotations
