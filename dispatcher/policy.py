@@ -7,6 +7,7 @@ Nothing here touches a tensor, the environment or a global.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from pydantic import Field
@@ -231,6 +232,9 @@ def rows_class(rows: int, policy: Policy) -> tuple[bool, ...]:
     return (rows >= policy.gfx950_min_rows, rows >= policy.gfx942_min_rows)
 
 
+_ORDINALS = itertools.count()  # Decision.ordinal: unique per process, never reused (next() is atomic)
+
+
 class DecisionCache:
     """Memoised ``decide`` for one platform and policy: the hot path pays a tuple hash, not the trace.
 
@@ -256,5 +260,6 @@ class DecisionCache:
             return hit
         decision = decide(call, self.platform, self.policy, Batch(call_class))
         if len(self._cache) < self.max_entries:
+            object.__setattr__(decision, "ordinal", next(_ORDINALS))  # fresh, not yet shared: safe to set
             self._cache[key] = decision
         return decision

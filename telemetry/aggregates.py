@@ -28,6 +28,7 @@ STAGE = {s: i for i, s in enumerate(STAGES)}
 DROP = {r: i for i, r in enumerate(DROP_REASONS)}
 MAX_ERROR_KEYS = 1024
 MAX_FIRST_DIP = 256
+MAX_ORDINAL = 1 << 20  # decisions numbered past this use the id() path
 MAX_MODEL_NAMES = 4096  # distinct names remembered (as 'other'); past this, each call looks up
 
 
@@ -85,6 +86,9 @@ class Aggregates:
         self.impl: list[str | None] = [None] * n
         self.info: list[SlotInfo] = []
         self.tables: dict[int, list[int]] = {}  # id(decision) -> slot per (fine bucket, model); -1: none yet
+        self.sentinel = [-1] * (self.buckets.n_fine * self.nm)  # "no table yet": never written
+        # Decision.ordinal -> table (the hot path's lookup); the last entry stays the sentinel
+        self.by_ordinal: list[list[int]] = [self.sentinel] * 1024
         self.pins: dict[int, Decision] = {}  # keeps each tabled decision alive, so its id is never reused
         self.spill: dict[tuple, list[int]] = {}  # past max_decisions: tables by content
         self.impl_extra: dict[tuple[int, str], int] = {}
@@ -104,15 +108,22 @@ class Aggregates:
         """The slot table of a decision seen for the first time (pinned, so its id stays unique)."""
         with self.lock:
             t = self.tables.get(id(decision))
-            if t is not None:
-                return t
-            t = [-1] * (self.buckets.n_fine * self.nm)
-            if len(self.tables) < self.max_decisions:
-                self.pins[id(decision)] = decision
-                self.tables[id(decision)] = t
-                return t
-            key = (decision.kernel, decision.reason_code, decision.call_class, decision.refused, decision.rerouted_from)
-            return self.spill.setdefault(key, t)
+            if t is None:
+                t = [-1] * (self.buckets.n_fine * self.nm)
+                if len(self.tables) < self.max_decisions:
+                    self.pins[id(decision)] = decision
+                    self.tables[id(decision)] = t
+                else:
+                    key = (decision.kernel, decision.reason_code, decision.call_class, decision.refused,
+                           decision.rerouted_from)
+                    t = self.spill.setdefault(key, t)
+            o = getattr(decision, "ordinal", -1)
+            if 0 <= o < MAX_ORDINAL:
+                table = self.by_ordinal
+                if o + 2 > len(table):  # grow in place (the hot path holds this list), keep the last sentinel
+                    table.extend([self.sentinel] * max(o + 2 - len(table), len(table)))
+                table[o] = t
+            return t
 
     def new_slot(self, decision: Decision, t: list[int], i: int, shape: CallShape, batch: Batch) -> int:
         """Allocate entry ``i`` of table ``t`` (or collapse the model to ``other`` when full); -1: dropped.

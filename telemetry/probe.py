@@ -44,6 +44,8 @@ def build_probe(
 ) -> TelemetryProbe:
     """Bind every aggregate to a local so the hot path does no attribute lookups."""
     tables = agg.tables
+    by_ordinal = agg.by_ordinal
+    sentinel = agg.sentinel
     enter = agg.enter
     fine = agg.buckets.fine
     new_slot = agg.new_slot
@@ -84,6 +86,8 @@ def build_probe(
 
     def rare(decision: Decision, t: list, i: int, shape: CallShape, batch: Batch, q: Any, stream: Any) -> Any:
         """A slot's first calls (all timed), OPUS calls, and new slots: table values below zero."""
+        if t is sentinel:  # a numbered decision seen for the first time
+            t = enter(decision)
         v = t[i]
         if v == -1:
             v = new_slot(decision, t, i, shape, batch)
@@ -107,15 +111,16 @@ def build_probe(
         return tok
 
     def start(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any,
-              _tables: dict = tables, _lut: list = lut_nm, _midx: dict = midx, _calls: list = calls,
-              _rows: list = rows_t, _drows: list = drows, _every: int = every) -> Any:
+              _ord: list = by_ordinal, _tables: dict = tables, _lut: list = lut_nm, _midx: dict = midx,
+              _calls: list = calls, _rows: list = rows_t, _drows: list = drows, _every: int = every) -> Any:
         # the hot path: state comes in as default arguments (plain locals, no closure cells to chase)
         try:
             try:
                 rows = shape[0]
-                t = _tables[id(decision)]
+                o = decision.ordinal  # memoised decisions are numbered: a list index, no id() + dict
+                t = _ord[o] if o >= 0 else _tables[id(decision)]
                 i = _lut[rows] + _midx[model]
-            except LookupError:  # a new decision or model, or rows past the table (a zero-cost try)
+            except (LookupError, AttributeError):  # new decision or model, rows past the table: zero-cost try
                 return miss(decision, shape, batch, model, q, stream)
             s = t[i]
             if s < 0:
