@@ -320,3 +320,27 @@ def test_instrument_adopts_the_dispatchers_policy(make_tel):
     d(*args_for(700), model="glm")
     assert tel.policy == policy
     assert "512-767" in tel.snapshot()["rows_buckets"]
+
+
+def test_numbered_unnumbered_and_huge_calls_all_count(make_tel):
+    """Memoised decisions (numbered), plain decide() results (as the vLLM plugin hands over), rows past the table."""
+    from dispatcher import Batch, CallClass, decide
+    from dispatcher.validate import validate
+
+    tel = make_tel(TelemetryConfig(models=("glm",)))
+    a, b = tel.instrument(dispatcher()), tel.instrument(dispatcher())
+    for _ in range(40):
+        a(*args_for(8), model="glm")
+        b(*args_for(8), model="glm")
+        a(*args_for(20000), model="glm")
+    shape = validate(*args_for(600))
+    plain = decide(shape, what_if("gfx942"), Policy(), Batch(CallClass.UNKNOWN))
+    assert plain.ordinal == -1 and a.decide(shape, Batch()).ordinal >= 0
+    for _ in range(40):
+        tok = tel.probe.start(plain, shape, Batch(), "glm", None, None)
+        tel.probe.stop(tok, "aiter")
+    s = scrape(tel.registry)
+    assert total(s, "routescope_calls_total", rows_bucket="8-15") == 80
+    assert total(s, "routescope_rows_total", rows_bucket="16384+") == 40 * 20000
+    assert total(s, "routescope_calls_total", rows_bucket="512-1023", impl="aiter") == 40
+    assert total(s, "routescope_telemetry_errors_total") == 0
