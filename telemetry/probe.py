@@ -1,6 +1,6 @@
 """The hot path: the probe the dispatcher calls, built as closures over preallocated aggregates.
 
-Per call ``start`` finds the slot (the decision's table by ``id()``, rows -> bucket from a list,
+Per call ``start`` finds the slot (the decision's table by ``Decision.ordinal``, rows -> bucket from a list,
 the model's index from a dict, one list index), adds to three integers and tests the sampling
 modulo; ``stop`` compares the implementation string by identity. Everything else (a new
 decision, model or slot, a slot's first calls, OPUS calls, sampled calls, errors) takes a
