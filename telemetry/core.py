@@ -21,7 +21,7 @@ from .multiproc import MultiprocWriter, compact, ident_for, ident_pid, multiproc
 from .probe import TelemetryProbe, build_probe
 from .prom import TelemetryCollector, make_registry
 from .spec import STAGES
-from .timing import GpuEvents, capture_check
+from .timing import GpuEvents, capture_check, capture_depth
 from .view import Totals, build_totals
 
 log = logging.getLogger("routescope.telemetry")
@@ -111,6 +111,7 @@ class Telemetry:
         self._kept: deque = deque(maxlen=cfg.sample_buffer or None)
         self._probe = build_probe(
             self._agg, timing=mode, gpu=self._gpu, capturing=capture_check(self._torch) if self._gpu else None,
+            depth=capture_depth(self._torch) if self._gpu else None,
             sample_first=cfg.sample_first, sample_every=cfg.sample_every, decisions=self._decisions,
             samples=self._samples, sample_cap=cfg.sample_buffer, wall_offset_ns=self._wall_offset_ns,
         )

@@ -35,6 +35,7 @@ def build_probe(
     timing: str,
     gpu: GpuEvents | None,
     capturing: Callable[[], bool] | None,
+    depth: list[int] | None = None,
     sample_first: int,
     sample_every: int,
     decisions: deque | None,
@@ -74,6 +75,8 @@ def build_probe(
             return s
         if gpu is not None and q.is_cuda:
             try:
+                if depth is not None and capturing is not None and capturing():
+                    return s  # a capture torch's hook did not see (raw stream capture): no event
                 r = gpu.begin(stream, q.device)
             except Exception:  # noqa: BLE001
                 errs[E_TIM] += 1
@@ -219,16 +222,33 @@ def build_probe(
         captured = agg.captured
         slot_of = agg.slot_of
 
-        def start_gpu(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
-            try:
-                if q.is_cuda and capturing():
-                    s = slot_of(decision, shape, batch, model)
-                    if s >= 0:
-                        captured[s] += 1
-                    return None
-            except Exception:  # noqa: BLE001
-                errs[E_TIM] += 1
-            return start(decision, shape, batch, model, q, stream)
+        def count_captured(decision: Decision, shape: CallShape, batch: Batch, model: Any) -> None:
+            s = slot_of(decision, shape, batch, model)
+            if s >= 0:
+                captured[s] += 1
+
+        if depth is not None:  # torch's CUDAGraph keeps a capture depth for us: tens of ns per call
+
+            def start_gpu(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
+                if depth[0]:
+                    try:
+                        if q.is_cuda:
+                            count_captured(decision, shape, batch, model)
+                            return None
+                    except Exception:  # noqa: BLE001
+                        errs[E_TIM] += 1
+                return start(decision, shape, batch, model, q, stream)
+
+        else:  # no CUDAGraph class to watch: ask torch on every GPU call (several µs)
+
+            def start_gpu(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
+                try:
+                    if q.is_cuda and capturing():
+                        count_captured(decision, shape, batch, model)
+                        return None
+                except Exception:  # noqa: BLE001
+                    errs[E_TIM] += 1
+                return start(decision, shape, batch, model, q, stream)
 
         probe.start = start_gpu
     else:

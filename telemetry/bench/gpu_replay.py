@@ -110,12 +110,47 @@ def throughput(calls: list, *, policy: Policy, blocks: int, iters: int) -> dict[
     }
 
 
-def _device_us(ev: Any) -> float:
-    for attr in ("device_time_total", "cuda_time_total"):
-        v = getattr(ev, attr, None)
-        if v is not None:
-            return float(v)
-    return float("nan")
+def _cupti_call_seconds(events: Any) -> dict[int, float]:
+    """GPU seconds of each annotated call from the CUPTI trace: first kernel start to last kernel end.
+
+    ``record_function`` leaves a GPU-side annotation (device type CUDA) spanning the call's
+    kernels; where a torch build lacks it, kernels are assigned to the CPU-side annotation
+    whose launch window contains their correlated CPU launch.
+    """
+    cpu = torch.autograd.DeviceType.CPU
+    gpu_spans: dict[int, float] = {}
+    kernels: list[tuple[float, float]] = []
+    cpu_ranges: list[tuple[float, float, int]] = []
+    for ev in events:
+        name = ev.name
+        is_cpu = getattr(ev, "device_type", cpu) == cpu
+        tr = ev.time_range
+        if name.startswith("rs_call_"):
+            i = int(name[len("rs_call_"):])
+            if is_cpu:
+                cpu_ranges.append((tr.start, tr.end, i))
+            else:
+                gpu_spans[i] = (tr.end - tr.start) / 1e6
+        elif not is_cpu:
+            kernels.append((tr.start, tr.end))
+    if gpu_spans:
+        return gpu_spans
+    out: dict[int, list[float]] = {}
+    for ev in events:  # fallback: a CPU annotation's kernels via their launch events' children
+        if ev.name.startswith("rs_call_") and getattr(ev, "device_type", cpu) == cpu:
+            spans = [(k.time_range.start, k.time_range.end) for c in _walk(ev) for k in getattr(c, "kernels", [])]
+            if spans:
+                out[int(ev.name[len("rs_call_"):])] = [min(a for a, _ in spans), max(b for _, b in spans)]
+    return {i: (b - a) / 1e6 for i, (a, b) in out.items()}
+
+
+def _walk(ev: Any) -> list:
+    stack, seen = [ev], []
+    while stack:
+        e = stack.pop()
+        seen.append(e)
+        stack.extend(getattr(e, "cpu_children", []) or [])
+    return seen
 
 
 def accuracy(calls: list, *, policy: Policy, repeats: int) -> dict[str, Any]:
@@ -140,11 +175,7 @@ def accuracy(calls: list, *, policy: Policy, repeats: int) -> dict[str, Any]:
         torch.cuda.synchronize()
     samples = tel.drain_samples()
     tel.close()
-    cupti: dict[int, float] = {}
-    cpu = torch.autograd.DeviceType.CPU
-    for ev in prof.events():
-        if ev.name.startswith("rs_call_") and getattr(ev, "device_type", cpu) == cpu:
-            cupti[int(ev.name[len("rs_call_"):])] = _device_us(ev) / 1e6
+    cupti = _cupti_call_seconds(prof.events())
     per_size: dict[int, list[tuple[float, float]]] = {}
     if len(samples) == len(rows_of):
         for i, s in enumerate(samples):
@@ -159,7 +190,7 @@ def accuracy(calls: list, *, policy: Policy, repeats: int) -> dict[str, Any]:
                       "cupti_median_s": statistics.median(c for _, c in pairs),
                       "median_error_s": statistics.median(err), "median_error_pct": statistics.median(rel)})
     return {"timed_calls": len(samples), "profiled_calls": len(rows_of), "matched": len(samples) == len(rows_of),
-            "per_size": table}
+            "cupti_calls_found": len(cupti), "per_size": table}
 
 
 def graph_capture(calls: list, *, policy: Policy) -> dict[str, Any]:

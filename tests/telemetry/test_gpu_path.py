@@ -154,3 +154,50 @@ def test_cpu_tensors_use_host_time_even_with_a_gpu(make_tel):
     assert FakeCuda.recorded == 0 and FakeCuda.stream_lookups == 0
     s = scrape(tel.registry)
     assert sum(series(s, "routescope_call_duration_seconds_count").values()) == 3
+
+
+class FakeGraph:
+    """Stands in for torch.cuda.graphs.CUDAGraph: capture_begin/capture_end flip FakeCuda.capturing."""
+
+    def capture_begin(self, *args: Any, **kwargs: Any) -> None:
+        FakeCuda.capturing = True
+
+    def capture_end(self) -> None:
+        FakeCuda.capturing = False
+
+
+class FakeCudaWithGraphs(FakeCuda):
+    graphs = type("graphs", (), {"CUDAGraph": FakeGraph})
+    asked = 0
+
+    @staticmethod
+    def is_current_stream_capturing() -> bool:
+        FakeCudaWithGraphs.asked += 1
+        return FakeCuda.capturing
+
+
+class FakeTorchWithGraphs:
+    cuda = FakeCudaWithGraphs
+
+
+def test_capture_seen_through_cudagraph_hook_without_per_call_query(make_tel):
+    FakeCuda.capturing, FakeCuda.recorded, FakeCudaWithGraphs.asked = False, 0, 0
+    tel = make_tel(TelemetryConfig(models=("glm",), sample_first=2, sample_every=1000), torch_module=FakeTorchWithGraphs)
+    tel2 = make_tel(TelemetryConfig(models=("glm",)), torch_module=FakeTorchWithGraphs)  # a second one: hook once
+    assert getattr(FakeGraph, "_routescope_capture_depth") == [0]
+    from dispatcher.validate import validate
+
+    shape = validate(*args_for(8))
+    decision = dispatcher().decide(shape, Batch(CallClass.PREFILL))
+    run(tel, decision, shape, 50, stream="s")
+    assert FakeCudaWithGraphs.asked == 2, "torch is asked about capture on sampled calls only"
+    g = FakeGraph()
+    g.capture_begin()
+    run(tel, decision, shape, 4, stream="capture-stream")
+    g.capture_end()
+    recorded = FakeCuda.recorded
+    assert recorded == 2 * 2, "no event recorded during capture"
+    s = scrape(tel.registry)
+    assert sum(series(s, "routescope_graph_captured_calls_total").values()) == 4
+    assert sum(series(s, "routescope_calls_total").values()) == 50
+    assert tel2.timing == "gpu_events"
