@@ -3,7 +3,8 @@
 A slot is one (decision object, fine rows bucket, model) combination. The dispatcher memoises
 decisions, so one decision object stands for one row-free call shape and call class; with
 every counterfactual threshold a fine-bucket edge, a slot's counterfactual kernels are
-fixed and computed once here, never per call.
+fixed and computed once here, never per call, on the counterfactual platform (the real
+one, or a what-if arch such as gfx942 when the calls run elsewhere).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class SlotInfo(NamedTuple):
     rerouted_from: str | None
     decode_in_prefill: bool
     would: tuple[str, ...]  # kernel per counterfactual policy, in config order
+    would_dip: tuple[bool, ...]  # per counterfactual policy: its kernel would run these decode rows with no split-K
     decision: Decision
     shape: CallShape  # one call of the slot: row-free part shared by all its calls
 
@@ -58,6 +60,7 @@ class Aggregates:
         platform: Platform,
         policy: Policy,
         counterfactuals: tuple[Policy, ...],
+        counterfactual_platform: Platform | None = None,
         models: tuple[str, ...],
         max_slots: int,
         max_decisions: int,
@@ -100,7 +103,8 @@ class Aggregates:
         self.dp_rows = [0] * self.nm
         self.first_dip: list[dict] = []
         self._dip_seen: set[tuple[str, str]] = set()
-        self._cf = tuple(DecisionCache(platform, p) for p in counterfactuals)
+        cf_platform = platform if counterfactual_platform is None else counterfactual_platform
+        self._cf = tuple(DecisionCache(cf_platform, p) for p in counterfactuals)
         self.lock = threading.RLock()
 
     # -- rare paths: first call of a decision or of a slot ------------------------------------
@@ -143,12 +147,13 @@ class Aggregates:
                 return s
             s = len(self.info)
             self.hists[s] = [0] * N_LATENCY_BUCKETS
+            would = tuple(c.decide(shape, decision.call_class) for c in self._cf)
             info = SlotInfo(
                 decision.kernel.value, decision.reason_code, decision.call_class.value, fine,
                 self.buckets.labels[self.buckets.fine_to_label[fine]], self.model_names[mi],
                 decision.refused, decision.rerouted_from.value if decision.rerouted_from else None,
                 decision.decode_in_prefill,
-                tuple(c.decide(shape, decision.call_class).kernel.value for c in self._cf),
+                tuple(w.kernel.value for w in would), tuple(w.decode_in_prefill and not w.refused for w in would),
                 decision, shape,
             )
             self.info.append(info)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from dispatcher.platform import KNOWN_ARCHS
 from dispatcher.policy import Policy
 
 TIMING_MODES = ("auto", "host", "gpu", "off")
@@ -24,6 +25,7 @@ class TelemetryConfig:
     multiproc_dir: str | None = None  # prometheus multiprocess directory (PROMETHEUS_MULTIPROC_DIR)
     process_id: str | None = None  # multiprocess file id; None: the pid (dead pids are compacted)
     counterfactuals: tuple[str | Policy, ...] = DEFAULT_COUNTERFACTUALS
+    counterfactual_arch: str | None = None  # counterfactuals on what_if(arch, aiter=True); None: the real platform
     timing: str = "auto"  # auto: GPU events for device tensors, host clock otherwise
     sample_first: int = 32  # calls timed first per slot (kernel x rows bucket x model x class)
     sample_every: int = 128  # then one call in this many
@@ -54,10 +56,20 @@ class TelemetryConfig:
         bad = [m for m in self.models if m in ("other", "unknown")]
         if bad:
             raise ValueError(f"model names 'other' and 'unknown' are reserved; got {bad}")
+        if self.counterfactual_arch is not None:
+            arch = str(self.counterfactual_arch).strip().lower()
+            if arch not in KNOWN_ARCHS:
+                raise ValueError(f"counterfactual_arch must be one of {', '.join(KNOWN_ARCHS)} (or None: the real "
+                                 f"platform); got {self.counterfactual_arch!r}")
+            object.__setattr__(self, "counterfactual_arch", arch)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> TelemetryConfig:
-        """ROUTESCOPE_TELEMETRY_<FIELD> and PROMETHEUS_MULTIPROC_DIR; OTLP on when an OTEL endpoint is set."""
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, defaults: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> TelemetryConfig:
+        """ROUTESCOPE_TELEMETRY_<FIELD> and PROMETHEUS_MULTIPROC_DIR; OTLP on when an OTEL endpoint is set.
+
+        Precedence: ``overrides`` > the environment > ``defaults`` (a caller's defaults the user may still override)."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for f in fields(cls):
@@ -70,6 +82,7 @@ class TelemetryConfig:
         if "otlp" not in values and (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")):
             values["otlp"] = True
             values.setdefault("otel", True)
+        values = {**{k: v for k, v in (defaults or {}).items() if v is not None}, **values}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -84,6 +97,8 @@ def _parse(name: str, raw: str) -> Any:
         return raw.lower() in ("1", "true", "yes", "on")
     if name in ("flush_interval_s", "compact_interval_s"):
         return float(raw)
+    if name == "counterfactual_arch":
+        return None if raw.lower() == "none" else raw  # "none": the real platform, over a caller's default
     if name in ("rank", "multiproc_dir", "process_id", "timing"):
         return raw
     return int(raw)

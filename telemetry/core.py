@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from dispatcher.platform import Platform, detect
+from dispatcher.platform import Platform, detect, what_if
 from dispatcher.policy import Policy, PolicySettings
 
 from .aggregates import STAGE, Aggregates
@@ -65,7 +65,7 @@ class Telemetry:
         self._wall_offset_ns = time.time_ns() - time.perf_counter_ns()
         self._otel_on = bool(cfg.otel or cfg.otlp or otel_readers)
         self._build(platform if platform is not None else detect(), policy if policy is not None else PolicySettings().policy())
-        self._collector = TelemetryCollector(self.flush, cfg.rank, self._count_error)
+        self._collector = TelemetryCollector(self.flush, cfg.rank, self.count_error)
         self.registry: CollectorRegistry = make_registry(self._collector)
         self._writer: MultiprocWriter | None = None
         self._mp_path: str | None = None
@@ -77,7 +77,7 @@ class Telemetry:
                 self._mp_path = cfg.multiproc_dir
             except Exception:  # noqa: BLE001 - a bad directory disables the exporter, not the service
                 log.exception("routescope telemetry: multiprocess directory %r unusable", cfg.multiproc_dir)
-                self._count_error("export")
+                self.count_error("export")
         self._otel = None
         if self._otel_on:
             try:
@@ -85,11 +85,11 @@ class Telemetry:
 
                 self._otel = OtelExporter(
                     totals=lambda: self._totals, rank=cfg.rank, readers=otel_readers, otlp=cfg.otlp,
-                    tracer_provider=tracer_provider, span_every=cfg.otel_span_every, on_error=self._count_error,
+                    tracer_provider=tracer_provider, span_every=cfg.otel_span_every, on_error=self.count_error,
                 )
             except Exception:  # noqa: BLE001
                 log.exception("routescope telemetry: OpenTelemetry setup failed")
-                self._count_error("otel")
+                self.count_error("otel")
 
     # -- wiring ---------------------------------------------------------------------------------
     def _build(self, platform: Platform, policy: Policy) -> None:
@@ -97,8 +97,11 @@ class Telemetry:
         cfg = self.config
         self.platform, self.policy = platform, policy
         self.counterfactuals: tuple[Policy, ...] = tuple(counterfactual_policy(c, policy) for c in cfg.counterfactuals)
+        arch = cfg.counterfactual_arch
+        self.counterfactual_platform: Platform = what_if(arch, aiter=True) if arch else platform
         self._agg = Aggregates(
-            platform=platform, policy=policy, counterfactuals=self.counterfactuals, models=cfg.models,
+            platform=platform, policy=policy, counterfactuals=self.counterfactuals,
+            counterfactual_platform=self.counterfactual_platform, models=cfg.models,
             max_slots=cfg.max_slots, max_decisions=cfg.max_decisions, log_first_dip=cfg.log_first_decode_in_prefill,
         )
         mode = cfg.timing
@@ -144,8 +147,15 @@ class Telemetry:
         """Count one call of the decode entry, so decode-in-prefill reads as a share of all decode calls."""
         self._probe.record_decode_path(rows, model)
 
-    def _count_error(self, stage: str) -> None:
-        self._agg.errs[STAGE[stage]] += 1
+    def count_error(self, stage: str) -> None:
+        """Count one caught exception in routescope_telemetry_errors_total{stage}; for code that wraps telemetry.
+
+        ``stage`` is one of ``telemetry.spec.STAGES``; any other is a programming error (ValueError),
+        so a typo fails at the first call instead of inventing a label. Otherwise never raises."""
+        i = STAGE.get(stage)
+        if i is None:
+            raise ValueError(f"unknown telemetry error stage {stage!r}; one of {', '.join(STAGES)}")
+        self._agg.errs[i] += 1
 
     @property
     def probe_failures(self) -> int:
@@ -160,12 +170,12 @@ class Telemetry:
                 try:
                     self._gpu.resolve(agg, self._samples, self.config.sample_buffer)
                 except Exception:  # noqa: BLE001
-                    self._count_error("timing")
+                    self.count_error("timing")
             try:
                 totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
                                       build_info=self._build_info)
             except Exception:  # noqa: BLE001
-                self._count_error("flush")
+                self.count_error("flush")
                 self._totals.telemetry_errors = {(s,): agg.errs[i] for i, s in enumerate(STAGES)}
                 return self._totals
             self._totals = totals
@@ -177,7 +187,7 @@ class Telemetry:
                 try:
                     self._otel.feed(self._samples, agg.info)
                 except Exception:  # noqa: BLE001
-                    self._count_error("otel")
+                    self.count_error("otel")
             elif self._samples is not None:
                 self._samples.clear()
             totals.telemetry_errors = {(s,): agg.errs[i] for i, s in enumerate(STAGES)}
@@ -187,14 +197,14 @@ class Telemetry:
         try:
             self._writer.write(totals, self.config.rank)  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001
-            self._count_error("export")
+            self.count_error("export")
         now = time.monotonic()
         if now - self._last_compact >= self.config.compact_interval_s:
             self._last_compact = now
             try:
                 compact(self._writer.path)  # type: ignore[union-attr]
             except Exception:  # noqa: BLE001
-                self._count_error("export")
+                self.count_error("export")
 
     def drain_samples(self) -> list[dict[str, Any]]:
         """Raw sampled latencies since the last drain, in resolution order (needs ``keep_samples``); flushes first."""
@@ -221,7 +231,7 @@ class Telemetry:
         try:
             return multiprocess_registry(self._mp_path)
         except Exception:  # noqa: BLE001
-            self._count_error("export")
+            self.count_error("export")
             return self.registry
 
     def snapshot(self, *, flush: bool = True) -> dict:
@@ -231,7 +241,7 @@ class Telemetry:
         try:
             return build_snapshot(self, self.flush() if flush else self._totals)
         except Exception:  # noqa: BLE001 - /routing and /readyz always get an answer
-            self._count_error("export")
+            self.count_error("export")
             return empty_snapshot(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -254,7 +264,7 @@ class Telemetry:
                 self.flush()
                 self._bg_flush_ts = time.time()
             except Exception:  # noqa: BLE001
-                self._count_error("flush")
+                self.count_error("flush")
 
     @property
     def running(self) -> bool:
@@ -277,12 +287,12 @@ class Telemetry:
                 if ident_pid(writer.ident) is not None:
                     compact(writer.path, dead_idents=(writer.ident,))
             except Exception:  # noqa: BLE001
-                self._count_error("export")
+                self.count_error("export")
         if self._otel is not None:
             try:
                 self._otel.shutdown()
             except Exception:  # noqa: BLE001
-                self._count_error("otel")
+                self.count_error("otel")
 
     def __enter__(self) -> Telemetry:
         return self

@@ -29,6 +29,21 @@ def _counts(t: Totals) -> list[dict[str, Any]]:
     return out
 
 
+def _would_route(t: Totals) -> list[dict[str, Any]]:
+    """Would-route calls per (policy, kernel, bucket, model), and how many carried decode rows into a prefill kernel."""
+    return [
+        {"policy": p, "kernel": k, "rows_bucket": b, "model": m, "calls": n,
+         "decode_in_prefill_calls": t.would_dip.get((p, k, b, m), 0)}
+        for (p, k, b, m), n in sorted(t.would_route.items())
+    ]
+
+
+def _where_decided(tel: Telemetry) -> str:
+    """Where counterfactuals are decided, for people: "what-if gfx942", or the real platform's arch."""
+    arch = tel.config.counterfactual_arch
+    return f"what-if {arch}" if arch else tel.platform.arch
+
+
 def _latency(t: Totals) -> list[dict[str, Any]]:
     out = []
     for (k, b, m), (counts, total) in sorted(t.latency.items()):
@@ -59,10 +74,11 @@ def _decisions(tel: Telemetry) -> list[dict[str, Any]]:
 
 
 def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
-    """Keys: platform, policy, counterfactuals, counts, decode_in_prefill, latency, decisions, would_route,
-    errors, guard, graph_captured, decode_path, health (plus rank, arch, timing, rows_buckets)."""
+    """Keys: platform, policy, counterfactuals, counterfactual_platform, counts, decode_in_prefill, latency, decisions,
+    would_route, errors, guard, graph_captured, decode_path, health (plus rank, arch, timing, rows_buckets)."""
     agg = tel._agg
     now = time.time()
+    where = _where_decided(tel)
     dip = [
         {"kernel": k, "model": m, "call_class": cc, "calls": n, "rows": t.dip_rows.get((k, m, cc), 0)}
         for (k, m, cc), n in sorted(t.dip_calls.items())
@@ -70,7 +86,8 @@ def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
     return {
         "platform": tel.platform.to_dict(),
         "policy": tel.policy.to_dict(),
-        "counterfactuals": [p.to_dict() for p in tel.counterfactuals],
+        "counterfactuals": [dict(p.to_dict(), platform=where) for p in tel.counterfactuals],
+        "counterfactual_platform": tel.counterfactual_platform.to_dict(),
         "rank": tel.config.rank,
         "arch": tel.platform.arch,
         "timing": tel.timing,
@@ -79,7 +96,7 @@ def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
         "decode_in_prefill": {"counts": dip, "first_occurrences": [dict(r) for r in agg.first_dip]},
         "latency": _latency(t),
         "decisions": _decisions(tel),
-        "would_route": _rows(t.would_route, ("policy", "kernel", "rows_bucket", "model")),
+        "would_route": _would_route(t),
         "errors": _rows(t.kernel_errors, ("kernel", "exception", "model")),
         "guard": {
             "mode": tel.policy.guard.value,
@@ -109,6 +126,7 @@ def empty_snapshot(tel: Telemetry) -> dict[str, Any]:
     agg = tel._agg
     return {
         "platform": tel.platform.to_dict(), "policy": tel.policy.to_dict(), "counterfactuals": [],
+        "counterfactual_platform": tel.counterfactual_platform.to_dict(),
         "rank": tel.config.rank, "arch": tel.platform.arch, "timing": tel.timing, "rows_buckets": [],
         "counts": [], "decode_in_prefill": {"counts": [], "first_occurrences": []}, "latency": [],
         "decisions": [], "would_route": [], "errors": [], "guard": {"mode": tel.policy.guard.value, "rerouted": [],

@@ -29,6 +29,7 @@ class Totals:
     rerouted: dict[Key, int] = field(default_factory=dict)
     refused: dict[Key, int] = field(default_factory=dict)
     would_route: dict[Key, int] = field(default_factory=dict)
+    would_dip: dict[Key, int] = field(default_factory=dict)  # of would_route: decode rows into a prefill kernel (snapshot only)
     kernel_errors: dict[Key, int] = field(default_factory=dict)
     captured: dict[Key, int] = field(default_factory=dict)
     decode_path_calls: dict[Key, int] = field(default_factory=dict)
@@ -78,8 +79,10 @@ def build_totals(
         c = calls[s]
         if c > 0:
             _add(t.decisions, (k, inf.reason, m), c)
-            for name, wk in zip(cf_names, inf.would):
+            for name, wk, wd in zip(cf_names, inf.would, inf.would_dip):
                 _add(t.would_route, (name, wk, b, m), c)
+                if wd:
+                    _add(t.would_dip, (name, wk, b, m), c)
             if inf.refused:
                 _add(t.refused, (k, m), c)
             else:

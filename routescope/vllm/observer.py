@@ -128,11 +128,10 @@ class Observer:
         """Count one failure of our own logic; log the first of each stage with its traceback."""
         self.errors[stage] += 1
         tel = self.telemetry  # routescope_telemetry_errors_total{stage="probe"}: our wrappers are the probe's caller
-        count = getattr(tel, "count_error", None) or getattr(tel, "_count_error", None)
-        if count is not None:
+        if tel is not None:
             try:
-                count("probe")
-            except Exception:  # noqa: BLE001
+                tel.count_error("probe")
+            except Exception:  # noqa: BLE001 - a stand-in telemetry without it must not fail vLLM's call
                 pass
         if stage not in self._logged:
             self._logged.add(stage)

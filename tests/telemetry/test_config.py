@@ -57,3 +57,28 @@ def test_counterfactual_specs():
         counterfactual_policy("sometimes", active)
     with pytest.raises(ValueError):
         counterfactual_policy("x:gfx999=1", active)
+
+
+def test_counterfactual_arch_from_env_and_validation():
+    assert TelemetryConfig().counterfactual_arch is None  # the real platform
+    env = {"ROUTESCOPE_TELEMETRY_COUNTERFACTUAL_ARCH": " GFX942 "}
+    assert TelemetryConfig.from_env(env).counterfactual_arch == "gfx942"
+    assert TelemetryConfig.from_env({"ROUTESCOPE_TELEMETRY_COUNTERFACTUAL_ARCH": ""}).counterfactual_arch is None
+    with pytest.raises(ValueError, match="counterfactual_arch must be one of gfx942, gfx950.*got 'gfx9999'"):
+        TelemetryConfig.from_env({"ROUTESCOPE_TELEMETRY_COUNTERFACTUAL_ARCH": "gfx9999"})
+    with pytest.raises(ValueError, match="counterfactual_arch"):
+        TelemetryConfig(counterfactual_arch="")
+
+
+def test_from_env_defaults_yield_to_the_environment_and_overrides():
+    defaults = {"counterfactual_arch": "gfx942", "counterfactuals": ("gfx942_512",)}
+    cfg = TelemetryConfig.from_env({}, defaults=defaults)
+    assert cfg.counterfactual_arch == "gfx942" and cfg.counterfactuals == ("gfx942_512",)
+    env = {"ROUTESCOPE_TELEMETRY_COUNTERFACTUAL_ARCH": "gfx950", "ROUTESCOPE_TELEMETRY_COUNTERFACTUALS": "no_row_gate"}
+    cfg = TelemetryConfig.from_env(env, defaults=defaults)
+    assert cfg.counterfactual_arch == "gfx950" and cfg.counterfactuals == ("no_row_gate",)
+    real = TelemetryConfig.from_env({"ROUTESCOPE_TELEMETRY_COUNTERFACTUAL_ARCH": "none"}, defaults=defaults)
+    assert real.counterfactual_arch is None  # "none" asks for the real platform over a caller's default
+    assert TelemetryConfig.from_env(env, defaults=defaults, counterfactual_arch="sm90").counterfactual_arch == "sm90"
+    mp = TelemetryConfig.from_env({"PROMETHEUS_MULTIPROC_DIR": "/d"}, defaults={"multiproc_dir": "/x"})
+    assert mp.multiproc_dir == "/d"  # the environment's fallback beats a caller's default too

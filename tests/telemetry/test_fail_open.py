@@ -172,9 +172,11 @@ def test_snapshot_fault_returns_every_key(make_tel, monkeypatch):
 
     tel = cpu_tel(make_tel)
     real_call_checked(real_dispatcher(tel))
+    keys = set(tel.snapshot())
     monkeypatch.setattr(telemetry.snapshot, "build_snapshot", boom)
     snap = tel.snapshot()
     assert snap["counts"] == [] and snap["health"]["snapshot_failed"]
+    assert set(snap) == keys
     assert snap["health"]["telemetry_errors"]["export"] == 1
 
 
@@ -201,3 +203,25 @@ def test_decode_path_fault(make_tel, monkeypatch):
     tel._agg.dp_calls.clear()  # IndexError inside the hot path
     tel.record_decode_path(3, "glm")
     assert tel._agg.errs[0] == 1
+
+
+def test_count_error_is_public_and_checks_the_stage(make_tel):
+    """What code wrapping telemetry (the vLLM plugin) counts its own failures with."""
+    tel = cpu_tel(make_tel)
+    tel.count_error("probe")
+    tel.count_error("probe")
+    tel.count_error("export")
+    errs = errors(tel)
+    assert errs == {"probe": 2, "export": 1}  # zero-valued stages are dropped by series()
+    with pytest.raises(ValueError, match="unknown telemetry error stage 'prob'; one of record, timing"):
+        tel.count_error("prob")
+    assert sum(errors(tel).values()) == 3  # the bad stage counted nothing
+
+
+def test_count_error_survives_a_rebuild(make_tel):
+    tel = cpu_tel(make_tel)
+    tel.count_error("probe")
+    tel.instrument(dispatcher(platform=what_if("cpu"), policy=Policy(gfx942_min_rows=768)))  # nothing recorded: rebuilds
+    assert tel.policy.gfx942_min_rows == 768
+    tel.count_error("probe")
+    assert errors(tel)["probe"] == 2

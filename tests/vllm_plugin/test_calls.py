@@ -275,7 +275,7 @@ class _FakeTelemetry:
     def record_decode_path(self, rows, model):
         raise RuntimeError("record_decode_path exploded")
 
-    def _count_error(self, stage):
+    def count_error(self, stage):
         self.errors.append(stage)
 
 
