@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -14,14 +15,13 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 from prometheus_fastapi_instrumentator import Instrumentator
 
-from dispatcher import Dispatcher, detect, probe_aiter
+from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
 from dispatcher.explain import ExplainRequest
 from telemetry import Telemetry, TelemetryConfig
+from telemetry.config import DEFAULT_COUNTERFACTUALS
 
 from . import __version__
 from .demo.runner import DemoRunner
-from .demo.traffic import DEMO_MODELS
-from .demo.whatif import WhatIf
 from .errors import unexpected_handler, validation_handler
 from .metrics import ChainedCollector
 from .routes import router, static_dir
@@ -44,9 +44,19 @@ class ServiceState:
     started: bool = False  # the lifespan has run its startup half
 
 
+def demo_counterfactuals(settings: ServiceSettings, platform: Platform, policy: Policy) -> dict[str, Any]:
+    """Telemetry defaults for the demo off gfx942/gfx950, where every counterfactual would answer in-tree:
+    decide them on a what-if gfx942 (the active gate, gfx942_1024, no_row_gate). ROUTESCOPE_TELEMETRY_* still win."""
+    if not settings.demo or platform.is_gfx942 or platform.is_gfx950:
+        return {}
+    gates = dict.fromkeys((f"gfx942_{policy.gfx942_min_rows}", *DEFAULT_COUNTERFACTUALS))
+    return {"counterfactual_arch": "gfx942", "counterfactuals": tuple(gates)}
+
+
 def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Telemetry:
     """Telemetry for this dispatcher: models, rank and multiprocess dir from settings; OTEL_* from the environment."""
     config = TelemetryConfig.from_env(
+        defaults=demo_counterfactuals(settings, dispatcher.platform, dispatcher.policy),
         models=tuple(settings.model_set()),
         rank=str(settings.rank),
         multiproc_dir=settings.multiproc_dir,
@@ -59,16 +69,11 @@ def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Teleme
 
 
 def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Telemetry) -> DemoRunner:
-    """The embedded workload; decode-entry calls go to telemetry, and off gfx942 a what-if gfx942 decides each call too."""
+    """The embedded workload; decode-entry calls go to telemetry, which also counts the prefill-entry ones."""
 
     def decode_path(model: str, rows: int) -> None:
         telemetry.record_decode_path(rows, model)
 
-    whatif = None
-    if not dispatcher.platform.is_gfx942:  # telemetry's counterfactuals are decided on this platform
-        policies = (dispatcher.policy, *telemetry.counterfactuals)
-        labels = telemetry.snapshot(flush=False)["rows_buckets"]
-        whatif = WhatIf(policies, labels, DEMO_MODELS)
     return DemoRunner(
         dispatcher,
         seed=settings.demo_seed,
@@ -76,7 +81,6 @@ def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Tel
         duty=settings.demo_duty,
         full_scale=True if settings.demo_full_scale else None,
         on_decode_path=decode_path,
-        what_if=whatif,
         limit=settings.demo_limit,
     )
 

@@ -82,11 +82,18 @@ class DecodeInPrefillOut(_Open):
 
 
 class WouldRouteRow(_Open):
+    """Where a counterfactual policy would have sent these calls (decided, never launched)."""
+
     policy: str
     kernel: str
     rows_bucket: str
     model: str
     calls: int
+    decode_in_prefill_calls: int = Field(0, description="of these, calls with decode rows the policy would send to a prefill kernel")
+
+
+class CounterfactualOut(PolicyOut):
+    platform: str = Field(description='where it is decided: "what-if gfx942", or the arch the calls ran on')
 
 
 class ErrorRow(_Open):
@@ -121,18 +128,6 @@ class DemoShape(_Open):
     description: str
 
 
-class WhatIfRow(WouldRouteRow):
-    decode_in_prefill_calls: int = Field(0, description="of these, calls with decode rows the policy would send to a prefill kernel")
-
-
-class DemoWhatIf(BaseModel):
-    """The demo's calls decided again on a what-if gfx942 with AITER on: never launched, never this machine."""
-
-    platform: PlatformOut
-    policies: list[PolicyOut]
-    counts: list[WhatIfRow]
-
-
 class DemoOut(_Open):
     """The embedded workload: how it is scaled, and its own call counters (to compare with telemetry's)."""
 
@@ -151,7 +146,6 @@ class DemoOut(_Open):
     refused: int
     errors: int
     last_error: str | None = None
-    what_if: DemoWhatIf | None = None
 
 
 class ServiceInfo(BaseModel):
@@ -170,7 +164,9 @@ class RoutingOut(_Open):
     service: ServiceInfo
     platform: PlatformOut
     policy: PolicyOut
-    counterfactuals: list[PolicyOut] = Field(description="what-if policies; their counts are never launches")
+    counterfactuals: list[CounterfactualOut] = Field(description="what-if policies; their counts are never launches")
+    counterfactual_platform: PlatformOut | None = Field(
+        None, description="the platform counterfactuals are decided on: this one, or a what-if arch (what_if true)")
     rows_buckets: list[str] = Field(description="every rows bucket label, in order")
     counts: list[CountRow]
     decode_in_prefill: DecodeInPrefillOut

@@ -20,7 +20,6 @@ from dispatcher.kernels.common import KernelArgs, SparseIndex
 
 from .scale import ScaledShape, scaled
 from .traffic import DEFAULT_SCENARIOS, DEMO_MODELS, CallSpec, ModelSpec, Scenario, traffic
-from .whatif import WhatIf
 
 log = logging.getLogger("routescope.demo")
 
@@ -86,7 +85,6 @@ class DemoRunner:
         models: Sequence[ModelSpec] = DEMO_MODELS,
         scenarios: Sequence[Scenario] = DEFAULT_SCENARIOS,
         on_decode_path: DecodePathHook | None = None,
-        what_if: WhatIf | None = None,
         min_gap_s: float = 0.002,
         torch_threads: int | None = 1,
         limit: int | None = None,
@@ -103,7 +101,6 @@ class DemoRunner:
         self.models = tuple(models)
         self.scenarios = tuple(scenarios)
         self.on_decode_path = on_decode_path
-        self.what_if = what_if
         self.min_gap_s = min_gap_s
         self.torch_threads = torch_threads
         self.limit = limit
@@ -202,8 +199,6 @@ class DemoRunner:
                 if self.on_decode_path is not None:
                     self.on_decode_path(spec.model, rows)
                 return
-            if self.what_if is not None:
-                self.what_if.record(spec)
             s, a = buf.shape, buf.args(rows)
             try:
                 self.dispatcher(
@@ -260,5 +255,4 @@ class DemoRunner:
             "errors": c.errors,
             "last_error": c.last_error,
             "by_kind": dict(c.by_kind),
-            "what_if": self.what_if.info() if self.what_if is not None else None,
         }

@@ -40,16 +40,19 @@ function fmtPair(a, b) {
   return `${f(a)}/${f(b)} ${unit}`;
 }
 
-// The demo's own what-if (its calls decided on a what-if gfx942) when present, else telemetry's counterfactuals.
+// Telemetry's counterfactuals: decided on this platform, or on a what-if arch (the demo off gfx942 uses gfx942).
 function whatIfSource(data) {
-  const w = data.demo && data.demo.what_if;
-  if (w) return { policies: w.policies, counts: w.counts, where: `${w.platform.arch} + AITER`, demo: true };
-  return { policies: data.counterfactuals, counts: data.would_route, where: `this platform (${data.platform.arch})`, demo: false };
+  const cp = data.counterfactual_platform || data.platform;
+  const where = cp.what_if ? `a what-if ${cp.arch}${cp.aiter_enabled ? " + AITER" : ""}` : `this platform (${cp.arch})`;
+  return { policies: data.counterfactuals, counts: data.would_route, platform: cp, where,
+           elsewhere: cp.what_if && cp.arch !== data.platform.arch };
 }
 
-function policyLabel(p) {
-  const gate = p.gfx942_min_rows > 0 ? `≥ ${p.gfx942_min_rows}` : "no row gate";
-  return p.name === "active" ? `active (${gate})` : p.name === "no_row_gate" ? p.name : `${p.name} (${gate})`;
+// Short enough for the matrix's first column: the name, its gfx942 gate unless the name says it, "(active)" for the active gate.
+function policyLabel(p, active) {
+  if (active && p.gfx942_min_rows === active.gfx942_min_rows && p.gfx950_min_rows === active.gfx950_min_rows) return `${p.name} (active)`;
+  if (p.name === "no_row_gate" || p.name === `gfx942_${p.gfx942_min_rows}`) return p.name;
+  return `${p.name} (${p.gfx942_min_rows > 0 ? "≥ " + p.gfx942_min_rows : "no row gate"})`;
 }
 
 function shortKernel(k) {
@@ -140,12 +143,13 @@ function modelPanel(data, model, buckets) {
   const wiRows = wi.counts.filter((r) => r.model === model);
   if (wiRows.length) {
     body.append(el("tr", { class: "whatif-head" }, el("td", { colspan: buckets.length + 1,
-      text: `what-if on ${wi.where}: where the same calls would go under each policy (never launched)` })));
+      text: `counterfactuals on ${wi.where}: where the same calls would go under each policy (never launched)` })));
   }
   for (const p of wi.policies) {
     const rows = wiRows.filter((r) => r.policy === p.name);
     if (!rows.length) continue;
-    const tr = el("tr", { class: "whatif", "data-policy": p.name }, el("td", { class: "kernel", text: "→ " + policyLabel(p) }));
+    const tr = el("tr", { class: "whatif", "data-policy": p.name }, el("td", { class: "kernel", text: "→ " + policyLabel(p, data.policy),
+      title: `${p.name}: gfx942 ≥ ${p.gfx942_min_rows}, gfx950 ≥ ${p.gfx950_min_rows}, decided on ${p.platform || wi.platform.arch}` }));
     for (const b of buckets) {
       const hit = rows.filter((r) => r.rows_bucket === b).sort((x, y) => kernelRank(x.kernel) - kernelRank(y.kernel));
       if (!hit.length) { tr.append(el("td", { class: "empty", text: "·" })); continue; }
@@ -195,10 +199,12 @@ function notes(data) {
   } else dn.hidden = true;
   const wi = whatIfSource(data);
   if (wi.policies.length) {
-    wn.textContent = wi.demo
-      ? `What-if rows decide the demo's calls again on a what-if gfx942 with AITER enabled (${wi.policies.map(policyLabel).join("; ")}). ` +
-        `They are never launches: this machine is ${data.platform.arch}, and nothing ran on gfx942.`
-      : `What-if rows (${wi.policies.map(policyLabel).join("; ")}) are counterfactuals decided on ${data.platform.arch}: ` +
+    const list = wi.policies.map((p) => policyLabel(p, data.policy)).join("; ");
+    const cp = wi.platform;
+    wn.textContent = cp.what_if
+      ? `What-if rows decide the same calls again on a what-if ${cp.arch}${cp.aiter_enabled ? " with AITER enabled" : ""}, under each policy: ${list}. ` +
+        (wi.elsewhere ? `They are never launches: this machine is ${data.platform.arch}, and nothing ran on ${cp.arch}.` : "They are never launches.")
+      : `What-if rows (${list}) are counterfactuals decided on ${cp.arch}: ` +
         `where the same calls would have gone under that policy. They are never launches.`;
     wn.hidden = false;
   } else wn.hidden = true;

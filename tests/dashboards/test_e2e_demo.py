@@ -122,6 +122,11 @@ def test_every_panel_query_returns_data(demo_stack):
     wait_panels_have_data(prom, timeout=DATA_TIMEOUT)
     assert set(prom.label_values("instance", "routescope_calls_total")) == {good.instance, bad.instance}
     assert set(prom.label_values("rank", "routescope_calls_total")) >= {"0", "1"}
+    # On this CPU the demo's counterfactuals are decided on a what-if gfx942, so the counterfactual
+    # panel shows where the gate would have sent the calls, not in-tree for every policy.
+    would = prom.query("sum by (policy, kernel) (routescope_would_route_calls_total)")["result"]
+    got = {(s["metric"]["policy"], s["metric"]["kernel"]) for s in would if float(s["value"][1]) > 0}
+    assert {("gfx942_512", "aiter.pa_prefill_sparse"), ("no_row_gate", "aiter.pa_prefill_sparse")} <= got, got
 
 
 def test_decode_in_prefill_fires_for_the_misrouted_instance_only(demo_stack):

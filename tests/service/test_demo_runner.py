@@ -14,9 +14,10 @@ from telemetry import Telemetry, TelemetryConfig
 MODELS = ("DeepSeek-V4.1-Flash", "GLM-5.3-Flash")
 
 
-def run(n: int, *, glm_bug: bool = False, guard: GuardMode = GuardMode.OBSERVE) -> tuple[DemoRunner, dict]:
+def run(n: int, *, glm_bug: bool = False, guard: GuardMode = GuardMode.OBSERVE,
+        **config: object) -> tuple[DemoRunner, dict]:
     d = Dispatcher(policy=Policy(guard=guard))
-    tel = Telemetry(TelemetryConfig(models=MODELS), platform=d.platform, policy=d.policy)
+    tel = Telemetry(TelemetryConfig(models=MODELS, **config), platform=d.platform, policy=d.policy)
     tel.instrument(d)
     r = DemoRunner(d, glm_bug=glm_bug, limit=n, duty=1.0, min_gap_s=0.0,
                    on_decode_path=lambda model, rows: tel.record_decode_path(rows, model))
@@ -38,6 +39,20 @@ def test_every_call_reaches_telemetry_once():
     assert sum(x["rows"] for x in snap["decode_path"]) == c.decode_path_rows
     assert snap["decode_in_prefill"]["counts"] == []  # no bug, no decode rows in prefill
     assert {x["kernel"] for x in snap["counts"]} == {"intree.ragged_prefill"}  # a CPU takes no AITER branch
+
+
+def test_counterfactuals_on_a_what_if_gfx942_follow_its_gate():
+    """This CPU ran every call in-tree; telemetry says where the gfx942 gate would have sent each one."""
+    gates = {"gfx942_512": 512, "gfx942_1024": 1024, "no_row_gate": 0}
+    r, snap = run(150, counterfactual_arch="gfx942", counterfactuals=tuple(gates))
+    assert {x["kernel"] for x in snap["counts"]} == {"intree.ragged_prefill"}
+    for row in snap["would_route"]:  # exported buckets have the active gates (512, 1024) as edges
+        low = int(row["rows_bucket"].split("-")[0].rstrip("+"))
+        expect = "aiter.pa_prefill_sparse" if low >= gates[row["policy"]] else "intree.ragged_prefill"
+        assert row["kernel"] == expect, row
+    for policy in gates:
+        assert sum(x["calls"] for x in snap["would_route"] if x["policy"] == policy) == r.counts.prefill_calls
+    assert any(x["kernel"] == "aiter.pa_prefill_sparse" for x in snap["would_route"] if x["policy"] == "gfx942_512")
 
 
 def test_glm_bug_shows_up_as_decode_in_prefill_for_glm_only():

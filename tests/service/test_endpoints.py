@@ -78,6 +78,8 @@ def test_routing_shape_without_traffic(client):
     assert body["platform"]["aiter_reason"]  # why AITER is not available here
     assert body["policy"]["gfx942_min_rows"] == 512 and body["policy"]["gfx950_min_rows"] == 1024
     assert [p["name"] for p in body["counterfactuals"]]
+    assert {p["platform"] for p in body["counterfactuals"]} == {"cpu"}  # no demo: decided on this platform
+    assert body["counterfactual_platform"]["what_if"] is False
     assert body["counts"] == [] and body["decisions"] == [] and body["demo"] is None
     assert "512-1023" in body["rows_buckets"] and body["rows_buckets"][-1] == "16384+"
     assert body["decode_in_prefill"]["calls"] == 0
@@ -101,13 +103,38 @@ def test_routing_with_demo_traffic(demo_client):
     assert 0 < len(body["decisions"]) <= 50
     ts = [d["ts"] for d in body["decisions"]]
     assert ts == sorted(ts, reverse=True)  # newest first
-    assert {r["policy"] for r in body["would_route"]} == {p["name"] for p in body["counterfactuals"]}
-    wi = demo["what_if"]  # the CPU demo's calls decided again on a what-if gfx942 (telemetry's are on cpu)
-    assert wi["platform"]["arch"] == "gfx942" and wi["platform"]["what_if"] is True
-    assert [p["name"] for p in wi["policies"]] == ["active"] + [p["name"] for p in body["counterfactuals"]]
-    for p in wi["policies"]:
-        assert sum(r["calls"] for r in wi["counts"] if r["policy"] == p["name"]) == demo["prefill_calls"]
-    assert any(r["kernel"] == "aiter.pa_prefill_sparse" for r in wi["counts"])
+    # telemetry's counterfactuals: this CPU demo's calls decided again on a what-if gfx942 (never launched)
+    assert [(p["name"], p["platform"]) for p in body["counterfactuals"]] == [
+        ("gfx942_512", "what-if gfx942"), ("gfx942_1024", "what-if gfx942"), ("no_row_gate", "what-if gfx942")]
+    cp = body["counterfactual_platform"]
+    assert cp["arch"] == "gfx942" and cp["what_if"] is True and cp["aiter_enabled"] is True
+    assert "what_if" not in demo  # one mechanism: telemetry's would_route
+    decided = sum(r["calls"] for r in body["counts"]) + sum(r["calls"] for r in body["guard"]["refused"])
+    for p in body["counterfactuals"]:
+        assert sum(r["calls"] for r in body["would_route"] if r["policy"] == p["name"]) == decided
+    kernels = {(r["policy"], r["kernel"]) for r in body["would_route"]}
+    assert {("gfx942_512", "aiter.pa_prefill_sparse"), ("no_row_gate", "aiter.pa_prefill_sparse")} <= kernels
+    dip = {p["name"]: 0 for p in body["counterfactuals"]}
+    for r in body["would_route"]:
+        dip[r["policy"]] += r["decode_in_prefill_calls"]
+    assert set(dip.values()) == {body["decode_in_prefill"]["calls"]}  # the GLM bug's calls, under every gate
+    assert dip["no_row_gate"] > 0
+    assert any(line.startswith("routescope_would_route_calls_total{") and 'policy="gfx942_512"' in line
+               and 'kernel="aiter.pa_prefill_sparse"' in line for line in demo_client.get("/metrics").text.splitlines())
+
+
+def test_demo_counterfactuals_defaults_yield_to_the_environment(client_for, monkeypatch):
+    monkeypatch.setenv("ROUTESCOPE_TELEMETRY_COUNTERFACTUAL_ARCH", "none")
+    c = client_for(demo=True, demo_limit=1, gfx942_min_rows=768)
+    body = c.get("/routing").json()
+    assert body["counterfactual_platform"]["arch"] == "cpu" and not body["counterfactual_platform"]["what_if"]
+    assert [(p["name"], p["platform"]) for p in body["counterfactuals"]] == [
+        ("gfx942_768", "cpu"), ("gfx942_1024", "cpu"), ("no_row_gate", "cpu")]
+    monkeypatch.setenv("ROUTESCOPE_TELEMETRY_COUNTERFACTUAL_ARCH", "gfx950")
+    monkeypatch.setenv("ROUTESCOPE_TELEMETRY_COUNTERFACTUALS", "gfx950_2048")
+    body = client_for(demo=True, demo_limit=1).get("/routing").json()
+    assert body["counterfactual_platform"]["arch"] == "gfx950"
+    assert [(p["name"], p["platform"]) for p in body["counterfactuals"]] == [("gfx950_2048", "what-if gfx950")]
 
 
 def test_routing_decisions_are_bounded_by_settings(client_for):

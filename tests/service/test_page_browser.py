@@ -81,11 +81,14 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
     demo_note = dom.text.get("demo-note", "")
     assert "scaled down" in demo_note and "1/4096" in demo_note and "GLM decode bug ON" in demo_note
     whatif = dom.text.get("whatif-note", "")
+    assert "what-if gfx942 with AITER enabled" in whatif and "gfx942_512 (active); gfx942_1024; no_row_gate" in whatif
     assert "never launches" in whatif and "nothing ran on gfx942" in whatif and "this machine is cpu" in whatif
     assert "intree.ragged_prefill" in dom.text.get("decisions", "")
-    # the what-if rows: the same calls decided on a what-if gfx942, one row per policy
-    policies = {a["data-policy"] for a in dom.find("tr", **{"class": "whatif"})}
-    assert policies == {"active", "gfx942_1024", "no_row_gate"}
+    # the what-if rows: telemetry's would-route, decided on a what-if gfx942, one row per policy per model
+    rows = dom.find("tr", **{"class": "whatif"})
+    assert {a["data-policy"] for a in rows} == {"gfx942_512", "gfx942_1024", "no_row_gate"}
+    assert "counterfactuals on a what-if gfx942 + AITER" in dom.text.get("models", "")
+    assert dom.find("span", **{"class": "wk aiter"})  # some calls would have gone to AITER
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) is not installed")
