@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .classify import classify_query_lens
 from .platform import what_if
-from .policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy, decide
+from .policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy, decide, policy_from
 from .types import UNKNOWN_BATCH, CallShape, GuardMode
 
 DtypeName = Literal["bfloat16", "float16", "float32", "float8_e4m3fnuz", "float8_e4m3fn", "float8_e5m2", "float8_e5m2fnuz"]
@@ -100,12 +100,7 @@ class ExplainRequest(BaseModel):
         )
 
     def policy(self) -> Policy:
-        return Policy(
-            gfx942_min_rows=self.gfx942_min_rows,
-            gfx950_min_rows=self.gfx950_min_rows,
-            guard=self.guard,
-            spec_tokens=self.spec_tokens,
-        )
+        return policy_from(self)
 
 
 def explain(req: ExplainRequest) -> dict:

@@ -67,6 +67,14 @@ class Policy:
         }
 
 
+POLICY_FIELDS = frozenset({"gfx942_min_rows", "gfx950_min_rows", "guard", "spec_tokens"})
+
+
+def policy_from(source: object) -> Policy:
+    """A Policy from any object carrying the policy fields (settings, an explain request)."""
+    return Policy(**{name: getattr(source, name) for name in POLICY_FIELDS})
+
+
 class PolicySettings(BaseSettings):
     """The active policy from ROUTESCOPE_* environment variables (read when called, never at import)."""
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy
+from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy, policy_from
 from dispatcher.types import GuardMode
 
 DEFAULT_PORT = 9475  # unassigned by IANA and clear of the usual 9090-9100 Prometheus range
@@ -65,12 +65,7 @@ class ServiceSettings(BaseSettings):
         return v
 
     def policy(self) -> Policy:
-        return Policy(
-            gfx942_min_rows=self.gfx942_min_rows,
-            gfx950_min_rows=self.gfx950_min_rows,
-            guard=self.guard,
-            spec_tokens=self.spec_tokens,
-        )
+        return policy_from(self)
 
     def model_set(self) -> list[str]:
         """The configured models, plus the demo's when the demo runs (its traffic must not read as 'other')."""
