@@ -4,7 +4,15 @@ A decode-sized call has too few rows to fill the GPU with one program per row (t
 slowdown); splitting each row's top-k across programs does. Each partial program runs the same
 tile loop as the prefill over its share of the row and writes a normalised partial output and
 its log-sum-exp (base 2); the reduce rescales the partials, adds the sink's mass and writes the
-output. The split count follows the row count: enough programs to cover the GPU twice.
+output. The split count follows the row count: enough programs to cover the GPU.
+
+Latency, not bandwidth, decides a decode call, so three things keep the dependent steps short:
+- dense rows are split by their width, not by their count of valid indices, so a program's
+  index loads need not wait for the count (positions past it are masked instead);
+- on Hopper-class NVIDIA GPUs the reduce is launched with programmatic dependent launch (PDL):
+  it is scheduled while the partials run and waits for them in-kernel (``gdc_wait``), which
+  hides its launch latency;
+- partials of 16-bit calls are stored in that dtype, halving their write and read.
 """
 
 from __future__ import annotations
@@ -15,14 +23,32 @@ import triton.language as tl
 
 from .common import KernelArgs
 from .torch_splitk import sparse_decode as torch_sparse_decode
-from .triton_prefill import HEAD_BLOCK, TileConfig, attend, attend_t, count_block, next_pow2, pack, row_bounds, triton_supports
+from .triton_prefill import (HEAD_BLOCK, TileConfig, attend, count_block, next_pow2, pack, row_bounds, store_rows,
+                             tile_constants, triton_supports)
 
-DECODE_CONFIG = TileConfig(32, 4, 2)  # picked on an H200 by scripts/gpu/h200_run.py (docs/benchmarks.md)
+try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent launch
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAVE_GDC = True
+except ImportError:  # pragma: no cover - older Triton, or a build without the CUDA extras
+    HAVE_GDC = False
+
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+DECODE_CONFIG = TileConfig(32, 4, 2, 4)  # picked on an H200 by scripts/gpu/kernel_lab.py (docs/benchmarks.md)
 MAX_SPLITS = 64  # the reduce loads every split of a row at once
 PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
 REDUCE_VALUES = 4096  # partial values one reduce program loads: fewer means more, lighter programs
+PARTIALS_16BIT = True  # 16-bit calls keep their partial outputs in their own dtype (the LSEs stay fp32)
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]  # names absent from a kernel are ignored
 _SMS: dict[int, int] = {}
+_PDL: dict[int, bool] = {}
 
 
 def sm_count(device: torch.device) -> int:
@@ -33,6 +59,22 @@ def sm_count(device: torch.device) -> int:
     if key not in _SMS:
         _SMS[key] = torch.cuda.get_device_properties(key).multi_processor_count
     return _SMS[key]
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: an NVIDIA GPU of compute capability >= 9.0 and a Triton that can launch it."""
+    if not HAVE_GDC or device.type != "cuda" or torch.version.hip is not None:
+        return False
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _PDL:
+        try:
+            from triton.backends.nvidia.compiler import CUDAOptions
+
+            knows = "launch_pdl" in CUDAOptions.__dataclass_fields__
+        except Exception:  # noqa: BLE001 - no NVIDIA backend: no PDL
+            knows = False
+        _PDL[key] = knows and torch.cuda.get_device_capability(key) >= (9, 0)
+    return _PDL[key]
 
 
 def choose_splits(rows: int, head_blocks: int, width: int, block_n: int, sms: int, per_sm: int | None = None,
@@ -49,40 +91,38 @@ def choose_splits(rows: int, head_blocks: int, width: int, block_n: int, sms: in
 def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                     skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0,
-                    D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
-                    V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr,
-                    CNT_BLOCK: tl.constexpr, SWAP: tl.constexpr):
+                    D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
+                    HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, BY_WIDTH: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        gdc_launch_dependents()  # the reduce may be scheduled now; it waits for this grid in gdc_wait
     row = tl.program_id(0)
     split = tl.program_id(1)
     h0 = tl.program_id(2) * HB
     base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                          CNT_BLOCK)
-    chunk = tl.cdiv(tl.cdiv(n, splits), BLOCK_N) * BLOCK_N
+    span = n
+    if BY_WIDTH:  # dense rows: split the width, so the index loads need not wait for the count
+        span = tl.where(ragged != 0, n, width)
+    chunk = tl.cdiv(tl.cdiv(span, splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
-    hi = tl.minimum(lo + chunk, n)
-    if SWAP:
-        m, l, acc_a, acc_b = attend_t(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                                q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
-    else:
-        m, l, acc_a, acc_b = attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                                q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
+    hi = tl.minimum(lo + chunk, span)
+    m, l, acc0, acc1, acc2, acc3, acc_b = attend(
+        q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
+        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
     inv = tl.where(l > 0.0, 1.0 / tl.where(l > 0.0, l, 1.0), 0.0)
     lse = tl.where(l > 0.0, m + tl.log2(tl.where(l > 0.0, l, 1.0)), float("-inf"))
     part = (row.to(tl.int64) * splits + split) * H + offs_h  # [HB] partial-row ids
     tl.store(lse_ptr + part, lse, mask=hmask)
-    o_row = o_ptr + part[:, None] * lanes
-    offs_a = tl.arange(0, BLOCK_A)
-    tl.store(o_row + offs_a[None, :], acc_a * inv[:, None], mask=hmask[:, None] & (offs_a[None, :] < lanes))
-    if V_B:
-        offs_b = BLOCK_A + tl.arange(0, BLOCK_B)
-        tl.store(o_row + offs_b[None, :], acc_b * inv[:, None], mask=hmask[:, None] & (offs_b[None, :] < lanes))
+    store_rows(o_ptr + part[:, None] * lanes, 1, inv, hmask, lanes, acc0, acc1, acc2, acc3, acc_b,
+               CH, NCH, BLOCK_B, V_B)
 
 
 @triton.jit(do_not_specialize=_FLAGS)
 def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2,
-                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
+                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
     offs_l = tl.program_id(2) * L_BLOCK + tl.arange(0, L_BLOCK)
@@ -90,18 +130,20 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     offs_s = tl.arange(0, S_BLOCK)
     smask = offs_s < splits
     part = (row.to(tl.int64) * splits + offs_s) * H + h  # [S_BLOCK]
-    lse = tl.load(lse_ptr + part, mask=smask, other=float("-inf"))
     # Absent, the sink loads as -inf: it moves neither the max nor the total.
     first = (offs_s == 0) & ((offs_s * 0 + has_sink) != 0)
     sink = tl.load(sink_ptr + h * sink_s0 + offs_s * 0, mask=first, other=float("-inf")).to(tl.float32)
     sink = tl.max(sink, axis=0) * 1.4426950408889634
+    if PDL:
+        gdc_wait()  # launched early: wait here until every partial is written
+    lse = tl.load(lse_ptr + part, mask=smask, other=float("-inf"))
     big = tl.maximum(tl.max(lse, axis=0), sink)
     big_safe = tl.where(big == float("-inf"), 0.0, big)
     w = tl.exp2(lse - big_safe)
     total = tl.sum(w, axis=0) + tl.exp2(sink - big_safe)
     inv = tl.where(total > 0.0, 1.0 / tl.where(total > 0.0, total, 1.0), 0.0)
     o = tl.load(o_ptr + part[:, None] * lanes + offs_l[None, :], mask=smask[:, None] & lmask[None, :], other=0.0)
-    res = tl.sum(o * w[:, None], axis=0) * inv
+    res = tl.sum(o.to(tl.float32) * w[:, None], axis=0) * inv
     out_row = out_ptr + row.to(tl.int64) * o_s0 + h * o_s1
     tl.store(out_row + offs_l * o_s2, res.to(out_ptr.dtype.element_ty), mask=lmask)
 
@@ -112,9 +154,20 @@ def reduce_blocks(splits: int, lanes: int, values: int | None = None) -> tuple[i
     return s_block, min(max(16, next_pow2(lanes)), max(16, (values or REDUCE_VALUES) // s_block))
 
 
+def partial_dtype(q: torch.Tensor, sixteen_bit: bool | None = None) -> torch.dtype:
+    """The dtype partial outputs are kept in: q's own for 16-bit calls (PARTIALS_16BIT), else fp32."""
+    keep = PARTIALS_16BIT if sixteen_bit is None else sixteen_bit
+    return q.dtype if keep and q.dtype in (torch.float16, torch.bfloat16) else torch.float32
+
+
 def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
-           reduce_values: int | None = None) -> None:
-    """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not."""
+           reduce_values: int | None = None, pdl: bool | None = None, by_width: bool = True,
+           partials_16bit: bool | None = None) -> None:
+    """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not.
+
+    The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
+    the tuned choices, and ``pdl=None`` means "where the GPU and Triton support it".
+    """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, head_dim = q.shape
     if rows == 0 or heads == 0 or out.shape[2] == 0:
@@ -129,18 +182,20 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
         width = p.width if not p.ragged else triton.cdiv(int(p.idx.numel()), rows)
         splits = choose_splits(rows, head_blocks, width, cfg.block_n, sm_count(q.device))
     splits = max(1, min(int(splits), MAX_SPLITS))
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
+    use_pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=partial_dtype(q, partials_16bit), device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
     _partial_kernel[(rows, splits, head_blocks)](
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-        D=head_dim, BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b, V_B=p.v_b, BLOCK_N=cfg.block_n,
-        HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), SWAP=cfg.swap, **cfg.launch_options(),
+        CNT_BLOCK=count_block(p.width), BY_WIDTH=by_width, PDL=use_pdl, **tile_constants(p, head_dim, cfg),
+        **cfg.launch_options(),
     )
     s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values)
+    extra = {"launch_pdl": True} if use_pdl else {}
     _reduce_kernel[(rows, heads, triton.cdiv(p.lanes, l_block))](
         part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        S_BLOCK=s_block, L_BLOCK=l_block, num_warps=4,
+        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, num_warps=4, **extra,
     )

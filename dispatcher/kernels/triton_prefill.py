@@ -5,12 +5,15 @@ online softmax in fp32 (base 2), V the first ``lanes`` lanes of each kv row, the
 mass with no value, rows without a valid slot written as 0. The head dim is split into a
 power-of-two block ``DA`` (512 for every production layout) and a masked remainder block
 (the 64 rope lanes of 512+64), so no lane is loaded twice and no power-of-two padding of 576
-is paid. Shared pieces (row bounds, the tile loop, host-side argument packing) live here and
-are reused by the split-K decode kernel in ``triton_decode``.
+is paid. Shared pieces (row bounds, the tile loop, the output store, host-side argument
+packing) live here and are reused by the split-K decode kernel in ``triton_decode``.
 
-Two tile orientations exist: heads as the MMA's M (``attend``, mma.sync with M=16) and slots as
-M (``attend_t``, which lets Hopper use wgmma). On an H200 the first won every config tried
-(8.4 ms against 12.0 ms at 16,384 rows; docs/benchmarks.md), so it is the default.
+The power-of-two block is further cut into ``chunks`` column blocks, each its own MMA. With 16
+heads as the MMA's M the score tile S = q·Kᵀ is only 16 × BLOCK_N, so one 512-deep product is a
+single serial chain of accumulating MMAs per fragment; four 128-deep products are four
+independent chains the warp scheduler can overlap, and their sum is the same S (docs/benchmarks.md
+has the H200 figures). The P·V product is cut the same way, so each kv chunk is loaded once and
+used by both products.
 """
 
 from __future__ import annotations
@@ -27,16 +30,17 @@ from .torch_ref import ragged_prefill as torch_ragged_prefill
 HEAD_BLOCK = 16  # heads per program, as vLLM's in-tree grid (rows, ceil(H / 16)); also tl.dot's minimum M
 LOG2E = 1.4426950408889634
 SUPPORTED = frozenset({torch.float16, torch.bfloat16, torch.float32})
+MIN_CHUNK = 16  # tl.dot's minimum K: a chunk narrower than this is not cut
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "width"]  # runtime values: no recompile per flag
 
 
 class TileConfig(NamedTuple):
-    """Launch shape of the tile loop: kv slots per tile, warps, software-pipeline stages."""
+    """Launch shape of the tile loop: kv slots per tile, warps, pipeline stages, MMA chains, register cap."""
 
     block_n: int = 32
     num_warps: int = 4
     num_stages: int = 2
-    swap: bool = False  # slots/lanes as the MMA's M (attend_t) instead of heads (attend)
+    chunks: int = 1  # independent MMA chains the power-of-two head block is cut into: 1, 2 or 4
     maxnreg: int | None = None  # register cap per thread: more programs resident, some spills
 
     def launch_options(self) -> dict:
@@ -47,8 +51,8 @@ class TileConfig(NamedTuple):
         return opts
 
 
-# Picked on an H200 by scripts/gpu/h200_run.py over 19 tile configs in three runs (docs/benchmarks.md).
-PREFILL_CONFIG = TileConfig(64, 4, 2)
+# Picked on an H200 by scripts/gpu/kernel_lab.py (docs/benchmarks.md, "Kernel tuning, session 2").
+PREFILL_CONFIG = TileConfig(64, 4, 2, 4)
 
 
 class Packed(NamedTuple):
@@ -85,6 +89,14 @@ def split_head_dim(head_dim: int) -> tuple[int, int]:
     da = 1 << (head_dim.bit_length() - 1)
     rest = head_dim - da
     return da, (max(16, next_pow2(rest)) if rest else 0)
+
+
+def chunks_for(block_a: int, wanted: int) -> int:
+    """The chunk count a launch uses: ``wanted`` (1, 2 or 4) halved until each chunk is >= 16 lanes."""
+    n = 4 if wanted >= 4 else 2 if wanted >= 2 else 1
+    while n > 1 and block_a // n < MIN_CHUNK:
+        n //= 2
+    return n
 
 
 def count_block(width: int) -> int:
@@ -138,153 +150,136 @@ def row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row,
     if has_len != 0:
         n = tl.minimum(tl.load(len_ptr + row64 * len_s0).to(tl.int64), seg)
     elif ragged == 0:  # dense without topk_length: the count of indices >= 0
-        cnt = tl.zeros([CNT_BLOCK], tl.int64)
+        cnt = tl.zeros([CNT_BLOCK], tl.int32)
         for j0 in range(0, width, CNT_BLOCK):
             offs = j0 + tl.arange(0, CNT_BLOCK)
             v = tl.load(idx_ptr + base + offs.to(tl.int64) * idx_s1, mask=offs < width, other=-1)
-            cnt += (v >= 0).to(tl.int64)
-        n = tl.sum(cnt, axis=0)
+            cnt += (v >= 0).to(tl.int32)
+        n = tl.sum(cnt, axis=0).to(tl.int64)
     return base, tl.maximum(n, 0).to(tl.int32)
 
 
 @triton.jit
-def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
+def mm(a, b, IEEE: tl.constexpr):
+    """a @ b on the tensor cores; fp32 operands in full precision (IEEE) rather than tf32."""
+    if IEEE:
+        r = tl.dot(a, b, input_precision="ieee")
+    else:
+        r = tl.dot(a, b)
+    return r
+
+
+@triton.jit
+def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, n, base, idx_s1, skv, H, sm_scale2,
            q_s0, q_s1, q_s2, kv_s0, kv_s2,
-           D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
+           D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
            V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr):
-    """Online softmax over positions [lo, hi) of one row for HB heads: (m, l, acc_a, acc_b), base 2."""
+    """Online softmax over positions [lo, hi) of one row for HB heads, positions >= n masked.
+
+    Returns (m, l, acc0, acc1, acc2, acc3, acc_b), base 2: acc<i> holds lanes [i·CH, (i+1)·CH)
+    for i < NCH (the others are unused zeros), acc_b the lanes past NCH·CH.
+    """
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
-    offs_a = tl.arange(0, BLOCK_A)
-    offs_b = BLOCK_A + tl.arange(0, BLOCK_B)
+    offs_c = tl.arange(0, CH)
+    offs_b = NCH * CH + tl.arange(0, BLOCK_B)
     bmask = offs_b < D
     q_row = q_ptr + row.to(tl.int64) * q_s0 + offs_h[:, None] * q_s1
-    qa = tl.load(q_row + offs_a[None, :] * q_s2, mask=hmask[:, None], other=0.0)
-    qb = tl.zeros([HB, BLOCK_B], qa.dtype)
+    q0 = tl.load(q_row + offs_c[None, :] * q_s2, mask=hmask[:, None], other=0.0)
+    q1 = q0
+    q2 = q0
+    q3 = q0
+    if NCH > 1:
+        q1 = tl.load(q_row + (CH + offs_c)[None, :] * q_s2, mask=hmask[:, None], other=0.0)
+    if NCH > 2:
+        q2 = tl.load(q_row + (2 * CH + offs_c)[None, :] * q_s2, mask=hmask[:, None], other=0.0)
+        q3 = tl.load(q_row + (3 * CH + offs_c)[None, :] * q_s2, mask=hmask[:, None], other=0.0)
+    qb = tl.zeros([HB, BLOCK_B], q0.dtype)
     if HAS_B:
         qb = tl.load(q_row + offs_b[None, :] * q_s2, mask=hmask[:, None] & bmask[None, :], other=0.0)
     m = tl.full([HB], float("-inf"), tl.float32)
     l = tl.zeros([HB], tl.float32)
-    acc_a = tl.zeros([HB, BLOCK_A], tl.float32)
+    acc0 = tl.zeros([HB, CH], tl.float32)
+    acc1 = tl.zeros([HB, CH], tl.float32)
+    acc2 = tl.zeros([HB, CH], tl.float32)
+    acc3 = tl.zeros([HB, CH], tl.float32)
     acc_b = tl.zeros([HB, BLOCK_B], tl.float32)
     for j0 in range(lo, hi, BLOCK_N):
         offs_n = j0 + tl.arange(0, BLOCK_N)
-        in_row = offs_n < hi
-        slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=in_row, other=-1).to(tl.int64)
-        valid = in_row & (slot >= 0) & (slot < skv)
+        slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=offs_n < hi, other=-1).to(tl.int64)
+        valid = (offs_n < n) & (slot >= 0) & (slot < skv)
         krow = kv_ptr + tl.where(valid, slot, 0) * kv_s0
-        ka = tl.load(krow[:, None] + offs_a[None, :] * kv_s2, mask=valid[:, None], other=0.0)
-        if IEEE:
-            s = tl.dot(qa, tl.trans(ka), input_precision="ieee")
-        else:
-            s = tl.dot(qa, tl.trans(ka))
-        kb = tl.zeros([BLOCK_N, BLOCK_B], ka.dtype)
+        k0 = tl.load(krow[:, None] + offs_c[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+        s = mm(q0, tl.trans(k0), IEEE)
+        # Each chunk's product is its own accumulation chain; summing them last keeps them independent.
+        if NCH > 1:
+            k1 = tl.load(krow[:, None] + (CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+            s1 = mm(q1, tl.trans(k1), IEEE)
+        if NCH > 2:
+            k2 = tl.load(krow[:, None] + (2 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+            k3 = tl.load(krow[:, None] + (3 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+            s = s + mm(q2, tl.trans(k2), IEEE)
+            s1 = s1 + mm(q3, tl.trans(k3), IEEE)
+        if NCH > 1:
+            s = s + s1
+        kb = tl.zeros([BLOCK_N, BLOCK_B], k0.dtype)
         if HAS_B:
             kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :], other=0.0)
-            if IEEE:
-                s += tl.dot(qb, tl.trans(kb), input_precision="ieee")
-            else:
-                s += tl.dot(qb, tl.trans(kb))
+            s += mm(qb, tl.trans(kb), IEEE)
         s = tl.where(valid[None, :], s * sm_scale2, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l = l * alpha + tl.sum(p, axis=1)
-        pv = p.to(ka.dtype)
-        if IEEE:
-            acc_a = acc_a * alpha[:, None] + tl.dot(pv, ka, input_precision="ieee")
-        else:
-            acc_a = acc_a * alpha[:, None] + tl.dot(pv, ka)
+        pv = p.to(k0.dtype)
+        acc0 = acc0 * alpha[:, None] + mm(pv, k0, IEEE)
+        if NCH > 1:
+            acc1 = acc1 * alpha[:, None] + mm(pv, k1, IEEE)
+        if NCH > 2:
+            acc2 = acc2 * alpha[:, None] + mm(pv, k2, IEEE)
+            acc3 = acc3 * alpha[:, None] + mm(pv, k3, IEEE)
         if V_B:
-            if IEEE:
-                acc_b = acc_b * alpha[:, None] + tl.dot(pv, kb, input_precision="ieee")
-            else:
-                acc_b = acc_b * alpha[:, None] + tl.dot(pv, kb)
+            acc_b = acc_b * alpha[:, None] + mm(pv, kb, IEEE)
         m = m_new
-    return m, l, acc_a, acc_b
+    return m, l, acc0, acc1, acc2, acc3, acc_b
 
 
 @triton.jit
-def attend_t(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-             q_s0, q_s1, q_s2, kv_s0, kv_s2,
-             D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
-             V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr):
-    """``attend`` with slots and lanes as the large MMA dimension (S^T = K q^T, O^T = V^T P^T).
-
-    With only 16 heads, heads-as-M gives tensor-core tiles of M=16, which on Hopper means
-    register-staged mma.sync operands; slots-as-M (64+) lets Hopper's wgmma read the kv tile
-    straight from shared memory.
-    """
-    offs_h = h0 + tl.arange(0, HB)
-    hmask = offs_h < H
-    offs_a = tl.arange(0, BLOCK_A)
-    offs_b = BLOCK_A + tl.arange(0, BLOCK_B)
-    bmask = offs_b < D
-    q_row = q_ptr + row.to(tl.int64) * q_s0 + offs_h[None, :] * q_s1
-    qa = tl.load(q_row + offs_a[:, None] * q_s2, mask=hmask[None, :], other=0.0)  # [BLOCK_A, HB]
-    qb = tl.zeros([BLOCK_B, HB], qa.dtype)
-    if HAS_B:
-        qb = tl.load(q_row + offs_b[:, None] * q_s2, mask=hmask[None, :] & bmask[:, None], other=0.0)
-    m = tl.full([HB], float("-inf"), tl.float32)
-    l = tl.zeros([HB], tl.float32)
-    acc_a = tl.zeros([BLOCK_A, HB], tl.float32)
-    acc_b = tl.zeros([BLOCK_B, HB], tl.float32)
-    for j0 in range(lo, hi, BLOCK_N):
-        offs_n = j0 + tl.arange(0, BLOCK_N)
-        in_row = offs_n < hi
-        slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=in_row, other=-1).to(tl.int64)
-        valid = in_row & (slot >= 0) & (slot < skv)
-        krow = kv_ptr + tl.where(valid, slot, 0) * kv_s0
-        ka = tl.load(krow[:, None] + offs_a[None, :] * kv_s2, mask=valid[:, None], other=0.0)
-        if IEEE:
-            s = tl.dot(ka, qa, input_precision="ieee")
-        else:
-            s = tl.dot(ka, qa)
-        kb = tl.zeros([BLOCK_N, BLOCK_B], ka.dtype)
-        if HAS_B:
-            kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :], other=0.0)
-            if IEEE:
-                s += tl.dot(kb, qb, input_precision="ieee")
-            else:
-                s += tl.dot(kb, qb)
-        s = tl.where(valid[:, None], s * sm_scale2, float("-inf"))  # [BLOCK_N, HB]
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - m_safe)
-        p = tl.exp2(s - m_safe[None, :])
-        l = l * alpha + tl.sum(p, axis=0)
-        pv = p.to(ka.dtype)
-        if IEEE:
-            acc_a = acc_a * alpha[None, :] + tl.dot(tl.trans(ka), pv, input_precision="ieee")
-        else:
-            acc_a = acc_a * alpha[None, :] + tl.dot(tl.trans(ka), pv)
-        if V_B:
-            if IEEE:
-                acc_b = acc_b * alpha[None, :] + tl.dot(tl.trans(kb), pv, input_precision="ieee")
-            else:
-                acc_b = acc_b * alpha[None, :] + tl.dot(tl.trans(kb), pv)
-        m = m_new
-    return m, l, tl.trans(acc_a), tl.trans(acc_b)
+def store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b,
+               CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr, V_B: tl.constexpr):
+    """Write acc<i> · scale[:, None] into lanes < ``lanes`` of HB output rows, cast to the pointer's type."""
+    ty = o_row.dtype.element_ty
+    offs_c = tl.arange(0, CH)
+    w = scale[:, None]
+    tl.store(o_row + offs_c[None, :] * o_s2, (acc0 * w).to(ty), mask=hmask[:, None] & (offs_c[None, :] < lanes))
+    if NCH > 1:
+        o1 = CH + offs_c
+        tl.store(o_row + o1[None, :] * o_s2, (acc1 * w).to(ty), mask=hmask[:, None] & (o1[None, :] < lanes))
+    if NCH > 2:
+        o2 = 2 * CH + offs_c
+        o3 = 3 * CH + offs_c
+        tl.store(o_row + o2[None, :] * o_s2, (acc2 * w).to(ty), mask=hmask[:, None] & (o2[None, :] < lanes))
+        tl.store(o_row + o3[None, :] * o_s2, (acc3 * w).to(ty), mask=hmask[:, None] & (o3[None, :] < lanes))
+    if V_B:
+        ob = NCH * CH + tl.arange(0, BLOCK_B)
+        tl.store(o_row + ob[None, :] * o_s2, (acc_b * w).to(ty), mask=hmask[:, None] & (ob[None, :] < lanes))
 
 
 @triton.jit(do_not_specialize=_FLAGS)
 def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                     skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
-                    D: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
-                    V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr,
-                    CNT_BLOCK: tl.constexpr, SWAP: tl.constexpr):
+                    D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
+                    HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr):
     row = tl.program_id(0)
     h0 = tl.program_id(1) * HB
     base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                          CNT_BLOCK)
-    if SWAP:
-        m, l, acc_a, acc_b = attend_t(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
-                                q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
-    else:
-        m, l, acc_a, acc_b = attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
-                                q_s0, q_s1, q_s2, kv_s0, kv_s2, D, BLOCK_A, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
+    m, l, acc0, acc1, acc2, acc3, acc_b = attend(
+        q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
+        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
     # The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
@@ -294,17 +289,16 @@ def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_p
     m_safe = tl.where(m_fin == float("-inf"), 0.0, m_fin)
     alpha = tl.exp2(m - m_safe)
     l = l * alpha + tl.exp2(sink - m_safe)
-    acc_a = acc_a * alpha[:, None]
-    acc_b = acc_b * alpha[:, None]
-    inv = tl.where(l > 0.0, 1.0 / tl.where(l > 0.0, l, 1.0), 0.0)
+    scale = tl.where(l > 0.0, alpha / tl.where(l > 0.0, l, 1.0), 0.0)
     o_row = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
-    offs_a = tl.arange(0, BLOCK_A)
-    tl.store(o_row + offs_a[None, :] * o_s2, (acc_a * inv[:, None]).to(out_ptr.dtype.element_ty),
-             mask=hmask[:, None] & (offs_a[None, :] < lanes))
-    if V_B:
-        offs_b = BLOCK_A + tl.arange(0, BLOCK_B)
-        tl.store(o_row + offs_b[None, :] * o_s2, (acc_b * inv[:, None]).to(out_ptr.dtype.element_ty),
-                 mask=hmask[:, None] & (offs_b[None, :] < lanes))
+    store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b, CH, NCH, BLOCK_B, V_B)
+
+
+def tile_constants(p: Packed, head_dim: int, cfg: TileConfig) -> dict:
+    """The constexpr arguments both kernels' tile loops take, for one call and config."""
+    nch = chunks_for(p.block_a, cfg.chunks)
+    return dict(D=head_dim, CH=p.block_a // nch, NCH=nch, BLOCK_B=p.block_b, HAS_B=p.has_b, V_B=p.v_b,
+                BLOCK_N=cfg.block_n, HB=HEAD_BLOCK, IEEE=p.ieee)
 
 
 def launch(args: KernelArgs, *, config: TileConfig | None = None) -> None:
@@ -324,6 +318,5 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None) -> None:
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        D=head_dim, BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b, V_B=p.v_b, BLOCK_N=cfg.block_n,
-        HB=HEAD_BLOCK, IEEE=p.ieee, CNT_BLOCK=count_block(p.width), SWAP=cfg.swap, **cfg.launch_options(),
+        CNT_BLOCK=count_block(p.width), **tile_constants(p, head_dim, cfg), **cfg.launch_options(),
     )

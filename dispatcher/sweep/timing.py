@@ -12,7 +12,9 @@ import torch
 from ..kernels.common import KernelArgs
 from .inputs import L2_FLUSH_BYTES
 
-HOLD_CYCLES = 200_000  # ~0.1 ms at H200 clocks: the GPU waits while the host enqueues the call
+# ~0.5 ms at H200 clocks: the GPU waits while the host enqueues the call. 0.1 ms was too short for
+# a two-launch decode on a busy host (session 2: medians doubled, p20-p80 spread 2x).
+HOLD_CYCLES = 1_000_000
 
 
 class Timing(NamedTuple):
@@ -36,27 +38,47 @@ def summarize(samples_us: list[float], timer: str) -> Timing:
 
 
 class GpuTimer:
-    """CUDA events around each call; before each, an L2 flush and a short GPU-side hold hide host launch cost."""
+    """CUDA events around each call; before each, an L2 flush and a GPU-side hold hide host launch cost.
 
-    def __init__(self, device: torch.device) -> None:
+    With ``graphs`` each input set's call is captured once in a CUDA graph and replayed, as a
+    graph-captured serving loop (vLLM's decode) runs it: the host's launch cost is gone
+    altogether and launches inside the graph are cheaper than stream launches.
+    """
+
+    def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES, graphs: bool = False) -> None:
         self.device = device
+        self.hold_cycles = hold_cycles
+        self.graphs = graphs
         self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+
+    def _calls(self, launch: Callable[[KernelArgs], None], sets: list[KernelArgs]) -> list[Callable[[], None]]:
+        if not self.graphs:
+            return [lambda a=a: launch(a) for a in sets]
+        calls = []
+        for a in sets:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                launch(a)
+            calls.append(graph.replay)
+        return calls
 
     def time(self, launch: Callable[[KernelArgs], None], sets: list[KernelArgs], *, warmup: int, repeats: int) -> Timing:
         for i in range(max(1, warmup)):
             launch(sets[i % len(sets)])
         torch.cuda.synchronize(self.device)
+        calls = self._calls(launch, sets)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         stream = torch.cuda.current_stream(self.device)
         for i in range(repeats):
             self.flush.zero_()
-            torch.cuda._sleep(HOLD_CYCLES)
+            torch.cuda._sleep(self.hold_cycles)
             starts[i].record(stream)
-            launch(sets[i % len(sets)])
+            calls[i % len(calls)]()
             ends[i].record(stream)
         torch.cuda.synchronize(self.device)
-        return summarize([s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)], "cuda-events")
+        return summarize([s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)],
+                         "cuda-graph" if self.graphs else "cuda-events")
 
 
 class HostTimer:

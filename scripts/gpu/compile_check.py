@@ -4,7 +4,7 @@ Costs no device time: Triton carries ptxas and cuobjdump, so a config that spill
 shared memory or misses Hopper's wgmma is found here before a run. Integer arguments are
 specialised the way a real launch specialises them (unit strides become constants, multiples
 of 16 carry that fact), or the loads would not vectorise and the report would mislead.
-Usage: python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES,SWAP,MAXNREG ...]
+Usage: python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES,CHUNKS,MAXNREG ...]
 """
 
 from __future__ import annotations
@@ -68,16 +68,17 @@ def compile_one(fn, consts: dict, num_warps: int, num_stages: int, maxnreg: int 
 
 def main(argv: list[str]) -> None:
     configs = [tuple(int(x) for x in a.split(",")) for a in argv] or [
-        (32, 4, 2, 0, 0), (64, 4, 2, 0, 0), (32, 4, 2, 1, 0), (64, 4, 2, 1, 0), (32, 4, 2, 0, 128)]
-    base = {"D": 576, "BLOCK_A": 512, "BLOCK_B": 64, "HAS_B": True, "V_B": False, "HB": 16, "IEEE": False,
-            "CNT_BLOCK": 2048}
-    for bn, warps, stages, swap, maxnreg in configs:
-        for name, fn in (("prefill", triton_prefill._prefill_kernel), ("partial", triton_decode._partial_kernel)):
-            r = compile_one(fn, {**base, "BLOCK_N": bn, "SWAP": bool(swap)}, warps, stages, maxnreg or None)
-            print(f"{name:8} BN={bn:3} warps={warps} stages={stages} swap={swap} maxnreg={maxnreg or '-':>3}: "
+        (32, 4, 2, 1, 0), (64, 4, 2, 1, 0), (32, 4, 2, 4, 0), (64, 4, 2, 4, 0), (64, 4, 2, 2, 0)]
+    base = {"D": 576, "BLOCK_B": 64, "HAS_B": True, "V_B": False, "HB": 16, "IEEE": False, "CNT_BLOCK": 2048}
+    for bn, warps, stages, chunks, maxnreg in configs:
+        for name, fn, extra in (("prefill", triton_prefill._prefill_kernel, {}),
+                                ("partial", triton_decode._partial_kernel, {"BY_WIDTH": True, "PDL": False})):
+            consts = {**base, **extra, "BLOCK_N": bn, "CH": 512 // chunks, "NCH": chunks}
+            r = compile_one(fn, consts, warps, stages, maxnreg or None)
+            print(f"{name:8} BN={bn:3} warps={warps} stages={stages} chunks={chunks} maxnreg={maxnreg or '-':>3}: "
                   + " ".join(f"{k}={v}" for k, v in r.items()))
     for s_block, l_block in ((64, 64), (16, 256), (2, 1024)):
-        r = compile_one(triton_decode._reduce_kernel, {"S_BLOCK": s_block, "L_BLOCK": l_block}, 4, 1)
+        r = compile_one(triton_decode._reduce_kernel, {"S_BLOCK": s_block, "L_BLOCK": l_block, "PDL": False}, 4, 1)
         print(f"reduce   S_BLOCK={s_block} L_BLOCK={l_block}: " + " ".join(f"{k}={v}" for k, v in r.items()))
 
 

@@ -10,8 +10,8 @@ from dispatcher.sweep.correctness import run_checks
 pytestmark = pytest.mark.gpu
 
 
-CONFIGS = {"default": None, "heads-as-M": (32, 4, 2, False), "slots-as-M": (64, 4, 2, True),
-           "capped-registers": (32, 4, 2, False, 128)}
+CONFIGS = {"default": None, "one-chain": (32, 4, 2, 1), "two-chains-3-stages": (64, 4, 3, 2),
+           "capped-registers": (32, 4, 2, 4, 128)}
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

@@ -37,10 +37,13 @@ def check(case: Case, got: torch.Tensor, dtype: torch.dtype) -> None:
             assert torch.equal(got[i], torch.zeros_like(got[i])), f"row {i} has no valid slot and must be 0"
 
 
-SWAP = (16, 4, 2, True)  # block_n 16, slots-as-M tiles (attend_t)
+ONE_CHAIN = (16, 4, 2, 1)  # block_n 16, the head block as one MMA chain (the default cuts it in up to 4)
 KERNELS = [("prefill", {}), ("decode", {}), ("decode", {"splits": 3}), ("decode", {"splits": 1}),
-           ("prefill", {"config": SWAP}), ("decode", {"config": SWAP, "splits": 3, "reduce_values": 32})]
-KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split", "prefill-swap", "decode-swap-3splits-16lanes"]
+           ("prefill", {"config": ONE_CHAIN}),
+           ("decode", {"config": ONE_CHAIN, "splits": 3, "reduce_values": 32, "by_width": False,
+                       "partials_16bit": False})]
+KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split", "prefill-one-chain",
+              "decode-one-chain-3splits-16lanes-by-count-fp32-partials"]
 
 
 @pytest.mark.parametrize(("which", "kw"), KERNELS, ids=KERNEL_IDS)

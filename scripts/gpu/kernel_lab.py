@@ -1,0 +1,212 @@
+"""Kernel tuning lab: time variants of the Triton prefill and split-K decode side by side on one GPU.
+
+Every variant is one kernel with one set of launch options (tile config, split count, PDL,
+partial dtype, split-by-width). They are compiled first in parallel worker processes (Triton's
+on-disk cache is shared, so this process then loads them), then timed here one after another
+with the sweep's GpuTimer (L2 flush and GPU-side hold before each call, median of N), and each
+output is checked against the torch reference on the same inputs. Ratios against the first
+variant of each group are measured in the same run, so they hold on a noisy machine.
+
+Writes $OUT/lab.json and prints one table per group. Run on the device machine from the
+repository root (docs/benchmarks.md gives the exact command):
+    python3 scripts/gpu/kernel_lab.py [--only prefill|decode|floor] [--repeats N] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import triton_decode, triton_prefill  # noqa: E402
+from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
+from dispatcher.kernels.triton_prefill import TileConfig  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import GpuTimer  # noqa: E402
+
+V32 = Layout(512, 64)
+OLD = dict(by_width=False, partials_16bit=False, pdl=False)  # session 1's decode: none of the three changes
+
+
+def variants() -> list[dict]:
+    """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed."""
+    pre = [("old (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
+           ("(64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
+           ("(64,2,2) 4 chains", (64, 2, 2, 4)), ("(64,2,3) 4 chains", (64, 2, 3, 4)),
+           ("(32,2,2) 4 chains", (32, 2, 2, 4)), ("(32,2,3) 4 chains", (32, 2, 3, 4)),
+           ("(128,4,1) 4 chains", (128, 4, 1, 4)), ("(32,4,2) 4 chains", (32, 4, 2, 4)),
+           ("(64,8,2) 4 chains", (64, 8, 2, 4))]
+    out = [dict(group="prefill", name=n, kernel="prefill", config=c, kw={}, per_sm=None) for n, c in pre]
+    dec = [("old: (32,4,2) one chain", (32, 4, 2, 1), OLD, None),
+           ("old + 4 chains", (32, 4, 2, 4), OLD, None),
+           ("old + split by width", (32, 4, 2, 1), {**OLD, "by_width": True}, None),
+           ("old + 16-bit partials", (32, 4, 2, 1), {**OLD, "partials_16bit": True}, None),
+           ("old + PDL", (32, 4, 2, 1), {**OLD, "pdl": True}, None),
+           ("all four (32,4,2)", (32, 4, 2, 4), {}, None), ("all, fp32 partials", (32, 4, 2, 4),
+                                                             {"partials_16bit": False}, None),
+           ("all (32,4,2) 1/SM", (32, 4, 2, 4), {}, 1), ("all (32,4,2) 4/SM", (32, 4, 2, 4), {}, 4),
+           ("all (16,4,2)", (16, 4, 2, 4), {}, None), ("all (16,4,2) 4/SM", (16, 4, 2, 4), {}, 4),
+           ("all (32,4,3)", (32, 4, 3, 4), {}, None), ("all (64,4,2)", (64, 4, 2, 4), {}, None),
+           ("all (32,2,2)", (32, 2, 2, 4), {}, None), ("all (32,2,3)", (32, 2, 3, 4), {}, None),
+           ("all (32,2,2) 4/SM", (32, 2, 2, 4), {}, 4), ("all (32,8,2)", (32, 8, 2, 4), {}, None)]
+    out += [dict(group="decode", name=n, kernel="decode", config=c, kw=kw, per_sm=p) for n, c, kw, p in dec]
+    return out
+
+
+def launcher(v: dict):
+    cfg = TileConfig(*v["config"])
+    if v["kernel"] == "prefill":
+        return lambda a: triton_prefill.launch(a, config=cfg)
+
+    def fn(a):
+        splits = None
+        if v["per_sm"]:
+            splits = triton_decode.choose_splits(a.q.shape[0], 1, a.index.indices.shape[1], cfg.block_n,
+                                                 triton_decode.sm_count(a.q.device), v["per_sm"])
+        triton_decode.launch(a, config=cfg, splits=splits, **v["kw"])
+    return fn
+
+
+def _compile(v: dict) -> tuple[str, str | None, float]:
+    """Worker: run the variant once on a small call with the timed calls' specialisation (fills the cache)."""
+    t0 = time.perf_counter()
+    try:
+        a = make_sets(2, 2048, 16, V32, default_kv_len(2, 2048), dtype=torch.bfloat16, device=torch.device("cuda"))[0]
+        launcher(v)(a)
+        torch.cuda.synchronize()
+        return v["name"], None, time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - reported, and the variant is skipped
+        return v["name"], f"{exc.__class__.__name__}: {str(exc)[:300]}", time.perf_counter() - t0
+
+
+def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    d = (got.float() - ref.float()).norm()
+    return float(d / ref.float().norm().clamp_min(1e-30))
+
+
+def time_group(timers: dict[str, GpuTimer], group: list[dict], rows: list[int], repeats: int, log) -> list[dict]:
+    dev = torch.device("cuda")
+    found = []
+    for r in rows:
+        sets = make_sets(r, 2048, 16, V32, default_kv_len(r, 2048), dtype=torch.bfloat16, device=dev)
+        ref_args = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=dev))
+        torch_ref(ref_args)
+        ref = ref_args.output.clone()
+        base = None
+        for v in group:
+            if v.get("error"):
+                continue
+            fn = launcher(v)
+            a = sets[0]._replace(output=torch.full_like(sets[0].output, float("nan")))
+            fn(a)
+            err = rel_err(a.output, ref)
+            for how, timer in timers.items():
+                t = timer.time(fn, sets, warmup=3, repeats=repeats if r < 4096 else max(10, repeats // 5))
+                base = base or {}
+                base.setdefault(how, t.median_us)
+                row = dict(group=v["group"], name=v["name"], config=list(v["config"]), kw=v["kw"],
+                           per_sm=v["per_sm"], rows=r, timer=t.timer, median_us=t.median_us, p20_us=t.p20_us,
+                           p80_us=t.p80_us, rel_err=err, ok=err < 1e-2, vs_first=t.median_us / base[how])
+                found.append(row)
+                log(f"{v['group']:7} {r:6} rows {how:6} {v['name']:28} {t.median_us:9.1f} us  (p20 {t.p20_us:.1f}, "
+                    f"p80 {t.p80_us:.1f})  x{row['vs_first']:.3f}  err {err:.1e}{'' if row['ok'] else '  WRONG'}")
+    return found
+
+
+@triton.jit
+def _touch(p, PDL: tl.constexpr, WAIT: tl.constexpr):
+    if PDL:
+        triton_decode.gdc_launch_dependents()
+    if WAIT:
+        triton_decode.gdc_wait()
+    tl.store(p + tl.program_id(0), 1.0)
+
+
+@torch.no_grad()
+def floor(timers: dict[str, GpuTimer], repeats: int) -> list[dict]:
+    """What an empty call costs between the timer's events: one tiny Triton launch, and two (with and without PDL)."""
+    buf = torch.zeros(1024, device="cuda")
+    one = lambda a: _touch[(132,)](buf, PDL=False, WAIT=False)  # noqa: E731
+    two = lambda a: (_touch[(132,)](buf, PDL=False, WAIT=False), _touch[(132,)](buf, PDL=False, WAIT=False))  # noqa: E731
+    pdl = lambda a: (_touch[(132,)](buf, PDL=True, WAIT=False),  # noqa: E731
+                     _touch[(132,)](buf, PDL=False, WAIT=True, launch_pdl=True))
+    sets = [None]
+    found = []
+    for name, fn in (("one empty launch", one), ("two empty launches", two), ("two, second by PDL", pdl)):
+        for how, timer in timers.items():
+            t = timer.time(fn, sets, warmup=3, repeats=repeats)
+            found.append(dict(group="floor", name=f"{name} [{how}]", timer=t.timer, median_us=t.median_us,
+                              p20_us=t.p20_us, p80_us=t.p80_us))
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", choices=["prefill", "decode", "floor"])
+    ap.add_argument("--repeats", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
+    ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products first, to raise clocks")
+    opt = ap.parse_args()
+    out = Path(os.environ.get("OUT", "out/gpu"))
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
+
+    log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+        f"PDL {'available' if triton_decode.pdl_supported(torch.device('cuda')) else 'unavailable'}")
+    vs = [v for v in variants() if opt.only in (None, v["group"])]
+    with mp.get_context("spawn").Pool(opt.workers) as pool:
+        for name, err, secs in pool.imap_unordered(_compile, vs):
+            log(f"compiled {name} in {secs:.1f} s" + (f": FAILED {err}" if err else ""))
+            for v in vs:
+                if v["name"] == name:
+                    v["error"] = err
+    dev = torch.device("cuda")
+    timer = GpuTimer(dev)
+    x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < opt.warm_s:
+        for _ in range(20):
+            x @ x
+        torch.cuda.synchronize()
+    del x
+    found: list[dict] = []
+    if opt.only in (None, "floor"):
+        found += floor({"eager": timer, "graph": GpuTimer(dev, graphs=True)}, opt.repeats)
+        for r in found:
+            log(f"floor   {r['name']:32} {r['median_us']:9.1f} us")
+    if opt.only in (None, "decode"):
+        found += time_group({"eager": timer, "graph": GpuTimer(dev, graphs=True)},
+                            [v for v in vs if v["group"] == "decode"], [2, 16], opt.repeats, log)
+    if opt.only in (None, "prefill"):
+        found += time_group({"eager": timer}, [v for v in vs if v["group"] == "prefill"], [16384], opt.repeats, log)
+    failed = [dict(name=v["name"], error=v["error"]) for v in vs if v.get("error")]
+    (out / "lab.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": found,
+                                              "failed": failed}, indent=1))
+    print("\n==== best ====")
+    for g, rows in (("decode", (2, 16)), ("prefill", (16384,))):
+        ok = [r for r in found if r["group"] == g and r["ok"] and r["timer"] == "cuda-events"]
+        names = {r["name"] for r in ok}
+        if not names:
+            continue
+        score = {n: sum(r["median_us"] for r in ok if r["name"] == n) for n in names
+                 if all(any(r["name"] == n and r["rows"] == k for r in ok) for k in rows)}
+        for n in sorted(score, key=score.get)[:4]:
+            print(g, n, " ".join(f"{r['rows']}: {r['median_us']:.1f} us" for r in ok if r["name"] == n))
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
