@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - older Triton, or a build without the C
     def gdc_launch_dependents():
         pass
 
-DECODE_CONFIG = TileConfig(32, 4, 2, 4)  # picked on an H200 by scripts/gpu/kernel_lab.py (docs/benchmarks.md)
+DECODE_CONFIG = TileConfig(64, 4, 2, 4)  # picked on an H200 by scripts/gpu/kernel_lab.py (docs/benchmarks.md)
 MAX_SPLITS = 64  # the reduce loads every split of a row at once
 PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
 REDUCE_VALUES = 4096  # partial values one reduce program loads: fewer means more, lighter programs

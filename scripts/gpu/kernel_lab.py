@@ -38,8 +38,12 @@ V32 = Layout(512, 64)
 OLD = dict(by_width=False, partials_16bit=False, pdl=False)  # session 1's decode: none of the three changes
 
 
-def variants() -> list[dict]:
-    """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed."""
+def variants(round_: int = 3) -> list[dict]:
+    """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed in one round."""
+    if round_ == 3:
+        return round3()
+    if round_ == 4:
+        return round4()
     pre = [("old (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
            ("(64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
            ("(64,2,2) 4 chains", (64, 2, 2, 4)), ("(64,2,3) 4 chains", (64, 2, 3, 4)),
@@ -63,17 +67,69 @@ def variants() -> list[dict]:
     return out
 
 
+def round3() -> list[dict]:
+    """Round 3: the decode around (64,4,2) 4 chains (register caps, splits, stages), the prefill's register caps."""
+    pre = [("(64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,2) 4 chains, 160 regs", (64, 4, 2, 4, 160)),
+           ("(32,4,2) 4 chains, 160 regs", (32, 4, 2, 4, 160)), ("(64,4,1) 4 chains", (64, 4, 1, 4))]
+    out = [dict(group="prefill", name=n, kernel="prefill", config=c, kw={}, per_sm=None) for n, c in pre]
+    dec = [("all (64,4,2)", (64, 4, 2, 4), {}, None), ("all (64,4,2) by count", (64, 4, 2, 4),
+                                                       {"by_width": False}, None),
+           ("all (64,4,2) no PDL", (64, 4, 2, 4), {"pdl": False}, None),
+           ("all (64,4,2) 1 chain", (64, 4, 2, 1), {}, None), ("all (64,4,2) 2 chains", (64, 4, 2, 2), {}, None),
+           ("all (64,4,2) 128 regs", (64, 4, 2, 4, 128), {}, None),
+           ("all (64,4,2) 160 regs", (64, 4, 2, 4, 160), {}, None),
+           ("all (64,4,2) 128 regs 3/SM", (64, 4, 2, 4, 128), {}, 3),
+           ("all (32,4,2) 128 regs", (32, 4, 2, 4, 128), {}, None),
+           ("all (32,4,2) 128 regs 4/SM", (32, 4, 2, 4, 128), {}, 4),
+           ("all (64,4,1)", (64, 4, 1, 4), {}, None), ("all (64,4,3)", (64, 4, 3, 4), {}, None),
+           ("all (64,4,2) 1/SM", (64, 4, 2, 4), {}, 1), ("all (64,4,2) 4/SM", (64, 4, 2, 4), {}, 4),
+           ("all (16,4,4)", (16, 4, 4, 4), {}, None), ("all (32,4,4) 128 regs", (32, 4, 4, 4, 128), {}, None)]
+    out += [dict(group="decode", name=n, kernel="decode", config=c, kw=kw, per_sm=p) for n, c, kw, p in dec]
+    return out
+
+
+def round4() -> list[dict]:
+    """Round 4: the decode's fixed costs (the count scan, via topk_length) and one-tile programs under register caps."""
+    dec = [("all (64,4,2)", (64, 4, 2, 4), {}, None),
+           ("all (64,4,2) topk_length given", (64, 4, 2, 4), {"with_length": True}, None),
+           ("(64,4,1) 128 regs 4/SM", (64, 4, 1, 4, 128), {}, 4),
+           ("(64,4,1) 168 regs 3/SM", (64, 4, 1, 4, 168), {}, 3),
+           ("(32,4,1) 128 regs 8/SM", (32, 4, 1, 4, 128), {}, 8),
+           ("(32,4,1) 128 regs 4/SM", (32, 4, 1, 4, 128), {}, 4),
+           ("(32,4,2) 128 regs 8/SM", (32, 4, 2, 4, 128), {}, 8),
+           ("all (64,4,2) reduce 1024", (64, 4, 2, 4), {"reduce_values": 1024}, None),
+           ("all (64,4,2) reduce 16384", (64, 4, 2, 4), {"reduce_values": 16384}, None)]
+    return [dict(group="decode", name=n, kernel="decode", config=c, kw=kw, per_sm=p) for n, c, kw, p in dec]
+
+
+_LENGTHS: dict[int, object] = {}
+
+
+def with_length(a):
+    """The same call with topk_length given (every row full), so the kernel skips counting indices >= 0."""
+    key = a.index.indices.data_ptr()
+    if key not in _LENGTHS:
+        rows, width = a.index.indices.shape
+        _LENGTHS[key] = a.index._replace(topk_length=torch.full((rows,), width, dtype=torch.int32, device=a.q.device))
+    return a._replace(index=_LENGTHS[key])
+
+
 def launcher(v: dict):
     cfg = TileConfig(*v["config"])
     if v["kernel"] == "prefill":
         return lambda a: triton_prefill.launch(a, config=cfg)
 
+    kw = dict(v["kw"])
+    length = kw.pop("with_length", False)
+
     def fn(a):
+        if length:
+            a = with_length(a)
         splits = None
         if v["per_sm"]:
             splits = triton_decode.choose_splits(a.q.shape[0], 1, a.index.indices.shape[1], cfg.block_n,
                                                  triton_decode.sm_count(a.q.device), v["per_sm"])
-        triton_decode.launch(a, config=cfg, splits=splits, **v["kw"])
+        triton_decode.launch(a, config=cfg, splits=splits, **kw)
     return fn
 
 
@@ -153,6 +209,7 @@ def floor(timers: dict[str, GpuTimer], repeats: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=["prefill", "decode", "floor"])
+    ap.add_argument("--round", type=int, default=3, choices=[2, 3, 4], help="which list of variants (docs/benchmarks.md)")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products first, to raise clocks")
@@ -166,7 +223,7 @@ def main() -> None:
 
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
         f"PDL {'available' if triton_decode.pdl_supported(torch.device('cuda')) else 'unavailable'}")
-    vs = [v for v in variants() if opt.only in (None, v["group"])]
+    vs = [v for v in variants(opt.round) if opt.only in (None, v["group"])]
     with mp.get_context("spawn").Pool(opt.workers) as pool:
         for name, err, secs in pool.imap_unordered(_compile, vs):
             log(f"compiled {name} in {secs:.1f} s" + (f": FAILED {err}" if err else ""))
