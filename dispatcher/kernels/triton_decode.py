@@ -6,13 +6,12 @@ tile loop as the prefill over its share of the row and writes a normalised parti
 its log-sum-exp (base 2); the reduce rescales the partials, adds the sink's mass and writes the
 output. The split count follows the row count: enough programs to cover the GPU.
 
-Latency, not bandwidth, decides a decode call, so three things keep the dependent steps short:
-- dense rows are split by their width, not by their count of valid indices, so a program's
-  index loads need not wait for the count (positions past it are masked instead);
-- on Hopper-class NVIDIA GPUs the reduce is launched with programmatic dependent launch (PDL):
-  it is scheduled while the partials run and waits for them in-kernel (``gdc_wait``), which
-  hides its launch latency;
-- partials of 16-bit calls are stored in that dtype, halving their write and read.
+A decode call is short enough that launch latency counts: on NVIDIA GPUs of compute capability
+9.0 and up the reduce is launched with programmatic dependent launch (PDL), so it is scheduled
+while the partials still run and waits for them in-kernel (``gdc_wait``); that took 0.5-1.8 µs
+off a 14-25 µs call on an H200 (docs/benchmarks.md, "Kernel tuning"). Two other changes were
+measured there and dropped for gaining nothing: splitting dense rows by width instead of by
+their count of valid indices, and keeping the partial outputs in 16 bits.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ DECODE_CONFIG = TileConfig(64, 4, 2, 4)  # picked on an H200 by scripts/gpu/kern
 MAX_SPLITS = 64  # the reduce loads every split of a row at once
 PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
 REDUCE_VALUES = 4096  # partial values one reduce program loads: fewer means more, lighter programs
-PARTIALS_16BIT = True  # 16-bit calls keep their partial outputs in their own dtype (the LSEs stay fp32)
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]  # names absent from a kernel are ignored
 _SMS: dict[int, int] = {}
 _PDL: dict[int, bool] = {}
@@ -93,7 +91,7 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0,
                     D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                     HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, BY_WIDTH: tl.constexpr, PDL: tl.constexpr):
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         gdc_launch_dependents()  # the reduce may be scheduled now; it waits for this grid in gdc_wait
     row = tl.program_id(0)
@@ -101,14 +99,11 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
     h0 = tl.program_id(2) * HB
     base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                          CNT_BLOCK)
-    span = n
-    if BY_WIDTH:  # dense rows: split the width, so the index loads need not wait for the count
-        span = tl.where(ragged != 0, n, width)
-    chunk = tl.cdiv(tl.cdiv(span, splits), BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(n, splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
-    hi = tl.minimum(lo + chunk, span)
+    hi = tl.minimum(lo + chunk, n)
     m, l, acc0, acc1, acc2, acc3, acc_b = attend(
-        q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
+        q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
         D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
@@ -143,7 +138,7 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     total = tl.sum(w, axis=0) + tl.exp2(sink - big_safe)
     inv = tl.where(total > 0.0, 1.0 / tl.where(total > 0.0, total, 1.0), 0.0)
     o = tl.load(o_ptr + part[:, None] * lanes + offs_l[None, :], mask=smask[:, None] & lmask[None, :], other=0.0)
-    res = tl.sum(o.to(tl.float32) * w[:, None], axis=0) * inv
+    res = tl.sum(o * w[:, None], axis=0) * inv
     out_row = out_ptr + row.to(tl.int64) * o_s0 + h * o_s1
     tl.store(out_row + offs_l * o_s2, res.to(out_ptr.dtype.element_ty), mask=lmask)
 
@@ -154,15 +149,8 @@ def reduce_blocks(splits: int, lanes: int, values: int | None = None) -> tuple[i
     return s_block, min(max(16, next_pow2(lanes)), max(16, (values or REDUCE_VALUES) // s_block))
 
 
-def partial_dtype(q: torch.Tensor, sixteen_bit: bool | None = None) -> torch.dtype:
-    """The dtype partial outputs are kept in: q's own for 16-bit calls (PARTIALS_16BIT), else fp32."""
-    keep = PARTIALS_16BIT if sixteen_bit is None else sixteen_bit
-    return q.dtype if keep and q.dtype in (torch.float16, torch.bfloat16) else torch.float32
-
-
 def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
-           reduce_values: int | None = None, pdl: bool | None = None, by_width: bool = True,
-           partials_16bit: bool | None = None) -> None:
+           reduce_values: int | None = None, pdl: bool | None = None) -> None:
     """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not.
 
     The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
@@ -183,13 +171,13 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
         splits = choose_splits(rows, head_blocks, width, cfg.block_n, sm_count(q.device))
     splits = max(1, min(int(splits), MAX_SPLITS))
     use_pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=partial_dtype(q, partials_16bit), device=q.device)
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
     _partial_kernel[(rows, splits, head_blocks)](
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-        CNT_BLOCK=count_block(p.width), BY_WIDTH=by_width, PDL=use_pdl, **tile_constants(p, head_dim, cfg),
+        CNT_BLOCK=count_block(p.width), PDL=use_pdl, **tile_constants(p, head_dim, cfg),
         **cfg.launch_options(),
     )
     s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values)

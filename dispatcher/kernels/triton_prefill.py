@@ -170,11 +170,11 @@ def mm(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
-def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, n, base, idx_s1, skv, H, sm_scale2,
+def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
            q_s0, q_s1, q_s2, kv_s0, kv_s2,
            D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
            V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr):
-    """Online softmax over positions [lo, hi) of one row for HB heads, positions >= n masked.
+    """Online softmax over positions [lo, hi) of one row for HB heads.
 
     Returns (m, l, acc0, acc1, acc2, acc3, acc_b), base 2: acc<i> holds lanes [i·CH, (i+1)·CH)
     for i < NCH (the others are unused zeros), acc_b the lanes past NCH·CH.
@@ -206,8 +206,9 @@ def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, n, base, idx_s1, skv, H, sm_
     acc_b = tl.zeros([HB, BLOCK_B], tl.float32)
     for j0 in range(lo, hi, BLOCK_N):
         offs_n = j0 + tl.arange(0, BLOCK_N)
-        slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=offs_n < hi, other=-1).to(tl.int64)
-        valid = (offs_n < n) & (slot >= 0) & (slot < skv)
+        in_row = offs_n < hi
+        slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=in_row, other=-1).to(tl.int64)
+        valid = in_row & (slot >= 0) & (slot < skv)
         krow = kv_ptr + tl.where(valid, slot, 0) * kv_s0
         k0 = tl.load(krow[:, None] + offs_c[None, :] * kv_s2, mask=valid[:, None], other=0.0)
         s = mm(q0, tl.trans(k0), IEEE)
@@ -278,7 +279,7 @@ def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_p
     base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                          CNT_BLOCK)
     m, l, acc0, acc1, acc2, acc3, acc_b = attend(
-        q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
+        q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
         D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H

@@ -120,39 +120,6 @@ def phase_reduce_search(timer: GpuTimer, out: Path) -> list[dict]:
     return found
 
 
-def decode_parts(timer: GpuTimer, rows: int) -> tuple:
-    """(partial kernel alone, reduce kernel alone) for the chosen decode config: where the decode time goes."""
-    cfg = triton_decode.DECODE_CONFIG
-    p_mod, d_mod = triton_prefill, triton_decode
-
-    def partial(a):
-        p = p_mod.pack(a)
-        splits = d_mod.choose_splits(rows, 1, p.width, cfg.block_n, d_mod.sm_count(DEV))
-        o = torch.empty((rows, splits, 16, p.lanes), dtype=torch.float32, device=DEV)
-        lse = torch.empty((rows, splits, 16), dtype=torch.float32, device=DEV)
-        d_mod._partial_kernel[(rows, splits, 1)](
-            a.q, a.kv, p.idx, p.length, p.indptr, o, lse, p.skv, p.width, 16, p.sm_scale2, p.ragged, p.has_len,
-            p.lanes, splits, a.q.stride(0), a.q.stride(1), a.q.stride(2), a.kv.stride(0), a.kv.stride(2),
-            p.idx_s0, p.idx_s1, p.len_s0, D=a.q.shape[2], BLOCK_A=p.block_a, BLOCK_B=p.block_b, HAS_B=p.has_b,
-            V_B=p.v_b, BLOCK_N=cfg.block_n, HB=16, IEEE=p.ieee, CNT_BLOCK=p_mod.count_block(p.width), SWAP=cfg.swap,
-            **cfg.launch_options())
-        return o, lse, splits
-
-    state = {}
-
-    def reduce(a):
-        if id(a) not in state:
-            state[id(a)] = partial(a)
-            torch.cuda.synchronize()
-        o, lse, splits = state[id(a)]
-        s_block, l_block = d_mod.reduce_blocks(splits, 512)
-        d_mod._reduce_kernel[(rows, 16, triton.cdiv(512, l_block))](
-            o, lse, a.q, a.output, 16, 0, 512, splits, 0, a.output.stride(0), a.output.stride(1), a.output.stride(2),
-            S_BLOCK=s_block, L_BLOCK=l_block, num_warps=4)
-
-    return time_call(timer, partial, rows, repeats=100), time_call(timer, reduce, rows, repeats=100)
-
-
 def phase_targets(timer: GpuTimer, out: Path) -> dict:
     t = {
         "decode_us_2": time_call(timer, triton_decode.launch, 2, repeats=100),
@@ -162,7 +129,8 @@ def phase_targets(timer: GpuTimer, out: Path) -> dict:
         "prefill_us_16384": time_call(timer, triton_prefill.launch, 16384, repeats=30),
         "decode_us_16384": time_call(timer, triton_decode.launch, 16384, repeats=30),
         "torch_ref_us_2": time_call(timer, torch_ref, 2, repeats=10),
-        **{f"decode_{part}_us_{rows}": v for rows in (2, 16) for part, v in zip(("partial", "reduce"), decode_parts(timer, rows))},
+        "decode_graph_us_2": time_call(GpuTimer(DEV, graphs=True), triton_decode.launch, 2, repeats=100),
+        "decode_graph_us_16": time_call(GpuTimer(DEV, graphs=True), triton_decode.launch, 16, repeats=100),
         "torch_ref_us_16384": time_call(timer, torch_ref, 16384, repeats=3),
     }
     (out / "targets.json").write_text(json.dumps(t, indent=1))

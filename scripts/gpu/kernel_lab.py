@@ -35,71 +35,28 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 V32 = Layout(512, 64)
-OLD = dict(by_width=False, partials_16bit=False, pdl=False)  # session 1's decode: none of the three changes
+SESSION1 = dict(pdl=False)  # session 1's decode launched its reduce without PDL
+# Rounds 1-4 (docs/benchmarks.md, "Kernel tuning, session 2") ran at commits 17c3d0d and 20136d8, whose lab
+# also timed two options since dropped for gaining nothing (split-by-width, 16-bit partials). This list
+# re-times, at the current code, session 1's configs against the chosen ones and their nearest neighbours.
 
 
-def variants(round_: int = 3) -> list[dict]:
-    """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed in one round."""
-    if round_ == 3:
-        return round3()
-    if round_ == 4:
-        return round4()
-    pre = [("old (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
-           ("(64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
-           ("(64,2,2) 4 chains", (64, 2, 2, 4)), ("(64,2,3) 4 chains", (64, 2, 3, 4)),
-           ("(32,2,2) 4 chains", (32, 2, 2, 4)), ("(32,2,3) 4 chains", (32, 2, 3, 4)),
-           ("(128,4,1) 4 chains", (128, 4, 1, 4)), ("(32,4,2) 4 chains", (32, 4, 2, 4)),
-           ("(64,8,2) 4 chains", (64, 8, 2, 4))]
+def variants() -> list[dict]:
+    """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed."""
+    pre = [("session 1: (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
+           ("chosen: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
+           ("(32,2,2) 4 chains", (32, 2, 2, 4))]
     out = [dict(group="prefill", name=n, kernel="prefill", config=c, kw={}, per_sm=None) for n, c in pre]
-    dec = [("old: (32,4,2) one chain", (32, 4, 2, 1), OLD, None),
-           ("old + 4 chains", (32, 4, 2, 4), OLD, None),
-           ("old + split by width", (32, 4, 2, 1), {**OLD, "by_width": True}, None),
-           ("old + 16-bit partials", (32, 4, 2, 1), {**OLD, "partials_16bit": True}, None),
-           ("old + PDL", (32, 4, 2, 1), {**OLD, "pdl": True}, None),
-           ("all four (32,4,2)", (32, 4, 2, 4), {}, None), ("all, fp32 partials", (32, 4, 2, 4),
-                                                             {"partials_16bit": False}, None),
-           ("all (32,4,2) 1/SM", (32, 4, 2, 4), {}, 1), ("all (32,4,2) 4/SM", (32, 4, 2, 4), {}, 4),
-           ("all (16,4,2)", (16, 4, 2, 4), {}, None), ("all (16,4,2) 4/SM", (16, 4, 2, 4), {}, 4),
-           ("all (32,4,3)", (32, 4, 3, 4), {}, None), ("all (64,4,2)", (64, 4, 2, 4), {}, None),
-           ("all (32,2,2)", (32, 2, 2, 4), {}, None), ("all (32,2,3)", (32, 2, 3, 4), {}, None),
-           ("all (32,2,2) 4/SM", (32, 2, 2, 4), {}, 4), ("all (32,8,2)", (32, 8, 2, 4), {}, None)]
+    dec = [("session 1: (32,4,2) one chain", (32, 4, 2, 1), SESSION1, None),
+           ("session 1 + PDL", (32, 4, 2, 1), {}, None),
+           ("session 1 + 4 chains", (32, 4, 2, 4), SESSION1, None),
+           ("chosen: (64,4,2) 4 chains, PDL", (64, 4, 2, 4), {}, None),
+           ("chosen, no PDL", (64, 4, 2, 4), SESSION1, None),
+           ("chosen, topk_length given", (64, 4, 2, 4), {"with_length": True}, None),
+           ("(32,4,2) 4 chains, PDL", (32, 4, 2, 4), {}, None), ("(64,4,3) 4 chains, PDL", (64, 4, 3, 4), {}, None),
+           ("chosen, 1 program/SM", (64, 4, 2, 4), {}, 1), ("chosen, 4 programs/SM", (64, 4, 2, 4), {}, 4)]
     out += [dict(group="decode", name=n, kernel="decode", config=c, kw=kw, per_sm=p) for n, c, kw, p in dec]
     return out
-
-
-def round3() -> list[dict]:
-    """Round 3: the decode around (64,4,2) 4 chains (register caps, splits, stages), the prefill's register caps."""
-    pre = [("(64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,2) 4 chains, 160 regs", (64, 4, 2, 4, 160)),
-           ("(32,4,2) 4 chains, 160 regs", (32, 4, 2, 4, 160)), ("(64,4,1) 4 chains", (64, 4, 1, 4))]
-    out = [dict(group="prefill", name=n, kernel="prefill", config=c, kw={}, per_sm=None) for n, c in pre]
-    dec = [("all (64,4,2)", (64, 4, 2, 4), {}, None), ("all (64,4,2) by count", (64, 4, 2, 4),
-                                                       {"by_width": False}, None),
-           ("all (64,4,2) no PDL", (64, 4, 2, 4), {"pdl": False}, None),
-           ("all (64,4,2) 1 chain", (64, 4, 2, 1), {}, None), ("all (64,4,2) 2 chains", (64, 4, 2, 2), {}, None),
-           ("all (64,4,2) 128 regs", (64, 4, 2, 4, 128), {}, None),
-           ("all (64,4,2) 160 regs", (64, 4, 2, 4, 160), {}, None),
-           ("all (64,4,2) 128 regs 3/SM", (64, 4, 2, 4, 128), {}, 3),
-           ("all (32,4,2) 128 regs", (32, 4, 2, 4, 128), {}, None),
-           ("all (32,4,2) 128 regs 4/SM", (32, 4, 2, 4, 128), {}, 4),
-           ("all (64,4,1)", (64, 4, 1, 4), {}, None), ("all (64,4,3)", (64, 4, 3, 4), {}, None),
-           ("all (64,4,2) 1/SM", (64, 4, 2, 4), {}, 1), ("all (64,4,2) 4/SM", (64, 4, 2, 4), {}, 4),
-           ("all (16,4,4)", (16, 4, 4, 4), {}, None), ("all (32,4,4) 128 regs", (32, 4, 4, 4, 128), {}, None)]
-    out += [dict(group="decode", name=n, kernel="decode", config=c, kw=kw, per_sm=p) for n, c, kw, p in dec]
-    return out
-
-
-def round4() -> list[dict]:
-    """Round 4: the decode's fixed costs (the count scan, via topk_length) and one-tile programs under register caps."""
-    dec = [("all (64,4,2)", (64, 4, 2, 4), {}, None),
-           ("all (64,4,2) topk_length given", (64, 4, 2, 4), {"with_length": True}, None),
-           ("(64,4,1) 128 regs 4/SM", (64, 4, 1, 4, 128), {}, 4),
-           ("(64,4,1) 168 regs 3/SM", (64, 4, 1, 4, 168), {}, 3),
-           ("(32,4,1) 128 regs 8/SM", (32, 4, 1, 4, 128), {}, 8),
-           ("(32,4,1) 128 regs 4/SM", (32, 4, 1, 4, 128), {}, 4),
-           ("(32,4,2) 128 regs 8/SM", (32, 4, 2, 4, 128), {}, 8),
-           ("all (64,4,2) reduce 1024", (64, 4, 2, 4), {"reduce_values": 1024}, None),
-           ("all (64,4,2) reduce 16384", (64, 4, 2, 4), {"reduce_values": 16384}, None)]
-    return [dict(group="decode", name=n, kernel="decode", config=c, kw=kw, per_sm=p) for n, c, kw, p in dec]
 
 
 _LENGTHS: dict[int, object] = {}
@@ -209,7 +166,6 @@ def floor(timers: dict[str, GpuTimer], repeats: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=["prefill", "decode", "floor"])
-    ap.add_argument("--round", type=int, default=3, choices=[2, 3, 4], help="which list of variants (docs/benchmarks.md)")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products first, to raise clocks")
@@ -223,7 +179,7 @@ def main() -> None:
 
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
         f"PDL {'available' if triton_decode.pdl_supported(torch.device('cuda')) else 'unavailable'}")
-    vs = [v for v in variants(opt.round) if opt.only in (None, v["group"])]
+    vs = [v for v in variants() if opt.only in (None, v["group"])]
     with mp.get_context("spawn").Pool(opt.workers) as pool:
         for name, err, secs in pool.imap_unordered(_compile, vs):
             log(f"compiled {name} in {secs:.1f} s" + (f": FAILED {err}" if err else ""))

@@ -56,3 +56,41 @@ def test_dispatcher_reports_triton_on_gpu(compiled):
     decision = d(q, kv, idx, None, 0.04, 576, 512, 64, None, out)
     assert decision.kernel in (Kernel.INTREE_RAGGED_PREFILL, Kernel.INTREE_SPARSE_DECODE)
     assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("rows", [2, 16, 300])
+def test_pdl_reduce_matches_a_plain_launch(compiled, rows):
+    """PDL changes when the reduce is scheduled, never what it computes: outputs are bitwise equal."""
+    from dispatcher.sweep.correctness import build
+    from dispatcher.sweep.grid import Layout
+
+    _, decode = compiled
+    if not decode.pdl_supported(torch.device("cuda")):
+        pytest.skip("this GPU or Triton has no programmatic dependent launch")
+    args = build(rows, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=2048)
+    outs = []
+    for pdl in (False, True):
+        a = args._replace(output=torch.full_like(args.output, float("nan")))
+        decode.launch(a, pdl=pdl)
+        outs.append(a.output)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_decode_replays_in_a_cuda_graph(compiled):
+    """vLLM captures decode in CUDA graphs: a captured split-K decode (PDL included) replays to the eager answer."""
+    from dispatcher.sweep.correctness import build
+    from dispatcher.sweep.grid import Layout
+
+    _, decode = compiled
+    args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=2048)
+    eager = args._replace(output=torch.full_like(args.output, float("nan")))
+    decode.launch(eager)
+    captured = args._replace(output=torch.full_like(args.output, float("nan")))
+    decode.launch(captured)  # compile and warm outside the capture
+    captured.output.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode.launch(captured)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured.output, eager.output)

@@ -40,10 +40,9 @@ def check(case: Case, got: torch.Tensor, dtype: torch.dtype) -> None:
 ONE_CHAIN = (16, 4, 2, 1)  # block_n 16, the head block as one MMA chain (the default cuts it in up to 4)
 KERNELS = [("prefill", {}), ("decode", {}), ("decode", {"splits": 3}), ("decode", {"splits": 1}),
            ("prefill", {"config": ONE_CHAIN}),
-           ("decode", {"config": ONE_CHAIN, "splits": 3, "reduce_values": 32, "by_width": False,
-                       "partials_16bit": False})]
+           ("decode", {"config": ONE_CHAIN, "splits": 3, "reduce_values": 32})]
 KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split", "prefill-one-chain",
-              "decode-one-chain-3splits-16lanes-by-count-fp32-partials"]
+              "decode-one-chain-3splits-16lanes"]
 
 
 @pytest.mark.parametrize(("which", "kw"), KERNELS, ids=KERNEL_IDS)
