@@ -50,6 +50,11 @@ class GateAdvice(NamedTuple):
     never: tuple[int, ...]  # top-k values at which A never caught up within the grid
 
 
+# A/B ratios within this fraction of 1 count as "A no slower". Above a few hundred rows the two kernels
+# run the same tile loop and differ by a few percent either way; a gate must not move on that.
+TOLERANCE = 0.05
+
+
 def next_pow2(n: float) -> int:
     """Smallest power of two >= n."""
     return 1 if n <= 1 else 1 << math.ceil(math.log2(n))
@@ -101,7 +106,7 @@ def crossovers(table: dict[tuple[int, int], float], layout: str, threshold: floa
     return [crossover(by_topk[k], layout=layout, topk=k, threshold=threshold) for k in sorted(by_topk)]
 
 
-def recommend_gate(found: list[Crossover]) -> GateAdvice:
+def recommend_gate(found: list[Crossover], tolerance: float = 0.0) -> GateAdvice:
     """Gate at the largest grid crossover (A then wins at every fanout seen), rounded up to a power of two."""
     never = tuple(sorted({c.topk for c in found if c.rows is None}))
     hits = [c for c in found if c.rows is not None]
@@ -109,8 +114,9 @@ def recommend_gate(found: list[Crossover]) -> GateAdvice:
         return GateAdvice(None, "A never reaches B's speed in this grid: keep every call on B", never)
     worst = max(hits, key=lambda c: c.rows)
     gate = next_pow2(worst.rows)
+    within = f" (within {tolerance:.0%})" if tolerance else ""
     reason = (
-        f"rows >= {gate}: A is no slower than B from {worst.rows} rows at every fanout timed "
+        f"rows >= {gate}: A is no slower than B{within} from {worst.rows} rows at every fanout timed "
         f"(last to cross: top-k {worst.topk}, layout {worst.layout}"
         + (f", interpolated crossing near {worst.estimate:.0f} rows)" if worst.estimate else ")")
     )

@@ -16,6 +16,7 @@ from .grid import (
     CPU_KERNELS, CPU_ROWS, CPU_TOPK, DEFAULT_LAYOUTS, GPU_KERNELS, GPU_ROWS, GPU_TOPK, HEADS, SweepArgError,
     parse_int_list, parse_kernels, parse_layouts,
 )
+from .analysis import TOLERANCE
 from .report import device_name, document, print_tables, write_all
 from .runner import KernelFailed, SweepPlan, run_sweep
 
@@ -66,14 +67,14 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
     )
 
 
-def replay_command(plan: SweepPlan, out: Path) -> str:
+def replay_command(plan: SweepPlan, out: Path, tolerance: float = TOLERANCE) -> str:
     """The full command line that repeats this sweep, every default spelled out."""
     parts = [
         "routescope", "sweep", "--kernels", ",".join(map(str, plan.kernels)),
         "--rows", ",".join(map(str, plan.rows)), "--topk", ",".join(map(str, plan.topk)),
         "--layout", ",".join(map(str, plan.layouts)), "--heads", str(plan.heads),
         "--dtype", str(plan.dtype).removeprefix("torch."), "--repeats", str(plan.repeats),
-        "--warmup", str(plan.warmup), "--device", plan.device.type, "--out", str(out),
+        "--warmup", str(plan.warmup), "--device", plan.device.type, "--tolerance", f"{tolerance:g}", "--out", str(out),
     ]
     if plan.kv_len:
         parts += ["--kv-len", str(plan.kv_len)]
@@ -93,9 +94,13 @@ def sweep_command(
     dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32")] = "bfloat16",
     kv_len: Annotated[Optional[int], typer.Option(help="KV pool rows (default max(rows, 4 x top-k))")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    tolerance: Annotated[float, typer.Option(help="A/B ratios up to 1 + this count as A no slower when placing "
+                                                   "the gate")] = TOLERANCE,
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON document instead of tables")] = False,
 ) -> None:
     """Time two or more kernels over rows x top-k; print A/B ratios, the crossover and the gate they suggest."""
+    if not 0.0 <= tolerance < 1.0:
+        raise _fail(f"--tolerance must be in [0, 1), got {tolerance}")
     try:
         plan = build_plan(kernels=kernels, rows=rows, topk=topk, layout=layout, device=device, dtype=dtype,
                           heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len)
@@ -124,7 +129,7 @@ def sweep_command(
         labels = list(dict.fromkeys(r.label for r in results))
         a, b = labels[0], labels[1]
     doc = document(results, a=a, b=b, layouts=[str(x) for x in plan.layouts], device=device_name(plan.device),
-                   command=replay_command(plan, out))
+                   command=replay_command(plan, out, tolerance), tolerance=tolerance)
     paths = write_all(out, results, doc)
     if as_json:
         typer.echo(json.dumps(doc, indent=1))

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .analysis import Crossover, GateAdvice, Result, crossovers, ratio_rows, ratio_table, recommend_gate
+from .analysis import TOLERANCE, Crossover, GateAdvice, Result, crossovers, ratio_rows, ratio_table, recommend_gate
 
 
 def device_name(device: torch.device) -> str:
@@ -21,16 +21,18 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.machine()})"
 
 
-def summarize(results: list[Result], a: str, b: str, layouts: list[str]) -> tuple[dict, list[Crossover], GateAdvice]:
-    """Ratio tables per layout, crossovers per (layout, top-k), and the gate over all of them."""
+def summarize(results: list[Result], a: str, b: str, layouts: list[str],
+              tolerance: float = TOLERANCE) -> tuple[dict, list[Crossover], GateAdvice]:
+    """Ratio tables per layout, crossovers per (layout, top-k) with A/B <= 1 + tolerance, and the gate."""
     tables = {lay: ratio_table(results, a, b, lay) for lay in layouts}
-    found = [c for lay in layouts for c in crossovers(tables[lay], lay)]
-    return tables, found, recommend_gate(found)
+    found = [c for lay in layouts for c in crossovers(tables[lay], lay, threshold=1.0 + tolerance)]
+    return tables, found, recommend_gate(found, tolerance)
 
 
-def document(results: list[Result], *, a: str, b: str, layouts: list[str], device: str, command: str) -> dict[str, Any]:
+def document(results: list[Result], *, a: str, b: str, layouts: list[str], device: str, command: str,
+             tolerance: float = TOLERANCE) -> dict[str, Any]:
     """The JSON written beside the CSV: {"device", "results": [...], ratios, crossover, recommendation}."""
-    tables, found, advice = summarize(results, a, b, layouts)
+    tables, found, advice = summarize(results, a, b, layouts, tolerance)
     triton_version = None
     try:
         import triton
@@ -46,6 +48,7 @@ def document(results: list[Result], *, a: str, b: str, layouts: list[str], devic
         "a": a,
         "b": b,
         "ratio": "median time of A / median time of B (< 1: A faster)",
+        "tolerance": tolerance,
         "results": [r._asdict() for r in results],
         "ratios": [
             {"layout": lay, "rows": rows, "topk": topk, "ratio": round(v, 4)}
@@ -155,9 +158,10 @@ def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> No
         for line in lines:
             rt.add_row(*line)
         console.print(rt)
+    within = f" (within {doc['tolerance']:.0%})" if doc.get("tolerance") else ""
     for c in doc["crossover"]:
         where = (f"from {c['rows']} rows (interpolated ~{c['estimate']:.0f})" if c["rows"] is not None
                  else "never within the grid")
-        console.print(f"crossover, layout {c['layout']}, top-k {c['topk']}: A no slower {where}")
+        console.print(f"crossover, layout {c['layout']}, top-k {c['topk']}: A no slower{within} {where}")
     rec = doc["recommendation"]
     console.print(f"[bold]recommended gate:[/bold] {rec['reason']}")

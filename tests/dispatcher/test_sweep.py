@@ -122,6 +122,18 @@ def test_gate_notes_fanouts_where_a_never_wins_and_declines_when_none_do():
     assert none.gate is None and "keep every call on B" in none.reason
 
 
+def test_tolerance_keeps_a_flat_tail_from_moving_the_gate():
+    """Session 2's H200 sweep: past 256 rows A/B hovers at 0.93-1.02; a 2% wobble must not push the gate up."""
+    table = {(16, 2048): 5.2, (256, 2048): 0.98, (512, 2048): 1.01, (1024, 2048): 1.02, (16384, 2048): 1.01}
+    strict = crossovers(table, "512+0")
+    assert strict[0].rows is None  # with no tolerance A "never" catches up
+    loose = crossovers(table, "512+0", threshold=1.05)
+    assert loose[0].rows == 256
+    advice = recommend_gate(loose, 0.05)
+    assert advice.gate == 256 and "within 5%" in advice.reason
+    assert crossovers({(1, 128): 1.2, (512, 128): 1.06}, "x", threshold=1.05)[0].rows is None  # 6% is still slower
+
+
 def test_next_pow2_and_the_seed_table_layout():
     assert [next_pow2(x) for x in (0, 1, 2, 3, 300, 512, 513)] == [1, 1, 2, 4, 512, 512, 1024]
     header, lines = ratio_rows({(256, 128): 1.04, (256, 512): 0.88, (512, 128): 0.64})
@@ -216,6 +228,7 @@ def test_sweep_end_to_end_on_a_tiny_cpu_grid(tmp_path):
     assert doc["a"] == "intree.ragged_prefill:torch" and doc["b"] == "intree.sparse_decode:torch"
     assert {"device", "results", "ratios", "crossover", "recommendation", "command"} <= set(doc)
     assert doc["command"].startswith("routescope sweep --kernels intree.ragged_prefill:torch,intree.sparse_decode:torch")
+    assert "--tolerance 0.05" in doc["command"] and doc["tolerance"] == 0.05
     assert len(doc["ratios"]) == 4
 
 
@@ -236,6 +249,8 @@ def test_sweep_json_flag_prints_the_document(tmp_path):
     (["--dtype", "int8"], "--dtype"),
     (["--device", "tpu"], "--device"),
     (["--heads", "0"], "--heads"),
+    (["--tolerance", "1.5"], "--tolerance"),
+    (["--tolerance", "-0.1"], "--tolerance"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, match, tmp_path):
     r = _cli(*args, "--out", str(tmp_path))
