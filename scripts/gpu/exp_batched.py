@@ -4,7 +4,7 @@ The idea: make the four 128-lane chunks of the 512-lane head block the batch dim
 batched tl.dot, so Triton lays warps over chunks and each warp keeps only its own q chunk in
 registers (shared-memory traffic per tile would drop by about a quarter). Triton 3.6 does lay
 warps over the batch (mma warpsPerCTA [4, 1, 2] at 8 warps), but the broadcast P operand and the
-cross-warp sum of the partial scores made it 2.3-4.4x slower than the 2-D chunks on an H200.
+cross-warp sum of the partial scores made it 2.1-4.3x slower than the 2-D chunks on an H200.
 Run on the device machine from the repository root: python3 scripts/gpu/exp_batched.py
 """
 import triton
