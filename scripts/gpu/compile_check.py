@@ -4,6 +4,9 @@ Costs no device time: Triton carries ptxas and cuobjdump, so a config that spill
 shared memory or misses Hopper's wgmma is found here before a run. Integer arguments are
 specialised the way a real launch specialises them (unit strides become constants, multiples
 of 16 carry that fact), or the loads would not vectorise and the report would mislead.
+Each line also gives the SASS size and the longest loop's length and instruction mix
+(``loop=``: the tile loop, per warp per tile), the cheapest way to see what a change does to
+the issue-bound decode before spending device time on it (docs/benchmarks.md).
 Usage: python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES,CHUNKS,MAXNREG ...]
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import triton
@@ -56,6 +60,7 @@ def compile_one(fn, consts: dict, num_warps: int, num_stages: int, maxnreg: int 
     rep = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-resource-usage", str(cubin)],
                          capture_output=True, text=True).stdout
     ttgir = k.asm["ttgir"]
+    sass = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
 
     def num(key: str) -> int:
         m = re.search(key + r":(\d+)", rep)
@@ -63,7 +68,24 @@ def compile_one(fn, consts: dict, num_warps: int, num_stages: int, maxnreg: int 
 
     return {"shared": k.metadata.shared, "regs": num("REG"), "stack": num("STACK"),
             "wgmma": ttgir.count("warp_group_dot "), "mma_v2": ttgir.count("tt.dot "),
-            "async_copies": ttgir.count("async_copy_global_to_local")}
+            "async_copies": ttgir.count("async_copy_global_to_local"), **sass_loop(sass)}
+
+
+def sass_loop(sass: str) -> dict:
+    """SASS instruction count, and the longest backward-branch loop's length and top opcodes."""
+    ops = []
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*)", line)
+        if m:
+            ops.append((int(m.group(1), 16), m.group(2).split(".")[0], m.group(3)))
+    best = (0, 0)
+    for addr, op, rest in ops:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if target and int(target.group(1), 16) < addr and addr - int(target.group(1), 16) > best[1] - best[0]:
+            best = (int(target.group(1), 16), addr)
+    body = Counter(op for addr, op, _ in ops if best[0] <= addr <= best[1]) if best[1] else Counter()
+    return {"sass": len(ops), "loop": sum(body.values()),
+            "loop_mix": ",".join(f"{op}:{n}" for op, n in body.most_common(6))}
 
 
 def main(argv: list[str]) -> None:
