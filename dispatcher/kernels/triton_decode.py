@@ -29,7 +29,7 @@ try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent laun
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     HAVE_GDC = True
-except ImportError:  # pragma: no cover - older Triton, or a build without the CUDA extras
+except Exception:  # noqa: BLE001 - older Triton, or a build without the CUDA extras: no PDL, never an error
     HAVE_GDC = False
 
     @triton.jit

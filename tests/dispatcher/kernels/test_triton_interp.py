@@ -146,3 +146,23 @@ def test_head_dim_split(interp):
     assert prefill.split_head_dim(48) == (32, 16)
     assert prefill.split_head_dim(40) == (32, 16)  # remainder 8 padded to tl.dot's minimum
     assert prefill.split_head_dim(56) == (32, 32)
+
+
+def test_pdl_only_where_the_device_can_do_it(interp, monkeypatch):
+    """Programmatic dependent launch needs an NVIDIA GPU: never on CPU, never on ROCm, never without gdc."""
+    _, decode = interp
+    assert decode.pdl_supported(torch.device("cpu")) is False
+    monkeypatch.setattr(decode, "HAVE_GDC", False)
+    assert decode.pdl_supported(torch.device("cuda", 0)) is False  # answered before any CUDA call
+    monkeypatch.setattr(decode, "HAVE_GDC", True)
+    monkeypatch.setattr(torch.version, "hip", "6.2", raising=False)
+    assert decode.pdl_supported(torch.device("cuda", 0)) is False
+
+
+def test_chunks_shrink_to_fit_the_head_block(interp):
+    prefill, _ = interp
+    assert prefill.chunks_for(512, 4) == 4  # 128-lane chunks
+    assert prefill.chunks_for(512, 3) == 2  # only 1, 2 or 4
+    assert prefill.chunks_for(32, 4) == 2  # 16 lanes is the least a chunk may have
+    assert prefill.chunks_for(16, 4) == 1
+    assert prefill.chunks_for(64, 1) == 1
