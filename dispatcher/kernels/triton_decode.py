@@ -8,8 +8,9 @@ output. The split count follows the row count: enough programs to cover the GPU.
 
 A decode call is short enough that launch latency counts: on NVIDIA GPUs of compute capability
 9.0 and up the reduce is launched with programmatic dependent launch (PDL), so it is scheduled
-while the partials still run and waits for them in-kernel (``gdc_wait``); that took 0.5-1.8 µs
-off a 14-25 µs call on an H200 (docs/benchmarks.md, "Kernel tuning"). Two other changes were
+while the partials still run and waits for them in-kernel (``gdc_wait``); on an H200 that took
+0.6-3.0 µs off a 13-25 µs call launched eagerly, and up to 0.9 µs under CUDA-graph replay
+(docs/benchmarks.md, "What changed in session 2"). Two other changes were
 measured there and dropped for gaining nothing: splitting dense rows by width instead of by
 their count of valid indices, and keeping the partial outputs in 16 bits.
 """
