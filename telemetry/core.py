@@ -173,7 +173,7 @@ class Telemetry:
                     self.count_error("timing")
             try:
                 totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
-                                      build_info=self._build_info)
+                                      build_info=self._build_info, cf_arch=self.counterfactual_platform.arch)
             except Exception:  # noqa: BLE001
                 self.count_error("flush")
                 self._totals.telemetry_errors = {(s,): agg.errs[i] for i, s in enumerate(STAGES)}

@@ -65,6 +65,8 @@ GAUGES = (
                "Unix time of the last completed flush.", "last_flush", "livemax"),
     MetricSpec("routescope_gate_threshold_rows", "gauge", ("gate", "policy"),
                "Active gate thresholds per policy.", "thresholds", "livemax"),
+    MetricSpec("routescope_counterfactual_policy_info", "gauge", ("policy", "arch"),
+               "Counterfactual policies and the arch each is decided on (value 1).", "cf_info", "livemax"),
     MetricSpec("routescope_build_info", "gauge", ("version", "arch", "vendor", "aiter", "timing"),
                "What this process is.", "build_info", "livemax"),
 )

@@ -39,6 +39,7 @@ class Totals:
     latency: dict[Key, tuple[list[int], float]] = field(default_factory=dict)  # (bucket counts, sum s)
     last_flush: dict[Key, float] = field(default_factory=dict)
     thresholds: dict[Key, float] = field(default_factory=dict)
+    cf_info: dict[Key, float] = field(default_factory=dict)  # (policy, arch it is decided on) -> 1
     build_info: dict[Key, float] = field(default_factory=dict)
     ts: float = 0.0
 
@@ -60,6 +61,7 @@ def build_totals(
     arch: str,
     policies: tuple[Policy, ...],
     build_info: Key,
+    cf_arch: str | None = None,
     ts: float | None = None,
 ) -> Totals:
     """Sum slots into series. Reads the hot path's lists without a lock: counts only grow."""
@@ -118,5 +120,6 @@ def build_totals(
     for p in (agg.policy,) + policies:
         t.thresholds[("gfx942_min_rows", p.name)] = float(p.gfx942_min_rows)
         t.thresholds[("gfx950_min_rows", p.name)] = float(p.gfx950_min_rows)
+    t.cf_info = {(p.name, cf_arch or arch): 1.0 for p in policies}
     t.build_info = {build_info: 1.0}
     return t

@@ -128,3 +128,12 @@ def test_the_arch_survives_a_rebuild_for_the_dispatchers_policy(make_tel, cpu):
     d(*args_for(700, dtype=torch.bfloat16), model="glm", **PREFILL_META)
     assert tel.policy.gfx942_min_rows == 768 and tel.counterfactual_platform.arch == "gfx942"
     assert would(scrape(tel.registry), "no_row_gate") == {AITER: 1}
+
+
+@pytest.mark.parametrize(("arch", "expected"), [("gfx942", "gfx942"), (None, "cpu")])
+def test_each_counterfactual_says_which_arch_it_is_decided_on(make_tel, cpu, arch, expected):
+    """routescope_counterfactual_policy_info{policy, arch} = 1: what-if arch when set, the platform's own otherwise."""
+    tel, _ = cpu_run(make_tel, cpu, arch=arch)
+    s = scrape(tel.registry)
+    info = series(s, "routescope_counterfactual_policy_info")
+    assert info == {L(policy=p, arch=expected): 1.0 for p in GATES}
