@@ -2,6 +2,8 @@
 
 Run under ncu with --profile-from-start off (scripts/gpu/h200_run.sh does, with RUN_NCU=1): the
 prefill at 16384 rows, then the split-K decode at 16 and at 2 rows (bf16, H=16, 512+64, top-k 2048).
+With the argument ``layouts``: the prefill and the one-split decode at 16384 rows in 512+64 and in
+512+0 instead (why the D=512 prefill is slower than the D=576 one, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 def main() -> None:
     dev = torch.device("cuda")
     calls = []
-    for rows, launch in ((16384, triton_prefill.launch), (16, triton_decode.launch), (2, triton_decode.launch)):
-        args = make_sets(rows, 2048, 16, Layout(512, 64), default_kv_len(rows, 2048), dtype=torch.bfloat16,
+    plan = [(16384, triton_prefill.launch, Layout(512, 64)), (16, triton_decode.launch, Layout(512, 64)),
+            (2, triton_decode.launch, Layout(512, 64))]
+    if sys.argv[1:] == ["layouts"]:
+        plan = [(16384, launch, layout) for layout in (Layout(512, 64), Layout(512, 0))
+                for launch in (triton_prefill.launch, triton_decode.launch)]
+    for rows, launch, layout in plan:
+        args = make_sets(rows, 2048, 16, layout, default_kv_len(rows, 2048), dtype=torch.bfloat16,
                          device=dev)[0]
         for _ in range(2):  # compile and warm outside the profiled range
             launch(args)
