@@ -170,6 +170,32 @@ def mm(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
+def softmax_step(s, valid, m, l, sm_scale2):
+    """One tile of the online softmax (base 2): (m_new, alpha to rescale the running sums by, p, l_new)."""
+    s = tl.where(valid[None, :], s * sm_scale2, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    return m_new, alpha, p, l * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
+def finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
+    """The factor each head's accumulator is multiplied by at the end: the sink's mass joined, 1/l, 0 if empty.
+
+    The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
+    """
+    sink = tl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
+    sink = sink.to(tl.float32) * 1.4426950408889634
+    m_fin = tl.maximum(m, sink)
+    m_safe = tl.where(m_fin == float("-inf"), 0.0, m_fin)
+    alpha = tl.exp2(m - m_safe)
+    l = l * alpha + tl.exp2(sink - m_safe)
+    return tl.where(l > 0.0, alpha / tl.where(l > 0.0, l, 1.0), 0.0)
+
+
+@triton.jit
 def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
            q_s0, q_s1, q_s2, kv_s0, kv_s2,
            D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
@@ -227,12 +253,7 @@ def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_sca
         if HAS_B:
             kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :], other=0.0)
             s += mm(qb, tl.trans(kb), IEEE)
-        s = tl.where(valid[None, :], s * sm_scale2, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l = l * alpha + tl.sum(p, axis=1)
+        m_new, alpha, p, l = softmax_step(s, valid, m, l, sm_scale2)
         pv = p.to(k0.dtype)
         acc0 = acc0 * alpha[:, None] + mm(pv, k0, IEEE)
         if NCH > 1:
@@ -283,14 +304,7 @@ def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_p
         D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
-    # The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
-    sink = tl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
-    sink = sink.to(tl.float32) * 1.4426950408889634
-    m_fin = tl.maximum(m, sink)
-    m_safe = tl.where(m_fin == float("-inf"), 0.0, m_fin)
-    alpha = tl.exp2(m - m_safe)
-    l = l * alpha + tl.exp2(sink - m_safe)
-    scale = tl.where(l > 0.0, alpha / tl.where(l > 0.0, l, 1.0), 0.0)
+    scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
     o_row = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
     store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b, CH, NCH, BLOCK_B, V_B)
 

@@ -9,7 +9,7 @@ Run on the device machine from the repository root: python3 scripts/gpu/exp_batc
 """
 import triton
 import triton.language as tl
-from dispatcher.kernels.triton_prefill import row_bounds, mm
+from dispatcher.kernels.triton_prefill import finish_scale, mm, row_bounds, softmax_step
 
 
 @triton.jit
@@ -50,25 +50,14 @@ def _prefill3(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
         if HAS_B:
             kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :], other=0.0)
             s += mm(qb, tl.trans(kb), IEEE)
-        s = tl.where(valid[None, :], s * sm_scale2, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l = l * alpha + tl.sum(p, axis=1)
+        m_new, alpha, p, l = softmax_step(s, valid, m, l, sm_scale2)
         pv = p.to(k3.dtype)
         p3 = tl.broadcast_to(pv[None, :, :], (NCH, HB, BLOCK_N))
         acc3 = acc3 * alpha[None, :, None] + tl.dot(p3, k3)
         if V_B:
             acc_b = acc_b * alpha[:, None] + mm(pv, kb, IEEE)
         m = m_new
-    sink = tl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
-    sink = sink.to(tl.float32) * 1.4426950408889634
-    m_fin = tl.maximum(m, sink)
-    m_safe = tl.where(m_fin == float("-inf"), 0.0, m_fin)
-    alpha = tl.exp2(m - m_safe)
-    l = l * alpha + tl.exp2(sink - m_safe)
-    scale = tl.where(l > 0.0, alpha / tl.where(l > 0.0, l, 1.0), 0.0)
+    scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
     ty = out_ptr.dtype.element_ty
     o_row = out_ptr + row.to(tl.int64) * o_s0
     tl.store(o_row + offs_h[None, :, None] * o_s1 + dim3 * o_s2, (acc3 * scale[None, :, None]).to(ty),
