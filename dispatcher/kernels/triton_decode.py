@@ -23,7 +23,7 @@ import triton.language as tl
 
 from .common import KernelArgs
 from .torch_splitk import sparse_decode as torch_sparse_decode
-from .triton_prefill import (HEAD_BLOCK, TileConfig, attend, count_block, next_pow2, pack, row_bounds, store_rows,
+from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, count_block, next_pow2, pack, row_bounds, store_rows,
                              tile_constants, triton_supports)
 
 try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent launch
@@ -181,6 +181,13 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
         CNT_BLOCK=count_block(p.width), PDL=use_pdl, **tile_constants(p, head_dim, cfg),
         **cfg.launch_options(),
     )
+    reduce_partials(part_o, part_lse, p, out, splits, use_pdl, reduce_values)
+
+
+def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out: torch.Tensor, splits: int,
+                    use_pdl: bool, reduce_values: int | None = None) -> None:
+    """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials)."""
+    rows, _, heads, _ = part_o.shape
     s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values)
     extra = {"launch_pdl": True} if use_pdl else {}
     _reduce_kernel[(rows, heads, triton.cdiv(p.lanes, l_block))](

@@ -1,0 +1,321 @@
+"""Sparse MLA attention for Hopper (sm_90) in Gluon: wgmma with the kv slots as M.
+
+The Triton kernels (``triton_prefill``, ``triton_decode``) put the 16 heads of a head block on
+the MMA's M and run ``mma.sync``: every kv tile is written to shared memory once, read twice
+through ``ldmatrix``, and each of the 4 warps re-reads q, about 300 KB of shared-memory traffic
+per 64-slot tile; on an H200 that bound the 16,384-row prefill at 7.0 ms (docs/benchmarks.md).
+Here one warpgroup turns the products around so Hopper's ``wgmma`` can take both operands
+straight from shared memory, each read once:
+
+    Sᵀ [64 slots × 16 heads]  = KV [64 × D] · qᵀ [D × 16]        (A: the kv tile, B: q, resident)
+    Oᵀ [512 lanes × 16 heads] += Vᵀ [512 × 64] · Pᵀ [64 × 16]    (A: the same tile, transposed view)
+
+The tile is gathered by ``cp.async`` (one 16-byte copy per thread per vector, invalid slots
+zero-filled) into a 128-byte-swizzled buffer, ``STAGES`` deep so the next tile's gather runs
+under this tile's products. The online softmax runs along Sᵀ's columns (base 2, as every
+kernel here). The math, arguments and edge cases are those of ``triton_prefill`` (DESIGN.md §3:
+sink, -1 and out-of-range slots, topk_length, ragged indices, int64 offsets); the layouts it
+takes are the production ones, a 512-lane block plus an optional 64-lane rope block (512+64,
+448+64 and 512+0), fp16 or bf16, and ``supports()`` says so. Everything else stays on Triton.
+
+Gluon (``triton.experimental.gluon``) ships with Triton; this module imports it lazily and
+``HAVE_GLUON`` is False where it is missing, so nothing here is needed off Hopper.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .common import KernelArgs
+from .triton_prefill import HEAD_BLOCK, count_block, pack
+
+try:  # Gluon and its Hopper ops: Triton >= 3.5 with the NVIDIA backend
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+    HAVE_GLUON = True
+except Exception:  # noqa: BLE001 - no Gluon in this Triton (or no Triton): the Triton kernels serve
+    HAVE_GLUON = False
+
+BLOCK_N = 64  # kv slots per tile: wgmma's M for one warpgroup
+LANES_A = 512  # the power-of-two head block every production layout has (V is its first ``lanes`` lanes)
+ROPE_LANES = (0, 64)  # the remainder blocks it takes: none (512+0) or the rope lanes (512+64, 448+64)
+DTYPES = (torch.float16, torch.bfloat16)
+_FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]
+
+
+class Sm90Config(NamedTuple):
+    """Gather depth: tiles in flight (2 overlaps a gather with the products; 1 halves shared memory)."""
+
+    stages: int = 2
+
+
+PREFILL_SM90 = Sm90Config(2)
+DECODE_SM90 = Sm90Config(1)
+DECODE_PER_SM = {1: 2, 2: 1}  # programs per multiprocessor shared memory allows: 94 KB a program at 1 stage, 168 at 2
+
+
+def supports(args: KernelArgs) -> bool:
+    """True for the calls this kernel takes: a CUDA sm_90 device, fp16/bf16, D of 512 or 576, lanes <= 512."""
+    q, kv, out = args.q, args.kv, args.output
+    if not HAVE_GLUON or q.device.type != "cuda" or torch.version.hip is not None:
+        return False
+    if q.dtype not in DTYPES or kv.dtype != q.dtype or q.shape[2] - LANES_A not in ROPE_LANES:
+        return False
+    if kv.shape[1] != 1 or kv.stride(2) != 1 or q.stride(2) != 1 or out.shape[2] > LANES_A:
+        return False
+    if kv.stride(0) % 8 or kv.data_ptr() % 16:  # the gather copies 16-byte vectors
+        return False
+    return torch.cuda.get_device_capability(q.device) == (9, 0)
+
+
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
+                    CNT_BLOCK: gl.constexpr):
+        """(int64 offset of the row's first index, the row's length in positions): as ``triton_prefill.row_bounds``."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        row64 = row.to(gl.int64)
+        base = row64 * idx_s0
+        seg = width.to(gl.int64)
+        if ragged != 0:
+            start = gl.load(indptr_ptr + row64).to(gl.int64)
+            base = start * idx_s1
+            seg = gl.load(indptr_ptr + row64 + 1).to(gl.int64) - start
+        n = seg
+        if has_len != 0:
+            n = gl.minimum(gl.load(len_ptr + row64 * len_s0).to(gl.int64), seg)
+        elif ragged == 0:  # dense without topk_length: the count of indices >= 0
+            cnt = gl.zeros([CNT_BLOCK], gl.int32, lay)
+            for j0 in range(0, width, CNT_BLOCK):
+                offs = j0 + gl.arange(0, CNT_BLOCK, lay)
+                v = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < width, other=-1)
+                cnt += (v >= 0).to(gl.int32)
+            n = gl.sum(cnt, axis=0).to(gl.int64)
+        return base, gl.maximum(n, 0).to(gl.int32)
+
+    @gluon.jit
+    def _load_slots(idx_ptr, base, idx_s1, j0, hi, layout: gl.constexpr):
+        """The BLOCK_N slot numbers of positions [j0, j0 + BLOCK_N), -1 past ``hi``."""
+        offs = j0 + gl.arange(0, 64, layout)
+        return gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < hi, other=-1)
+
+    @gluon.jit
+    def _gather(kv_ptr, kv_s0, slots, skv, kv_a, kv_b, DB: gl.constexpr, layout: gl.constexpr):
+        """Start the cp.async gather of one tile's kv rows; invalid slots are zero-filled. Returns the valid mask."""
+        slot = slots.to(gl.int64)
+        valid = (slot >= 0) & (slot < skv)
+        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
+        offs_a = gl.arange(0, 512, gl.SliceLayout(0, layout))
+        async_copy.async_copy_global_to_shared(kv_a, krow[:, None] + offs_a[None, :], mask=valid[:, None])
+        if DB > 0:
+            offs_b = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
+            async_copy.async_copy_global_to_shared(kv_b, krow[:, None] + offs_b[None, :], mask=valid[:, None])
+        return valid
+
+    @gluon.jit
+    def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
+                q_s0, q_s1, kv_s0, DB: gl.constexpr, STAGES: gl.constexpr):
+        """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32."""
+        dt: gl.constexpr = kv_ptr.dtype.element_ty
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte vectors, 128 B per row
+        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
+        kv_b = kv_a
+        if DB > 0:
+            kv_b = gl.allocate_shared_memory(dt, [STAGES, 64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
+        p_smem = gl.allocate_shared_memory(dt, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
+
+        # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ).
+        offs_h = h0 + gl.arange(0, 16, rows_cp)
+        q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
+        offs_a = gl.arange(0, 512, gl.SliceLayout(0, cp))
+        q_a = gl.load(q_row + offs_a[None, :], mask=(offs_h < H)[:, None], other=0.0)
+        qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt), q_a)
+        qb_smem = qa_smem
+        if DB > 0:
+            offs_b = 512 + gl.arange(0, DB, gl.SliceLayout(0, cp))
+            q_b = gl.load(q_row + offs_b[None, :], mask=(offs_h < H)[:, None], other=0.0)
+            qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt), q_b)
+
+        m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
+        l = gl.zeros([16], gl.float32, gl.SliceLayout(0, mma))
+        o = gl.zeros([512, 16], gl.float32, mma)
+        s0 = gl.zeros([64, 16], gl.float32, mma)
+        n_tiles = gl.cdiv(hi - lo, 64)
+
+        slots = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
+        valid = _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), DB, cp)
+        async_copy.commit_group()
+        slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
+        fence_async_shared()
+        for t in range(n_tiles):
+            stage = t % STAGES
+            valid_next = valid
+            if STAGES > 1:
+                if t + 1 < n_tiles:  # the next tile's gather runs under this tile's products
+                    nxt = (t + 1) % STAGES
+                    valid_next = _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(nxt), kv_b.index(nxt), DB, cp)
+                async_copy.commit_group()
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, rows_cp)
+                async_copy.wait_group(1)
+            else:
+                async_copy.wait_group(0)
+            fence_async_shared()
+            gl.thread_barrier()
+
+            ka = kv_a.index(stage)
+            s = warpgroup_mma(ka, qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
+            if DB > 0:
+                s = warpgroup_mma(kv_b.index(stage), qb_smem.permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s,))
+
+            ok = gl.convert_layout(valid, gl.SliceLayout(1, mma))
+            s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))
+            m_new = gl.maximum(m, gl.max(s, axis=0))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m - m_safe)
+            p = gl.exp2(s - m_safe[None, :])
+            l = l * alpha + gl.sum(p, axis=0)
+            m = m_new
+            p_smem.store(p.to(dt))
+            fence_async_shared()
+            gl.thread_barrier()
+            o = o * alpha[None, :]
+            o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
+            o = warpgroup_mma_wait(0, deps=(o,))
+            if STAGES == 1:
+                if t + 1 < n_tiles:
+                    gl.thread_barrier()
+                    valid_next = _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), DB, cp)
+                    async_copy.commit_group()
+                    slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, rows_cp)
+            valid = valid_next
+        async_copy.wait_group(0)
+        return m, l, o
+
+    @gluon.jit
+    def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale):
+        """Write Oᵀ · scale (per head) into lanes < ``lanes`` of 16 output rows, cast to the pointer's type."""
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        offs_f = gl.arange(0, 512, gl.SliceLayout(1, mma))
+        ptrs = o_ptr + row_off + offs_f[:, None] * o_s2 + offs_h[None, :] * o_s1
+        val = (o * scale[None, :]).to(o_ptr.dtype.element_ty)
+        gl.store(ptrs, val, mask=(offs_f < lanes)[:, None] & hmask[None, :])
+
+    @gluon.jit(do_not_specialize=_FLAGS)
+    def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
+                        skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
+                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
+                        DB: gl.constexpr, STAGES: gl.constexpr, CNT_BLOCK: gl.constexpr):
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        row = gl.program_id(0)
+        h0 = gl.program_id(1) * 16
+        base, n = _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
+                              CNT_BLOCK)
+        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
+                          q_s0, q_s1, kv_s0, DB, STAGES)
+        offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
+        hmask = offs_h < H
+        # The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
+        sink = gl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
+        sink = sink.to(gl.float32) * 1.4426950408889634
+        m_fin = gl.maximum(m, sink)
+        m_safe = gl.where(m_fin == float("-inf"), 0.0, m_fin)
+        alpha = gl.exp2(m - m_safe)
+        l = l * alpha + gl.exp2(sink - m_safe)
+        scale = gl.where(l > 0.0, alpha / gl.where(l > 0.0, l, 1.0), 0.0)
+        _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+
+    @gluon.jit(do_not_specialize=_FLAGS)
+    def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
+                        skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
+                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0,
+                        DB: gl.constexpr, STAGES: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr):
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)
+        row = gl.program_id(0)
+        split = gl.program_id(1)
+        h0 = gl.program_id(2) * 16
+        base, n = _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
+                              CNT_BLOCK)
+        chunk = gl.cdiv(gl.cdiv(n, splits), 64) * 64
+        lo = split * chunk
+        hi = gl.minimum(lo + chunk, n)
+        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
+                          q_s0, q_s1, kv_s0, DB, STAGES)
+        offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
+        hmask = offs_h < H
+        inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
+        lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
+        part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
+        gl.store(lse_ptr + part, lse, mask=hmask)
+        _store_t(o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+
+
+def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
+    return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "num_warps": 4}
+
+
+def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> None:
+    """The no-split prefill on Hopper: one warpgroup per query row and 16-head block. Call only where supports()."""
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, _ = q.shape
+    if rows == 0 or heads == 0 or out.shape[2] == 0:
+        return
+    cfg = config or PREFILL_SM90
+    p = pack(args)
+    grid = (rows, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)
+    _prefill_kernel[grid](
+        q, kv, p.idx, p.length, p.indptr, p.sink, out,
+        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
+        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
+        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
+        CNT_BLOCK=count_block(p.width), **_consts(args, cfg),
+    )
+
+
+def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
+                    config: Sm90Config, pdl: bool) -> None:
+    """The split-K decode's partial pass on Hopper, into the layout ``triton_decode``'s reduce reads."""
+    q, kv = args.q, args.kv
+    rows, heads, _ = q.shape
+    p = pack(args)
+    _partial_kernel[(rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)](
+        q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
+        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
+        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
+        CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config),
+    )
+
+
+def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
+                  pdl: bool | None = None) -> None:
+    """The split-K decode on Hopper: these partials, then ``triton_decode``'s reduce. Call only where supports()."""
+    from . import triton_decode
+
+    q, out = args.q, args.output
+    rows, heads, _ = q.shape
+    if rows == 0 or heads == 0 or out.shape[2] == 0:
+        return
+    cfg = config or DECODE_SM90
+    p = pack(args)
+    head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
+    if splits is None:
+        width = p.width if not p.ragged else -(-int(p.idx.numel()) // rows)
+        splits = triton_decode.choose_splits(rows, head_blocks, width, BLOCK_N, triton_decode.sm_count(q.device),
+                                             per_sm=DECODE_PER_SM[cfg.stages])
+    splits = max(1, min(int(splits), triton_decode.MAX_SPLITS))
+    use_pdl = triton_decode.pdl_supported(q.device) if pdl is None else bool(pdl)
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
+    launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
+    triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)

@@ -1,0 +1,70 @@
+"""Compile the Hopper Gluon kernels (dispatcher/kernels/gluon_sm90.py) for sm_90a without a GPU.
+
+Prints shared memory, registers, spills, the wgmma count in the SASS (HGMMA) and the loop's
+instruction mix, as compile_check.py does for the Triton kernels. Run it under the Triton the
+device machine has (3.6 there): Gluon's API moves between versions, so a check under another
+Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES ...]  (default 64,2 0,2 64,1)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_check import DIV16, PTRS, sass_loop  # noqa: E402
+from dispatcher.kernels import gluon_sm90  # noqa: E402
+
+TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
+
+
+def compile_one(fn, consts: dict) -> dict:
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in PTRS:
+            sig[name] = PTRS[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif name == "sm_scale2":
+            sig[name] = "fp32"
+        elif name in ("idx_s1", "o_s2"):
+            sig[name] = "constexpr"
+            consts = {**consts, name: 1}
+        else:
+            sig[name] = "i32"
+            if name in DIV16:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    cubin = Path("/tmp/_gluon_check.cubin")
+    cubin.write_bytes(k.asm["cubin"])
+    rep = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-resource-usage", str(cubin)],
+                         capture_output=True, text=True).stdout
+    sass = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
+    Path(f"/tmp/_gluon_{fn.__name__}.sass").write_text(sass)
+    Path(f"/tmp/_gluon_{fn.__name__}.ttgir").write_text(k.asm["ttgir"])
+    Path(f"/tmp/_gluon_{fn.__name__}.ptx").write_text(k.asm["ptx"])
+    regs = rep.split("REG:")[1].split()[0] if "REG:" in rep else "?"
+    stack = rep.split("STACK:")[1].split()[0] if "STACK:" in rep else "?"
+    return {"shared": k.metadata.shared, "regs": regs, "stack": stack, "hgmma": sass.count("HGMMA"),
+            **sass_loop(sass)}
+
+
+def main(argv: list[str]) -> None:
+    specs = argv or ["64,2", "0,2", "64,1"]
+    for spec in specs:
+        db, stages = (int(x) for x in spec.split(","))
+        for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True})):
+            consts = {"DB": db, "STAGES": stages, "CNT_BLOCK": 2048, **extra}
+            print(spec, fn.__name__, compile_one(fn, consts), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

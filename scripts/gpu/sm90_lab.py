@@ -1,0 +1,164 @@
+"""Hopper lab: the Gluon wgmma kernels (dispatcher/kernels/gluon_sm90.py) against the Triton ones, on one GPU.
+
+1. A smoke call per kernel (small shapes), so a broken kernel shows before anything long runs.
+2. Correctness at full shapes: every case of dispatcher/sweep/correctness.py in bf16 and fp16,
+   through launchers that take the Hopper kernel where ``gluon_sm90.supports()`` and Triton
+   elsewhere (the log says how many cases each took).
+3. Timing, side by side in this run: the prefill at 16,384 rows and the split-K decode at 2 and
+   16 rows (bf16, H=16, top-k 2048), eager and CUDA-graph replayed, with the sweep's GpuTimer.
+
+Writes $OUT/sm90_lab.json. Usage (device machine, repository root):
+    python3 scripts/gpu/sm90_lab.py [--skip-checks] [--only prefill|decode] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90, triton_decode, triton_prefill  # noqa: E402
+from dispatcher.kernels.gluon_sm90 import Sm90Config  # noqa: E402
+from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
+from dispatcher.sweep.correctness import run_checks  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import GpuTimer  # noqa: E402
+
+DEV = torch.device("cuda")
+ROUTED = {"sm90": 0, "triton": 0}
+
+
+def either(sm90, fallback):
+    def fn(a):
+        if gluon_sm90.supports(a):
+            ROUTED["sm90"] += 1
+            sm90(a)
+        else:
+            ROUTED["triton"] += 1
+            fallback(a)
+    return fn
+
+
+def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout]]:
+    """(group, name, launch, rows, layout)."""
+    v32, v0 = Layout(512, 64), Layout(512, 0)
+    out = []
+    if only in (None, "prefill"):
+        for lay, tag in ((v32, "512+64"), (v0, "512+0")):
+            out += [("prefill " + tag, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], lay),
+                    ("prefill " + tag, "sm90 wgmma, 2 stages",
+                     lambda a: gluon_sm90.launch_prefill(a, config=Sm90Config(2)), [16384], lay),
+                    ("prefill " + tag, "sm90 wgmma, 1 stage",
+                     lambda a: gluon_sm90.launch_prefill(a, config=Sm90Config(1)), [16384], lay)]
+    if only in (None, "decode"):
+        dec = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch)]
+        for splits, stages in ((None, 1), (32, 1), (16, 1), (16, 2), (8, 2)):
+            name = f"sm90 {'auto' if splits is None else splits} splits, {stages} stage{'s' * (stages > 1)}"
+            dec.append((name, lambda a, s=splits, st=stages: gluon_sm90.launch_decode(a, splits=s,
+                                                                                     config=Sm90Config(st))))
+        dec.append(("sm90 auto splits, no PDL", lambda a: gluon_sm90.launch_decode(a, pdl=False)))
+        out += [("decode 512+64", n, f, [2, 16], v32) for n, f in dec]
+    return out
+
+
+def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", choices=["prefill", "decode"])
+    ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--repeats", type=int, default=100)
+    ap.add_argument("--warm-s", type=float, default=2.0)
+    opt = ap.parse_args()
+    out = Path(os.environ.get("OUT", "out/gpu"))
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
+
+    log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+        f"gluon {gluon_sm90.HAVE_GLUON}")
+    result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+
+    # 1. smoke
+    for rows, lay in ((3, Layout(512, 64)), (3, Layout(512, 0)), (3, Layout(448, 64))):
+        a = make_sets(rows, 300, 20, lay, 1000, dtype=torch.bfloat16, device=DEV)[0]
+        ref_a = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=DEV))
+        torch_ref(ref_a)
+        for name, fn in (("prefill", gluon_sm90.launch_prefill), ("decode", gluon_sm90.launch_decode)):
+            got = a._replace(output=torch.full_like(a.output, float("nan")))
+            assert gluon_sm90.supports(got), "the smoke case should take the Hopper kernel"
+            fn(got)
+            torch.cuda.synchronize()
+            log(f"smoke {name} {lay} rel err {rel_err(got.output, ref_a.output):.2e}")
+
+    # 2. correctness
+    if not opt.skip_checks:
+        found = run_checks({"prefill": either(gluon_sm90.launch_prefill, triton_prefill.launch),
+                            "decode": either(gluon_sm90.launch_decode, triton_decode.launch)},
+                           (torch.bfloat16, torch.float16), DEV, big=True)
+        rows = [{**c._asdict(), "ok": c.ok} for c in found]
+        result["checks"] = rows
+        result["routed"] = dict(ROUTED)
+        bad = [r for r in rows if not r["ok"]]
+        for r in rows:
+            log(f"check {'ok  ' if r['ok'] else 'FAIL'} {r['dtype']:8} {r['kernel']:7} rel {r['rel_err']:.2e} "
+                f"{r['case']}")
+        log(f"checks: {len(rows) - len(bad)}/{len(rows)} pass; calls routed {ROUTED}")
+
+    # 3. timing
+    x = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < opt.warm_s:
+        for _ in range(20):
+            x @ x
+        torch.cuda.synchronize()
+    del x
+    timers = {"eager": GpuTimer(DEV), "graph": GpuTimer(DEV, graphs=True)}
+    timed = []
+    cache: dict = {}
+    for group, name, fn, rows_list, lay in variants(opt.only):
+        for r in rows_list:
+            key = (r, lay)
+            if key not in cache:
+                sets = make_sets(r, 2048, 16, lay, default_kv_len(r, 2048), dtype=torch.bfloat16, device=DEV)
+                ref_args = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=DEV))
+                torch_ref(ref_args)
+                cache = {key: (sets, ref_args.output.clone())}
+            sets, ref = cache[key]
+            a = sets[0]._replace(output=torch.full_like(sets[0].output, float("nan")))
+            try:
+                fn(a)
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001 - reported, the variant skipped
+                log(f"{group} {name} {r} rows: FAILED {exc.__class__.__name__}: {str(exc)[:400]}")
+                continue
+            err = rel_err(a.output, ref)
+            for how, timer in timers.items():
+                if how == "graph" and r > 4096:
+                    continue
+                reps = opt.repeats if r < 4096 else max(10, opt.repeats // 5)
+                t = timer.time(fn, sets, warmup=3, repeats=reps)
+                timed.append(dict(group=group, name=name, rows=r, timer=how, median_us=t.median_us, p20_us=t.p20_us,
+                                  p80_us=t.p80_us, rel_err=err))
+                log(f"{group:14} {r:6} rows {how:5} {name:32} {t.median_us:9.1f} us (p20 {t.p20_us:.1f}, "
+                    f"p80 {t.p80_us:.1f}) err {err:.1e}")
+        result["timed"] = timed
+        (out / "sm90_lab.json").write_text(json.dumps(result, indent=1))
+    (out / "sm90_lab.json").write_text(json.dumps(result, indent=1))
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
