@@ -49,14 +49,17 @@ _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]
 
 
 class Sm90Config(NamedTuple):
-    """Gather depth: tiles in flight (2 overlaps a gather with the products; 1 halves shared memory)."""
+    """Resident kv tiles (``stages`` - 1 gathers in flight under the products), rope lanes in registers, ablation."""
 
     stages: int = 2
+    rope_reg: bool = False  # the 64 rope lanes go straight to registers: 64 KB stages, so 3 of them fit
+    ablate: int = 0  # timing experiments only (see _attend): 0 for real work
+    chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
 
 
-PREFILL_SM90 = Sm90Config(2)
-DECODE_SM90 = Sm90Config(1)
-DECODE_PER_SM = {1: 2, 2: 1}  # programs per multiprocessor shared memory allows: 94 KB a program at 1 stage, 168 at 2
+PREFILL_SM90 = Sm90Config(3, True)
+DECODE_SM90 = Sm90Config(3, True)
+DECODE_PER_SM = {1: 2, 2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (94, 168, 217 KB each)
 
 
 def supports(args: KernelArgs) -> bool:
@@ -107,7 +110,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _gather(kv_ptr, kv_s0, slots, skv, kv_a, kv_b, DB: gl.constexpr, layout: gl.constexpr):
-        """Start the cp.async gather of one tile's kv rows; invalid slots are zero-filled. Returns the valid mask."""
+        """Start the cp.async gather of one tile's kv rows (invalid slots zero-filled); DB rope lanes when kv_b is used."""
         slot = slots.to(gl.int64)
         valid = (slot >= 0) & (slot < skv)
         krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
@@ -116,21 +119,46 @@ if HAVE_GLUON:
         if DB > 0:
             offs_b = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
             async_copy.async_copy_global_to_shared(kv_b, krow[:, None] + offs_b[None, :], mask=valid[:, None])
-        return valid
+
+    @gluon.jit
+    def _valid(idx_ptr, base, idx_s1, j0, hi, skv, layout: gl.constexpr):
+        """Which of the tile's 64 positions hold a usable slot, in ``layout`` (the score rows' layout)."""
+        slot = _load_slots(idx_ptr, base, idx_s1, j0, hi, layout).to(gl.int64)
+        return (slot >= 0) & (slot < skv)
+
+    @gluon.jit
+    def _rope_regs(kv_ptr, kv_s0, idx_ptr, base, idx_s1, j0, hi, skv, DB: gl.constexpr, layout: gl.constexpr):
+        """The tile's rope lanes [64, DB] loaded straight into wgmma's A-operand registers (no shared memory)."""
+        slot = _load_slots(idx_ptr, base, idx_s1, j0, hi, gl.SliceLayout(1, layout)).to(gl.int64)
+        valid = (slot >= 0) & (slot < skv)
+        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
+        offs = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
+        return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0)
 
     @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                q_s0, q_s1, kv_s0, DB: gl.constexpr, STAGES: gl.constexpr):
-        """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32."""
+                q_s0, q_s1, kv_s0, DB: gl.constexpr, STAGES: gl.constexpr, ROPE_REG: gl.constexpr,
+                ABLATE: gl.constexpr, CHAINS: gl.constexpr):
+        """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
+
+        STAGES tiles are resident: while one is computed, STAGES - 1 gathers are in flight. With
+        ROPE_REG the rope lanes skip shared memory (registers, one tile ahead), which is what lets
+        three 64 KB stages fit. ABLATE (timing experiments only): 1 gathers only the first tiles and
+        computes on stale data, 2 gathers and skips the products; both give wrong answers.
+        """
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        rope_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte vectors, 128 B per row
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        rows_s: gl.constexpr = gl.SliceLayout(1, mma)
+        KB_SMEM: gl.constexpr = DB > 0 and not ROPE_REG
         kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
-        if DB > 0:
+        if KB_SMEM:
             kv_b = gl.allocate_shared_memory(dt, [STAGES, 64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
         p_smem = gl.allocate_shared_memory(dt, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
+        GB: gl.constexpr = DB if KB_SMEM else 0  # rope lanes the gather copies
 
         # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ).
         offs_h = h0 + gl.arange(0, 16, rows_cp)
@@ -145,60 +173,88 @@ if HAVE_GLUON:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt), q_b)
 
         m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
-        l = gl.zeros([16], gl.float32, gl.SliceLayout(0, mma))
+        l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums: reduced once, at the end
         o = gl.zeros([512, 16], gl.float32, mma)
         s0 = gl.zeros([64, 16], gl.float32, mma)
         n_tiles = gl.cdiv(hi - lo, 64)
 
-        slots = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
-        valid = _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), DB, cp)
-        async_copy.commit_group()
-        slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
-        fence_async_shared()
+        for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
+            _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp), skv,
+                    kv_a.index(i), kv_b.index(i), GB, cp)
+            async_copy.commit_group()
+        AHEAD: gl.constexpr = STAGES - 1 if STAGES > 1 else 0  # the tile the first in-loop gather fetches
+        slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
+        ok = _valid(idx_ptr, base, idx_s1, lo, hi, skv, rows_s)
+        rope = gl.zeros([64, 64], dt, rope_l)
+        if ROPE_REG and DB > 0:
+            rope = _rope_regs(kv_ptr, kv_s0, idx_ptr, base, idx_s1, lo, hi, skv, DB, rope_l)
         for t in range(n_tiles):
             stage = t % STAGES
-            valid_next = valid
-            if STAGES > 1:
-                if t + 1 < n_tiles:  # the next tile's gather runs under this tile's products
-                    nxt = (t + 1) % STAGES
-                    valid_next = _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(nxt), kv_b.index(nxt), DB, cp)
-                async_copy.commit_group()
-                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, rows_cp)
-                async_copy.wait_group(1)
-            else:
+            j_next = lo + (t + 1) * 64
+            ok_next = _valid(idx_ptr, base, idx_s1, j_next, hi, skv, rows_s)  # used next iteration
+            rope_next = rope
+            if ROPE_REG and DB > 0:
+                rope_next = _rope_regs(kv_ptr, kv_s0, idx_ptr, base, idx_s1, j_next, hi, skv, DB, rope_l)
+            if STAGES == 1:
+                if t == 0:
+                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), GB, cp)
+                    async_copy.commit_group()
+                    slots = _load_slots(idx_ptr, base, idx_s1, j_next, hi, rows_cp)
                 async_copy.wait_group(0)
+            else:
+                async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
-            gl.thread_barrier()
+            gl.thread_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
+            if STAGES > 1:
+                if ABLATE != 1:
+                    if t + STAGES - 1 < n_tiles:  # refill the stage tile t - 1 used
+                        g = (t + STAGES - 1) % STAGES
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), kv_b.index(g), GB, cp)
+                async_copy.commit_group()
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
 
-            ka = kv_a.index(stage)
-            s = warpgroup_mma(ka, qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
-            if DB > 0:
-                s = warpgroup_mma(kv_b.index(stage), qb_smem.permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s,))
-
-            ok = gl.convert_layout(valid, gl.SliceLayout(1, mma))
-            s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))
-            m_new = gl.maximum(m, gl.max(s, axis=0))
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m - m_safe)
-            p = gl.exp2(s - m_safe[None, :])
-            l = l * alpha + gl.sum(p, axis=0)
-            m = m_new
-            p_smem.store(p.to(dt))
-            fence_async_shared()
-            gl.thread_barrier()
-            o = o * alpha[None, :]
-            o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
-            o = warpgroup_mma_wait(0, deps=(o,))
+            if ABLATE != 2:
+                ka = kv_a.index(stage)
+                if CHAINS == 1:
+                    s = warpgroup_mma(ka, qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
+                else:  # independent accumulators over halves of the 512 lanes, summed after
+                    s = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
+                                      use_acc=False, is_async=True)
+                    s2 = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
+                                       s0, use_acc=False, is_async=True)
+                if DB > 0:
+                    if ROPE_REG:
+                        s = warpgroup_mma(rope, qb_smem.permute((1, 0)), s, is_async=True)
+                    else:
+                        s = warpgroup_mma(kv_b.index(stage), qb_smem.permute((1, 0)), s, is_async=True)
+                if CHAINS == 1:
+                    s = warpgroup_mma_wait(0, deps=(s,))
+                else:
+                    s, s2 = warpgroup_mma_wait(0, deps=(s, s2))
+                    s = s + s2
+                s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))
+                m_new = gl.maximum(m, gl.max(s, axis=0))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = gl.exp2(m - m_safe)
+                p = gl.exp2(s - m_safe[None, :])
+                l_acc = l_acc * alpha[None, :] + p
+                m = m_new
+                p_smem.store(p.to(dt))
+                fence_async_shared()
+                gl.thread_barrier()
+                o = o * alpha[None, :]
+                o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
+                o = warpgroup_mma_wait(0, deps=(o,))
             if STAGES == 1:
                 if t + 1 < n_tiles:
-                    gl.thread_barrier()
-                    valid_next = _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), DB, cp)
+                    gl.thread_barrier()  # every warp's products are done with the one stage
+                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), GB, cp)
                     async_copy.commit_group()
                     slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, rows_cp)
-            valid = valid_next
+            ok = ok_next
+            rope = rope_next
         async_copy.wait_group(0)
-        return m, l, o
+        return m, gl.sum(l_acc, axis=0), o
 
     @gluon.jit
     def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale):
@@ -213,14 +269,15 @@ if HAVE_GLUON:
     def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
-                        DB: gl.constexpr, STAGES: gl.constexpr, CNT_BLOCK: gl.constexpr):
+                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE_REG: gl.constexpr, ABLATE: gl.constexpr,
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, n = _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                               CNT_BLOCK)
         m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, DB, STAGES)
+                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE_REG, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         # The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
@@ -237,7 +294,8 @@ if HAVE_GLUON:
     def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0,
-                        DB: gl.constexpr, STAGES: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr):
+                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE_REG: gl.constexpr, ABLATE: gl.constexpr,
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
@@ -251,7 +309,7 @@ if HAVE_GLUON:
         lo = split * chunk
         hi = gl.minimum(lo + chunk, n)
         m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, DB, STAGES)
+                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE_REG, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -262,7 +320,8 @@ if HAVE_GLUON:
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
-    return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "num_warps": 4}
+    return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE_REG": cfg.rope_reg,
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "num_warps": 4}
 
 
 def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> None:

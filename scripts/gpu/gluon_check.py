@@ -58,11 +58,11 @@ def compile_one(fn, consts: dict) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    specs = argv or ["64,2", "0,2", "64,1"]
+    specs = argv or ["64,2,0,1", "64,3,1,1", "64,3,1,2", "64,2,0,2", "0,3,0,2"]
     for spec in specs:
-        db, stages = (int(x) for x in spec.split(","))
+        db, stages, rr, ch = (int(x) for x in spec.split(","))
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True})):
-            consts = {"DB": db, "STAGES": stages, "CNT_BLOCK": 2048, **extra}
+            consts = {"DB": db, "STAGES": stages, "ROPE_REG": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048, **extra}
             print(spec, fn.__name__, compile_one(fn, consts), flush=True)
 
 

@@ -3,7 +3,8 @@
 Run under ncu with --profile-from-start off (scripts/gpu/h200_run.sh does, with RUN_NCU=1): the
 prefill at 16384 rows, then the split-K decode at 16 and at 2 rows (bf16, H=16, 512+64, top-k 2048).
 With the argument ``layouts``: the prefill and the one-split decode at 16384 rows in 512+64 and in
-512+0 instead (why the D=512 prefill is slower than the D=576 one, docs/benchmarks.md).
+512+0 instead (why the D=512 prefill is slower than the D=576 one, docs/benchmarks.md). With ``sm90``:
+the Hopper Gluon kernels' prefill at 16384 rows and decode at 16 rows.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ def main() -> None:
     calls = []
     plan = [(16384, triton_prefill.launch, Layout(512, 64)), (16, triton_decode.launch, Layout(512, 64)),
             (2, triton_decode.launch, Layout(512, 64))]
+    if sys.argv[1:] == ["sm90"]:
+        from dispatcher.kernels import gluon_sm90
+
+        plan = [(16384, gluon_sm90.launch_prefill, Layout(512, 64)), (16, gluon_sm90.launch_decode, Layout(512, 64))]
     if sys.argv[1:] == ["layouts"]:
         plan = [(16384, launch, layout) for layout in (Layout(512, 64), Layout(512, 0))
                 for launch in (triton_prefill.launch, triton_decode.launch)]

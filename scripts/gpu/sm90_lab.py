@@ -51,21 +51,30 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     """(group, name, launch, rows, layout)."""
     v32, v0 = Layout(512, 64), Layout(512, 0)
     out = []
+
+    def pre(cfg):
+        return lambda a: gluon_sm90.launch_prefill(a, config=cfg)
+
+    def dec(splits, cfg, pdl=None):
+        return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl)
+
     if only in (None, "prefill"):
-        for lay, tag in ((v32, "512+64"), (v0, "512+0")):
-            out += [("prefill " + tag, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], lay),
-                    ("prefill " + tag, "sm90 wgmma, 2 stages",
-                     lambda a: gluon_sm90.launch_prefill(a, config=Sm90Config(2)), [16384], lay),
-                    ("prefill " + tag, "sm90 wgmma, 1 stage",
-                     lambda a: gluon_sm90.launch_prefill(a, config=Sm90Config(1)), [16384], lay)]
+        g = "prefill 512+64"
+        out.append((g, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], v32))
+        for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, True, chains=2),
+                    Sm90Config(2, ablate=1), Sm90Config(2, ablate=1, chains=2), Sm90Config(2, ablate=2)):
+            out.append((g, f"sm90 {cfg}", pre(cfg), [16384], v32))
+        out.append(("prefill 512+0", "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], v0))
+        for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, chains=2)):
+            out.append(("prefill 512+0", f"sm90 {cfg}", pre(cfg), [16384], v0))
     if only in (None, "decode"):
-        dec = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch)]
-        for splits, stages in ((None, 1), (32, 1), (16, 1), (16, 2), (8, 2)):
-            name = f"sm90 {'auto' if splits is None else splits} splits, {stages} stage{'s' * (stages > 1)}"
-            dec.append((name, lambda a, s=splits, st=stages: gluon_sm90.launch_decode(a, splits=s,
-                                                                                     config=Sm90Config(st))))
-        dec.append(("sm90 auto splits, no PDL", lambda a: gluon_sm90.launch_decode(a, pdl=False)))
-        out += [("decode 512+64", n, f, [2, 16], v32) for n, f in dec]
+        d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch), ("sm90 default", dec(None, None))]
+        for splits in (8, 16):
+            for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, True, chains=2)):
+                d.append((f"sm90 {splits} splits {cfg}", dec(splits, cfg)))
+        for cfg in (Sm90Config(2, ablate=1), Sm90Config(2, ablate=2)):
+            d.append((f"sm90 8 splits {cfg}", dec(8, cfg)))
+        out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
     return out
 
 
