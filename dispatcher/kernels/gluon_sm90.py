@@ -49,17 +49,17 @@ _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]
 
 
 class Sm90Config(NamedTuple):
-    """Resident kv tiles (``stages`` - 1 gathers in flight under the products), rope lanes in registers, ablation."""
+    """Resident kv tiles (``stages`` - 1 gathers in flight under the products), rope buffering, score chains."""
 
     stages: int = 2
-    rope_reg: bool = False  # the 64 rope lanes go straight to registers: 64 KB stages, so 3 of them fit
+    rope1: bool = False  # one rope-lane buffer instead of one per stage: 3 stages fit at 512+64
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
 
 
-PREFILL_SM90 = Sm90Config(3, True)
-DECODE_SM90 = Sm90Config(3, True)
-DECODE_PER_SM = {1: 2, 2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (94, 168, 217 KB each)
+PREFILL_SM90 = Sm90Config(3, True, chains=2)
+DECODE_SM90 = Sm90Config(2)
+DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
 
 def supports(args: KernelArgs) -> bool:
@@ -109,16 +109,13 @@ if HAVE_GLUON:
         return gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < hi, other=-1)
 
     @gluon.jit
-    def _gather(kv_ptr, kv_s0, slots, skv, kv_a, kv_b, DB: gl.constexpr, layout: gl.constexpr):
-        """Start the cp.async gather of one tile's kv rows (invalid slots zero-filled); DB rope lanes when kv_b is used."""
+    def _gather(kv_ptr, kv_s0, slots, skv, buf, lane0: gl.constexpr, LANES: gl.constexpr, layout: gl.constexpr):
+        """Start the cp.async gather of lanes [lane0, lane0 + LANES) of one tile's kv rows; invalid slots zero-filled."""
         slot = slots.to(gl.int64)
         valid = (slot >= 0) & (slot < skv)
         krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
-        offs_a = gl.arange(0, 512, gl.SliceLayout(0, layout))
-        async_copy.async_copy_global_to_shared(kv_a, krow[:, None] + offs_a[None, :], mask=valid[:, None])
-        if DB > 0:
-            offs_b = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
-            async_copy.async_copy_global_to_shared(kv_b, krow[:, None] + offs_b[None, :], mask=valid[:, None])
+        offs = lane0 + gl.arange(0, LANES, gl.SliceLayout(0, layout))
+        async_copy.async_copy_global_to_shared(buf, krow[:, None] + offs[None, :], mask=valid[:, None])
 
     @gluon.jit
     def _valid(idx_ptr, base, idx_s1, j0, hi, skv, layout: gl.constexpr):
@@ -127,38 +124,31 @@ if HAVE_GLUON:
         return (slot >= 0) & (slot < skv)
 
     @gluon.jit
-    def _rope_regs(kv_ptr, kv_s0, idx_ptr, base, idx_s1, j0, hi, skv, DB: gl.constexpr, layout: gl.constexpr):
-        """The tile's rope lanes [64, DB] loaded straight into wgmma's A-operand registers (no shared memory)."""
-        slot = _load_slots(idx_ptr, base, idx_s1, j0, hi, gl.SliceLayout(1, layout)).to(gl.int64)
-        valid = (slot >= 0) & (slot < skv)
-        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
-        offs = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
-        return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0)
-
-    @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                q_s0, q_s1, kv_s0, DB: gl.constexpr, STAGES: gl.constexpr, ROPE_REG: gl.constexpr,
+                q_s0, q_s1, kv_s0, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
                 ABLATE: gl.constexpr, CHAINS: gl.constexpr):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
-        STAGES tiles are resident: while one is computed, STAGES - 1 gathers are in flight. With
-        ROPE_REG the rope lanes skip shared memory (registers, one tile ahead), which is what lets
-        three 64 KB stages fit. ABLATE (timing experiments only): 1 gathers only the first tiles and
-        computes on stale data, 2 gathers and skips the products; both give wrong answers.
+        STAGES tiles of the 512 lanes are resident: while one is computed, STAGES - 1 gathers are in
+        flight. The DB rope lanes have a buffer per stage, or with ROPE1 a single one, refilled for
+        the next tile as soon as this tile's scores are done; that is what lets three stages fit in
+        shared memory at 512+64. ABLATE (timing experiments only; wrong answers): 1 gathers only the
+        prologue's tiles and computes on stale data, 2 gathers and skips the products.
         """
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
-        rope_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte vectors, 128 B per row
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
-        KB_SMEM: gl.constexpr = DB > 0 and not ROPE_REG
+        RB: gl.constexpr = 1 if ROPE1 else STAGES  # rope buffers
+        LATE: gl.constexpr = ROPE1 and DB > 0  # gathers issued once this tile's scores are done
+        AHEAD: gl.constexpr = STAGES - 1  # tiles the prologue starts
+        gl.static_assert(STAGES >= 2, "at least two stages: one computed, one gathering")
         kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
-        if KB_SMEM:
-            kv_b = gl.allocate_shared_memory(dt, [STAGES, 64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
+        if DB > 0:
+            kv_b = gl.allocate_shared_memory(dt, [RB, 64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
         p_smem = gl.allocate_shared_memory(dt, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
-        GB: gl.constexpr = DB if KB_SMEM else 0  # rope lanes the gather copies
 
         # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ).
         offs_h = h0 + gl.arange(0, 16, rows_cp)
@@ -178,43 +168,33 @@ if HAVE_GLUON:
         s0 = gl.zeros([64, 16], gl.float32, mma)
         n_tiles = gl.cdiv(hi - lo, 64)
 
-        for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 tiles in flight
-            _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp), skv,
-                    kv_a.index(i), kv_b.index(i), GB, cp)
+        for i in gl.static_range(AHEAD):  # prologue: the first tiles in flight, one commit group each
+            sl = _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp)
+            _gather(kv_ptr, kv_s0, sl, skv, kv_a.index(i), 0, 512, cp)
+            if DB > 0:
+                if i < RB:
+                    _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(i), 512, DB, cp)
             async_copy.commit_group()
-        AHEAD: gl.constexpr = STAGES - 1 if STAGES > 1 else 0  # the tile the first in-loop gather fetches
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
         ok = _valid(idx_ptr, base, idx_s1, lo, hi, skv, rows_s)
-        rope = gl.zeros([64, 64], dt, rope_l)
-        if ROPE_REG and DB > 0:
-            rope = _rope_regs(kv_ptr, kv_s0, idx_ptr, base, idx_s1, lo, hi, skv, DB, rope_l)
         for t in range(n_tiles):
             stage = t % STAGES
-            j_next = lo + (t + 1) * 64
-            ok_next = _valid(idx_ptr, base, idx_s1, j_next, hi, skv, rows_s)  # used next iteration
-            rope_next = rope
-            if ROPE_REG and DB > 0:
-                rope_next = _rope_regs(kv_ptr, kv_s0, idx_ptr, base, idx_s1, j_next, hi, skv, DB, rope_l)
-            if STAGES == 1:
-                if t == 0:
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), GB, cp)
-                    async_copy.commit_group()
-                    slots = _load_slots(idx_ptr, base, idx_s1, j_next, hi, rows_cp)
-                async_copy.wait_group(0)
-            else:
-                async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
+            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, skv, rows_s)  # used next iteration
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             gl.thread_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
-            if STAGES > 1:
+            if not LATE:  # refill the stage tile t - 1 used
                 if ABLATE != 1:
-                    if t + STAGES - 1 < n_tiles:  # refill the stage tile t - 1 used
+                    if t + STAGES - 1 < n_tiles:
                         g = (t + STAGES - 1) % STAGES
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), kv_b.index(g), GB, cp)
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), 0, 512, cp)
+                        if DB > 0:
+                            _gather(kv_ptr, kv_s0, slots, skv, kv_b.index(g), 512, DB, cp)
                 async_copy.commit_group()
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
 
+            ka = kv_a.index(stage)
             if ABLATE != 2:
-                ka = kv_a.index(stage)
                 if CHAINS == 1:
                     s = warpgroup_mma(ka, qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
                 else:  # independent accumulators over halves of the 512 lanes, summed after
@@ -223,10 +203,7 @@ if HAVE_GLUON:
                     s2 = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
                                        s0, use_acc=False, is_async=True)
                 if DB > 0:
-                    if ROPE_REG:
-                        s = warpgroup_mma(rope, qb_smem.permute((1, 0)), s, is_async=True)
-                    else:
-                        s = warpgroup_mma(kv_b.index(stage), qb_smem.permute((1, 0)), s, is_async=True)
+                    s = warpgroup_mma(kv_b.index(t % RB), qb_smem.permute((1, 0)), s, is_async=True)
                 if CHAINS == 1:
                     s = warpgroup_mma_wait(0, deps=(s,))
                 else:
@@ -241,18 +218,23 @@ if HAVE_GLUON:
                 m = m_new
                 p_smem.store(p.to(dt))
                 fence_async_shared()
-                gl.thread_barrier()
+            gl.thread_barrier()  # P written; every warp is done with this tile's rope lanes
+            if LATE:  # the next tile's rope lanes, then the stage tile t - 1 used
+                if ABLATE != 1:
+                    if t + 1 < n_tiles:
+                        _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, rows_cp),
+                                skv, kv_b.index(0), 512, DB, cp)
+                async_copy.commit_group()
+                if ABLATE != 1:
+                    if t + STAGES - 1 < n_tiles:
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index((t + STAGES - 1) % STAGES), 0, 512, cp)
+                async_copy.commit_group()
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
+            if ABLATE != 2:
                 o = o * alpha[None, :]
                 o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
-            if STAGES == 1:
-                if t + 1 < n_tiles:
-                    gl.thread_barrier()  # every warp's products are done with the one stage
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), kv_b.index(0), GB, cp)
-                    async_copy.commit_group()
-                    slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, rows_cp)
             ok = ok_next
-            rope = rope_next
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
 
@@ -269,7 +251,7 @@ if HAVE_GLUON:
     def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
-                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE_REG: gl.constexpr, ABLATE: gl.constexpr,
+                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
@@ -277,7 +259,7 @@ if HAVE_GLUON:
         base, n = _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                               CNT_BLOCK)
         m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE_REG, ABLATE, CHAINS)
+                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         # The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
@@ -294,7 +276,7 @@ if HAVE_GLUON:
     def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0,
-                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE_REG: gl.constexpr, ABLATE: gl.constexpr,
+                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
@@ -309,7 +291,7 @@ if HAVE_GLUON:
         lo = split * chunk
         hi = gl.minimum(lo + chunk, n)
         m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE_REG, ABLATE, CHAINS)
+                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -320,7 +302,7 @@ if HAVE_GLUON:
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
-    return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE_REG": cfg.rope_reg,
+    return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
             "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "num_warps": 4}
 
 

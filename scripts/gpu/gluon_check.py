@@ -62,7 +62,7 @@ def main(argv: list[str]) -> None:
     for spec in specs:
         db, stages, rr, ch = (int(x) for x in spec.split(","))
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True})):
-            consts = {"DB": db, "STAGES": stages, "ROPE_REG": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048, **extra}
+            consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048, **extra}
             print(spec, fn.__name__, compile_one(fn, consts), flush=True)
 
 

@@ -61,19 +61,17 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     if only in (None, "prefill"):
         g = "prefill 512+64"
         out.append((g, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], v32))
-        for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, True, chains=2),
-                    Sm90Config(2, ablate=1), Sm90Config(2, ablate=1, chains=2), Sm90Config(2, ablate=2)):
-            out.append((g, f"sm90 {cfg}", pre(cfg), [16384], v32))
+        for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, True), Sm90Config(3, True, chains=2),
+                    Sm90Config(3, True, 1, 2), Sm90Config(3, True, 2, 2)):
+            out.append((g, f"sm90 {tuple(cfg)}", pre(cfg), [16384], v32))
         out.append(("prefill 512+0", "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], v0))
-        for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, chains=2)):
-            out.append(("prefill 512+0", f"sm90 {cfg}", pre(cfg), [16384], v0))
+        for cfg in (Sm90Config(2, chains=2), Sm90Config(3, chains=2), Sm90Config(3, chains=1)):
+            out.append(("prefill 512+0", f"sm90 {tuple(cfg)}", pre(cfg), [16384], v0))
     if only in (None, "decode"):
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch), ("sm90 default", dec(None, None))]
-        for splits in (8, 16):
-            for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, True, chains=2)):
-                d.append((f"sm90 {splits} splits {cfg}", dec(splits, cfg)))
-        for cfg in (Sm90Config(2, ablate=1), Sm90Config(2, ablate=2)):
-            d.append((f"sm90 8 splits {cfg}", dec(8, cfg)))
+        for splits, cfg in ((8, Sm90Config(2)), (16, Sm90Config(2)), (4, Sm90Config(3, True, chains=2)),
+                            (8, Sm90Config(3, True, chains=2)), (8, Sm90Config(3, True)), (6, Sm90Config(3, True))):
+            d.append((f"sm90 {splits} splits {tuple(cfg)}", dec(splits, cfg)))
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
     return out
 
