@@ -116,7 +116,7 @@ class Dispatcher:
     def _launch(self, decision: Decision, shape: CallShape, batch: Batch, args: KernelArgs, device_type: str) -> tuple[Decision, str]:
         impl = self.registry.resolve(decision.kernel, device_type)
         try:
-            impl.launch(args)
+            ran = impl.launch(args)
         except AiterSymbolMissing:
             if decision.kernel is not Kernel.AITER_OPUS:
                 raise
@@ -125,8 +125,8 @@ class Dispatcher:
             self._cache = DecisionCache(self.platform, self.policy)
             decision = self._cache.decide(shape, batch.call_class)
             impl = self.registry.resolve(decision.kernel, device_type)
-            impl.launch(args)
-        return decision, impl.impl
+            ran = impl.launch(args)
+        return decision, ran or impl.impl
 
 
 def sparse_attn_prefill(

@@ -37,6 +37,9 @@ try:  # Gluon and its Hopper ops: Triton >= 3.5 with the NVIDIA backend
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+    # Triton 3.9 renamed the cp.async copy (async_copy_global_to_shared -> async_load); same arguments.
+    cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+    cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # likewise (gl.barrier in 3.9)
     HAVE_GLUON = True
 except Exception:  # noqa: BLE001 - no Gluon in this Triton (or no Triton): the Triton kernels serve
     HAVE_GLUON = False
@@ -57,7 +60,7 @@ class Sm90Config(NamedTuple):
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
 
 
-PREFILL_SM90 = Sm90Config(3, True, chains=2)
+PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
 DECODE_SM90 = Sm90Config(2)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
@@ -65,15 +68,22 @@ DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared m
 def supports(args: KernelArgs) -> bool:
     """True for the calls this kernel takes: a CUDA sm_90 device, fp16/bf16, D of 512 or 576, lanes <= 512."""
     q, kv, out = args.q, args.kv, args.output
-    if not HAVE_GLUON or q.device.type != "cuda" or torch.version.hip is not None:
+    if not HAVE_GLUON:
         return False
     if q.dtype not in DTYPES or kv.dtype != q.dtype or q.shape[2] - LANES_A not in ROPE_LANES:
         return False
     if kv.shape[1] != 1 or kv.stride(2) != 1 or q.stride(2) != 1 or out.shape[2] > LANES_A:
         return False
-    if kv.stride(0) % 8 or kv.data_ptr() % 16:  # the gather copies 16-byte vectors
+    # The gather copies 16-byte vectors, which Triton emits only when it knows each kv row starts
+    # 16-byte aligned: a base pointer and row stride that are multiples of 16 (it specialises on both).
+    if kv.stride(0) % 16 or kv.data_ptr() % 16:
         return False
-    return torch.cuda.get_device_capability(q.device) == (9, 0)
+    return _on_hopper(q)  # last: it asks the driver
+
+
+def _on_hopper(t: torch.Tensor) -> bool:
+    """An NVIDIA GPU of compute capability 9.0 (H100, H200, H20, GH200): the wgmma these kernels need."""
+    return t.device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(t.device) == (9, 0)
 
 
 if HAVE_GLUON:
@@ -115,7 +125,7 @@ if HAVE_GLUON:
         valid = (slot >= 0) & (slot < skv)
         krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
         offs = lane0 + gl.arange(0, LANES, gl.SliceLayout(0, layout))
-        async_copy.async_copy_global_to_shared(buf, krow[:, None] + offs[None, :], mask=valid[:, None])
+        cp_async(buf, krow[:, None] + offs[None, :], mask=valid[:, None])
 
     @gluon.jit
     def _valid(idx_ptr, base, idx_s1, j0, hi, skv, layout: gl.constexpr):
@@ -182,7 +192,7 @@ if HAVE_GLUON:
             ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, skv, rows_s)  # used next iteration
             async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
-            gl.thread_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
+            cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
             if not LATE:  # refill the stage tile t - 1 used
                 if ABLATE != 1:
                     if t + STAGES - 1 < n_tiles:
@@ -218,7 +228,7 @@ if HAVE_GLUON:
                 m = m_new
                 p_smem.store(p.to(dt))
                 fence_async_shared()
-            gl.thread_barrier()  # P written; every warp is done with this tile's rope lanes
+            cta_barrier()  # P written; every warp is done with this tile's rope lanes
             if LATE:  # the next tile's rope lanes, then the stage tile t - 1 used
                 if ABLATE != 1:
                     if t + 1 < n_tiles:

@@ -18,11 +18,15 @@ def _anywhere(device_type: str) -> bool:
 
 @dataclass(frozen=True)
 class KernelImpl:
-    """One implementation of one kernel name; ``impl`` is reported beside the name (torch, triton, aiter)."""
+    """One implementation of one kernel name; ``impl`` is reported beside the name (torch, triton, gluon, aiter).
+
+    ``launch`` may return the name of what actually ran when that depends on the call (the Hopper
+    kernels hand calls they do not take to Triton); None means ``impl``.
+    """
 
     kernel: Kernel
     impl: str
-    launch: Callable[[KernelArgs], None]
+    launch: Callable[[KernelArgs], str | None]
     runs_on: Callable[[str], bool] = field(default=_anywhere)
 
 
@@ -57,13 +61,19 @@ class KernelRegistry:
         raise NoImplementation(f"no implementation of {kernel} runs on device type {device_type!r}")
 
 
-def default_registry(*, aiter_module: str = "aiter", triton: bool = True) -> KernelRegistry:
-    """Triton first where it runs (GPU), torch everywhere, AITER adapters behind their gates."""
+def default_registry(*, aiter_module: str = "aiter", triton: bool = True, gluon: bool | None = None) -> KernelRegistry:
+    """Gluon then Triton where they run (GPU), torch everywhere, AITER adapters behind their gates.
+
+    ``gluon=None`` reads ROUTESCOPE_GLUON (on unless it is 0/false/no/off): the Hopper kernels,
+    which take the calls they support and hand the rest to Triton.
+    """
     reg = KernelRegistry()
     if triton:
-        from .triton_impls import register_triton
+        from .triton_impls import gluon_enabled, register_gluon, register_triton
 
         register_triton(reg)
+        if gluon_enabled() if gluon is None else gluon:
+            register_gluon(reg)
     reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "torch", ragged_prefill))
     reg.register(KernelImpl(Kernel.INTREE_SPARSE_DECODE, "torch", sparse_decode))
     for kernel, symbol in ((Kernel.AITER_PA_PREFILL_SPARSE, PA_PREFILL_SPARSE), (Kernel.AITER_OPUS, OPUS)):

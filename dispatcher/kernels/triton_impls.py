@@ -8,6 +8,7 @@ missing or broken Triton leaves the torch implementations in charge; it never ra
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,25 @@ def runs_on_gpu(device_type: str) -> bool:
     return device_type == "cuda" and triton_usable()
 
 
+def gluon_enabled() -> bool:
+    """ROUTESCOPE_GLUON: the Hopper Gluon kernels are registered unless it is 0, false, no or off."""
+    return os.environ.get("ROUTESCOPE_GLUON", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def runs_gluon(device_type: str) -> bool:
+    """True on CUDA when Triton imports with Gluon; the call itself decides Hopper or not (``supports``)."""
+    if not runs_on_gpu(device_type):
+        return False
+    ok = _TRITON_OK.get("gluon")
+    if ok is None:
+        try:
+            ok = importlib.import_module(".gluon_sm90", __package__).HAVE_GLUON
+        except Exception:  # noqa: BLE001 - a broken Gluon must not break the dispatcher
+            ok = False
+        _TRITON_OK["gluon"] = ok
+    return ok
+
+
 def _lazy(module: str) -> Callable[[KernelArgs], None]:
     """A launch that imports its kernel module (and so Triton) on first use only."""
     box: list[Callable[[KernelArgs], None]] = []
@@ -60,4 +80,36 @@ def register_triton(registry: KernelRegistry) -> None:
     )
     registry.register(
         KernelImpl(Kernel.INTREE_SPARSE_DECODE, "triton", _lazy(".triton_decode"), runs_on=runs_on_gpu), prefer=True
+    )
+
+
+def _gluon_or_triton(kernel: str) -> Callable[[KernelArgs], str]:
+    """A launch that runs the Hopper kernel when it supports the call, Triton's otherwise; returns which ran."""
+    box: list = []
+
+    def launch(args: KernelArgs) -> str:
+        if not box:
+            g = importlib.import_module(".gluon_sm90", __package__)
+            t = importlib.import_module(".triton_prefill" if kernel == "prefill" else ".triton_decode", __package__)
+            box.extend((g.supports, g.launch_prefill if kernel == "prefill" else g.launch_decode, t.launch))
+        supports, fast, fallback = box
+        if supports(args):
+            fast(args)
+            return "gluon"
+        fallback(args)
+        return "triton"
+
+    launch.__name__ = f"gluon_or_triton_{kernel}"
+    return launch
+
+
+def register_gluon(registry: KernelRegistry) -> None:
+    """Put the Hopper Gluon kernels first in line (docs/benchmarks.md, session 3); they run on CUDA only."""
+    from .registry import KernelImpl
+
+    registry.register(
+        KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "gluon", _gluon_or_triton("prefill"), runs_on=runs_gluon), prefer=True
+    )
+    registry.register(
+        KernelImpl(Kernel.INTREE_SPARSE_DECODE, "gluon", _gluon_or_triton("decode"), runs_on=runs_gluon), prefer=True
     )

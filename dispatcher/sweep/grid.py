@@ -13,7 +13,7 @@ CPU_TOPK = (64, 256)
 DEFAULT_LAYOUTS = ("512+64", "512+0")
 LAYOUT_ALIASES = {"dsv4": "448+64", "glm": "512+0", "v32": "512+64"}  # names `routescope explain` uses too
 HEADS = 16
-GPU_KERNELS = ("intree.ragged_prefill:triton", "intree.sparse_decode:triton")
+GPU_KERNELS = ("intree.ragged_prefill", "intree.sparse_decode")  # the preferred implementation: gluon on Hopper, else triton
 CPU_KERNELS = ("intree.ragged_prefill:torch", "intree.sparse_decode:torch")
 
 

@@ -71,9 +71,9 @@ def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
                 for spec, impl in zip(plan.kernels, impls):
                     if on_step is not None:
                         on_step(f"{layout} top-k {topk} rows {rows}: {spec}")
-                    t = _time_one(timer, impl, spec, sets, plan)
+                    t, ran = _time_one(timer, impl, spec, sets, plan)
                     results.append(Result(
-                        impl.kernel.value, impl.impl, str(layout), rows, topk, plan.heads, layout.head_dim,
+                        impl.kernel.value, ran, str(layout), rows, topk, plan.heads, layout.head_dim,
                         layout.nope, layout.rope, dtype_name, kv_len, t.median_us, t.p20_us, t.p80_us, t.min_us,
                         t.repeats, t.timer,
                     ))
@@ -85,8 +85,10 @@ def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
 
 def _time_one(
     timer: GpuTimer | HostTimer, impl: KernelImpl, spec: KernelSpec, sets: list[KernelArgs], plan: SweepPlan
-) -> Timing:
+) -> tuple[Timing, str]:
+    """The timing, and the implementation that ran (a launch may hand a call it does not take to another)."""
     try:
-        return timer.time(impl.launch, sets, warmup=plan.warmup, repeats=plan.repeats)
+        ran = impl.launch(sets[0]) or impl.impl
+        return timer.time(impl.launch, sets, warmup=plan.warmup, repeats=plan.repeats), ran
     except Exception as exc:
         raise KernelFailed(f"{spec} failed on {plan.device.type}: {exc.__class__.__name__}: {exc}") from exc

@@ -45,7 +45,7 @@ def test_dispatcher_reports_triton_on_gpu(compiled):
     from dispatcher.kernels.registry import default_registry
     from dispatcher.types import Kernel
 
-    reg = default_registry()
+    reg = default_registry(gluon=False)
     assert reg.resolve(Kernel.INTREE_RAGGED_PREFILL, "cuda").impl == "triton"
     assert reg.resolve(Kernel.INTREE_SPARSE_DECODE, "cuda").impl == "triton"
     d = Dispatcher(registry=reg)
@@ -91,6 +91,104 @@ def test_decode_replays_in_a_cuda_graph(compiled):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         decode.launch(captured)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured.output, eager.output)
+
+
+# ---- the Hopper Gluon kernels (dispatcher/kernels/gluon_sm90.py) ---------------------------------------------
+
+def _hopper():
+    from dispatcher.kernels import gluon_sm90
+
+    if not gluon_sm90.HAVE_GLUON or not gluon_sm90._on_hopper(torch.empty(0, device="cuda")):
+        pytest.skip("needs an sm_90 GPU and a Triton with Gluon")
+    return gluon_sm90
+
+
+SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1)}
+
+
+@pytest.mark.parametrize("config", list(SM90_CONFIGS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
+    """Every correctness case; the calls the Hopper kernels do not take go to Triton (counted, and few)."""
+    g = _hopper()
+    prefill, decode = compiled
+    cfg = g.Sm90Config(*SM90_CONFIGS[config]) if SM90_CONFIGS[config] else None
+    took = {"gluon": 0, "triton": 0}
+
+    def either(fast, slow):
+        def fn(a):
+            if g.supports(a):
+                took["gluon"] += 1
+                fast(a, config=cfg)
+            else:
+                took["triton"] += 1
+                slow(a)
+        return fn
+
+    launchers = {"prefill": either(g.launch_prefill, prefill.launch), "decode": either(g.launch_decode, decode.launch)}
+    found = run_checks(launchers, (dtype,), torch.device("cuda"), big=False)
+    bad = [c for c in found if not c.ok]
+    assert not bad, "\n".join(map(str, bad))
+    assert took["gluon"] >= 3 * took["triton"], took
+
+
+def test_sm90_forced_split_counts_agree_with_its_prefill(compiled):
+    from dispatcher.sweep.correctness import build
+    from dispatcher.sweep.grid import Layout
+
+    g = _hopper()
+    args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
+    base = args._replace(output=torch.full_like(args.output, float("nan")))
+    g.launch_prefill(base)
+    for splits in (1, 2, 5, 11, 64):
+        a = args._replace(output=torch.full_like(args.output, float("nan")))
+        g.launch_decode(a, splits=splits)
+        torch.testing.assert_close(a.output.float(), base.output.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_registry_runs_gluon_on_hopper_and_hands_fp32_to_triton(compiled):
+    from dispatcher import Dispatcher
+    from dispatcher.kernels.common import KernelArgs, SparseIndex
+    from dispatcher.kernels.registry import default_registry
+    from dispatcher.types import Kernel
+
+    _hopper()
+    reg = default_registry(gluon=True)
+    for kernel in (Kernel.INTREE_RAGGED_PREFILL, Kernel.INTREE_SPARSE_DECODE):
+        impl = reg.resolve(kernel, "cuda")
+        assert impl.impl == "gluon"
+        for dtype, expected in ((torch.bfloat16, "gluon"), (torch.float32, "triton")):
+            q = torch.randn(4, 16, 576, device="cuda", dtype=dtype)
+            kv = torch.randn(64, 1, 576, device="cuda", dtype=dtype)
+            idx = torch.randint(0, 64, (4, 32), device="cuda", dtype=torch.int32)
+            out = torch.full((4, 16, 512), float("nan"), device="cuda", dtype=dtype)
+            assert impl.launch(KernelArgs(q, kv, SparseIndex(idx, None), 0.04, None, out)) == expected
+            assert torch.isfinite(out.float()).all()
+    d = Dispatcher(registry=reg)
+    q = torch.randn(4, 16, 576, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((4, 16, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d(q, torch.randn(64, 1, 576, device="cuda", dtype=torch.bfloat16),
+      torch.randint(0, 64, (4, 32), device="cuda", dtype=torch.int32), None, 0.04, 576, 512, 64, None, out)
+    assert torch.isfinite(out.float()).all()
+
+
+def test_sm90_decode_replays_in_a_cuda_graph(compiled):
+    from dispatcher.sweep.correctness import build
+    from dispatcher.sweep.grid import Layout
+
+    g = _hopper()
+    args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=2048)
+    eager = args._replace(output=torch.full_like(args.output, float("nan")))
+    g.launch_decode(eager)
+    captured = args._replace(output=torch.full_like(args.output, float("nan")))
+    g.launch_decode(captured)
+    captured.output.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g.launch_decode(captured)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured.output, eager.output)

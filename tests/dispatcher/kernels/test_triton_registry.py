@@ -1,4 +1,4 @@
-"""The registry prefers Triton on GPUs only, never imports it on CPU, and survives its absence."""
+"""The registry prefers Gluon then Triton on GPUs only, never imports them on CPU, and survives their absence."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import sys
 import textwrap
 
 from dispatcher.kernels.registry import default_registry
-from dispatcher.kernels.triton_impls import runs_on_gpu, triton_usable
+import pytest
+
+from dispatcher.kernels.triton_impls import gluon_enabled, runs_gluon, runs_on_gpu, triton_usable
 from dispatcher.types import Kernel
 
 
@@ -17,15 +19,29 @@ def test_cpu_resolves_to_torch_for_both_intree_kernels():
     assert reg.resolve(Kernel.INTREE_SPARSE_DECODE, "cpu").impl == "torch"
 
 
-def test_triton_is_first_in_line_for_cuda_when_it_imports():
-    reg = default_registry()
+def test_gluon_then_triton_are_first_in_line_for_cuda_when_they_import():
+    reg = default_registry(gluon=True)
     for kernel in (Kernel.INTREE_RAGGED_PREFILL, Kernel.INTREE_SPARSE_DECODE):
         impls = reg.impls(kernel)
-        assert [i.impl for i in impls] == ["triton", "torch"]
-        expected = "triton" if triton_usable() else "torch"
+        assert [i.impl for i in impls] == ["gluon", "triton", "torch"]
+        expected = "gluon" if runs_gluon("cuda") else "triton" if triton_usable() else "torch"
         assert reg.resolve(kernel, "cuda").impl == expected
+        assert reg.resolve(kernel, "cpu").impl == "torch"
     assert not runs_on_gpu("cpu")
     assert not runs_on_gpu("mps")
+    assert not runs_gluon("cpu")
+
+
+@pytest.mark.parametrize(("value", "on"), [(None, True), ("1", True), ("0", False), ("off", False), (" False ", False),
+                                           ("yes", True)])
+def test_routescope_gluon_switches_the_hopper_kernels(monkeypatch, value, on):
+    if value is None:
+        monkeypatch.delenv("ROUTESCOPE_GLUON", raising=False)
+    else:
+        monkeypatch.setenv("ROUTESCOPE_GLUON", value)
+    assert gluon_enabled() is on
+    names = [i.impl for i in default_registry().impls(Kernel.INTREE_SPARSE_DECODE)]
+    assert names == (["gluon", "triton", "torch"] if on else ["triton", "torch"])
 
 
 def test_missing_module_counts_as_unusable():

@@ -1,0 +1,132 @@
+"""The Hopper Gluon kernels off the GPU: which calls they take, the Triton fallback, and what they compile to.
+
+Gluon kernels do not run under Triton's interpreter and this machine has no Hopper GPU, so the
+kernels' answers are checked on the H200 (test_triton_gpu.py, marker gpu, and
+scripts/gpu/sm90_lab.py). What can be checked here is checked: ``supports()`` refuses what
+the kernel cannot take, the registry's ``gluon`` launch hands those calls to Triton and says
+so, and both kernels compile for sm_90a to wgmma (HGMMA in the SASS), without spills, within
+one multiprocessor's shared memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from dispatcher.kernels import gluon_sm90
+from dispatcher.kernels.torch_ref import ragged_prefill as torch_prefill
+from dispatcher.sweep.correctness import build
+from dispatcher.sweep.grid import Layout
+
+ROOT = Path(__file__).resolve().parents[3]
+needs_gluon = pytest.mark.skipif(not gluon_sm90.HAVE_GLUON, reason="this Triton has no Gluon")
+
+
+def args_for(layout: Layout, dtype: torch.dtype = torch.bfloat16, rows: int = 3):
+    return build(rows, layout=layout, dtype=dtype, device=torch.device("cpu"), topk=40, kv_len=200)
+
+
+def test_supports_refuses_cpu_tensors_and_unsupported_shapes(monkeypatch):
+    assert not gluon_sm90.supports(args_for(Layout(512, 64)))  # a CPU call, whatever its shape
+    # With the device check out of the way, the shape rules alone decide.
+    monkeypatch.setattr(gluon_sm90, "_on_hopper", lambda t: True)
+    assert gluon_sm90.supports(args_for(Layout(512, 64)))
+    assert gluon_sm90.supports(args_for(Layout(512, 0)))
+    assert gluon_sm90.supports(args_for(Layout(448, 64)))
+    assert gluon_sm90.supports(args_for(Layout(512, 64), torch.float16))
+    assert not gluon_sm90.supports(args_for(Layout(512, 64), torch.float32))  # no fp32 wgmma path
+    assert not gluon_sm90.supports(args_for(Layout(256, 64)))  # D = 320: not a production layout
+    assert not gluon_sm90.supports(args_for(Layout(512, 128)))
+    a = args_for(Layout(512, 64))
+    for width in (580, 584):  # rows 1160 and 1168 bytes apart: Triton cannot prove 16-byte alignment
+        kv_strided = torch.zeros(a.kv.shape[0], 1, width, dtype=a.kv.dtype)[:, :, :576]
+        assert not gluon_sm90.supports(a._replace(kv=kv_strided))
+    kv_padded = torch.zeros(a.kv.shape[0], 1, 592, dtype=a.kv.dtype)[:, :, :576]
+    assert gluon_sm90.supports(a._replace(kv=kv_padded))  # a padded pool with 16-aligned rows is fine
+    monkeypatch.setattr(gluon_sm90, "HAVE_GLUON", False)
+    assert not gluon_sm90.supports(a)
+
+
+@needs_gluon
+@pytest.mark.parametrize("kernel", ["prefill", "decode"])
+def test_registry_launch_hands_unsupported_calls_to_triton_and_says_so(interp, kernel):
+    from dispatcher.kernels.registry import default_registry
+    from dispatcher.types import Kernel
+
+    name = Kernel.INTREE_RAGGED_PREFILL if kernel == "prefill" else Kernel.INTREE_SPARSE_DECODE
+    impl = default_registry(gluon=True).impls(name)[0]
+    assert impl.impl == "gluon"
+    a = build(5, layout=Layout(64, 16), dtype=torch.float16, device=torch.device("cpu"), topk=40, kv_len=200)
+    a = a._replace(output=torch.full_like(a.output, float("nan")))
+    assert impl.launch(a) == "triton"  # on CPU, under the interpreter: Triton ran it
+    ref = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32))
+    torch_prefill(ref)
+    torch.testing.assert_close(a.output.float(), ref.output, atol=3e-3, rtol=3e-3)
+
+
+COMPILE = textwrap.dedent("""
+    import json, re, subprocess, sys
+    from pathlib import Path
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from dispatcher.kernels import gluon_sm90
+
+    PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*bf16", "indptr_ptr": "*bf16",
+            "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32"}
+    tools = Path(triton.__file__).parent / "backends/nvidia/bin"
+    found = {}
+    for db in (64, 0):
+        for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel):
+            cfg = gluon_sm90.PREFILL_SM90 if fn is gluon_sm90._prefill_kernel else gluon_sm90.DECODE_SM90
+            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
+                      "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1}
+            sig, attrs = {}, {}
+            for i, name in enumerate(fn.arg_names):
+                if name in consts:
+                    sig[name] = "constexpr"
+                elif name in PTRS:
+                    sig[name] = PTRS[name]
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+                else:
+                    sig[name] = "fp32" if name == "sm_scale2" else "i32"
+                    if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H"):
+                        attrs[(i,)] = [["tt.divisibility", 16]]  # as a launch specialises 576, 9216, ...
+            consts = {k: v for k, v in consts.items() if k in fn.arg_names}
+            k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                               target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+            cubin = Path(sys.argv[1]) / f"{fn.__name__}_{db}.cubin"
+            cubin.write_bytes(k.asm["cubin"])
+            sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
+                                  text=True, check=True).stdout
+            res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
+                                 text=True, check=True).stdout
+            found[f"{fn.__name__}_{db}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."),
+                                          "hmma": sass.count("HMMA."), "stack": int(re.search(r"STACK:(\\d+)", res).group(1))}
+    print(json.dumps(found))
+""")
+
+
+@needs_gluon
+def test_both_kernels_compile_for_sm90a_to_wgmma_without_spills(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
+    res = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path)], capture_output=True, text=True, env=env,
+                         timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    # Per 64-slot tile: scores 512/16 (+ 64/16 rope) wgmma k-steps, P·V 8 row blocks x 4 k-steps.
+    expect = {64: 32 + 4 + 32, 0: 32 + 32}
+    for key, got in found.items():
+        db = int(key.rsplit("_", 1)[1])
+        assert got["hgmma"] == expect[db], (key, got)
+        assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
+        assert got["stack"] == 0, (key, got)  # no spills
+        assert got["shared"] <= 232448, (key, got)  # one H100/H200 multiprocessor's shared memory for a block
