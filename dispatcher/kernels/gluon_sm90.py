@@ -89,10 +89,8 @@ def _on_hopper(t: torch.Tensor) -> bool:
 if HAVE_GLUON:
 
     @gluon.jit
-    def _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
-                    CNT_BLOCK: gl.constexpr):
-        """(int64 offset of the row's first index, the row's length in positions): as ``triton_prefill.row_bounds``."""
-        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    def _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged):
+        """(int64 offset of the row's first index, the row's positions): the dense width, or the ragged segment."""
         row64 = row.to(gl.int64)
         base = row64 * idx_s0
         seg = width.to(gl.int64)
@@ -100,17 +98,27 @@ if HAVE_GLUON:
             start = gl.load(indptr_ptr + row64).to(gl.int64)
             base = start * idx_s1
             seg = gl.load(indptr_ptr + row64 + 1).to(gl.int64) - start
+        return base, seg.to(gl.int32)
+
+    @gluon.jit
+    def _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK: gl.constexpr):
+        """The row's length in positions, as ``triton_prefill.row_bounds``: topk_length, else the count of indices >= 0.
+
+        Only the softmax needs it: the kernels split and gather by the row's width, so this runs
+        while the first gathers are in flight instead of before them.
+        """
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         n = seg
         if has_len != 0:
-            n = gl.minimum(gl.load(len_ptr + row64 * len_s0).to(gl.int64), seg)
+            n = gl.minimum(gl.load(len_ptr + row.to(gl.int64) * len_s0).to(gl.int32), seg)
         elif ragged == 0:  # dense without topk_length: the count of indices >= 0
             cnt = gl.zeros([CNT_BLOCK], gl.int32, lay)
-            for j0 in range(0, width, CNT_BLOCK):
+            for j0 in range(0, seg, CNT_BLOCK):
                 offs = j0 + gl.arange(0, CNT_BLOCK, lay)
-                v = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < width, other=-1)
+                v = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < seg, other=-1)
                 cnt += (v >= 0).to(gl.int32)
-            n = gl.sum(cnt, axis=0).to(gl.int64)
-        return base, gl.maximum(n, 0).to(gl.int32)
+            n = gl.sum(cnt, axis=0)
+        return gl.maximum(n, 0)
 
     @gluon.jit
     def _load_slots(idx_ptr, base, idx_s1, j0, hi, layout: gl.constexpr):
@@ -134,10 +142,13 @@ if HAVE_GLUON:
         return (slot >= 0) & (slot < skv)
 
     @gluon.jit
-    def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                q_s0, q_s1, kv_s0, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
+    def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
+                q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
                 ABLATE: gl.constexpr, CHAINS: gl.constexpr):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
+
+        Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
+        but masked out of the softmax.
 
         STAGES tiles of the 512 lanes are resident: while one is computed, STAGES - 1 gathers are in
         flight. The DB rope lanes have a buffer per stage, or with ROPE1 a single one, refilled for
@@ -186,10 +197,12 @@ if HAVE_GLUON:
                     _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(i), 512, DB, cp)
             async_copy.commit_group()
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
-        ok = _valid(idx_ptr, base, idx_s1, lo, hi, skv, rows_s)
+        n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+        lim = gl.minimum(hi, n)  # positions [lim, hi) are past the row's length
+        ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         for t in range(n_tiles):
             stage = t % STAGES
-            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, skv, rows_s)  # used next iteration
+            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
             async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
@@ -266,10 +279,10 @@ if HAVE_GLUON:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
-        base, n = _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
-                              CNT_BLOCK)
-        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE1, ABLATE, CHAINS)
+        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
+                          q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
+                          DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         # The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
@@ -295,13 +308,13 @@ if HAVE_GLUON:
         row = gl.program_id(0)
         split = gl.program_id(1)
         h0 = gl.program_id(2) * 16
-        base, n = _row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
-                              CNT_BLOCK)
-        chunk = gl.cdiv(gl.cdiv(n, splits), 64) * 64
+        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width: no count before the gathers
         lo = split * chunk
-        hi = gl.minimum(lo + chunk, n)
-        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, DB, STAGES, ROPE1, ABLATE, CHAINS)
+        hi = gl.minimum(lo + chunk, seg)
+        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
+                          q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
+                          DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)

@@ -59,21 +59,23 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl)
 
     if only in (None, "prefill"):
-        g = "prefill 512+64"
-        out.append((g, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], v32))
-        for cfg in (Sm90Config(2), Sm90Config(2, chains=2), Sm90Config(3, True), Sm90Config(3, True, chains=2),
-                    Sm90Config(3, True, 1, 2), Sm90Config(3, True, 2, 2)):
-            out.append((g, f"sm90 {tuple(cfg)}", pre(cfg), [16384], v32))
-        out.append(("prefill 512+0", "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], v0))
-        for cfg in (Sm90Config(2, chains=2), Sm90Config(3, chains=2), Sm90Config(3, chains=1)):
-            out.append(("prefill 512+0", f"sm90 {tuple(cfg)}", pre(cfg), [16384], v0))
+        for lay, tag in ((v32, "512+64"), (v0, "512+0")):
+            out.append(("prefill " + tag, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], lay))
+            out.append(("prefill " + tag, "sm90 default", pre(None), [16384], lay))
     if only in (None, "decode"):
-        d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch), ("sm90 default", dec(None, None))]
-        for splits, cfg in ((8, Sm90Config(2)), (16, Sm90Config(2)), (4, Sm90Config(3, True, chains=2)),
-                            (8, Sm90Config(3, True, chains=2)), (8, Sm90Config(3, True)), (6, Sm90Config(3, True))):
-            d.append((f"sm90 {splits} splits {tuple(cfg)}", dec(splits, cfg)))
+        d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch), ("sm90 default", dec(None, None)),
+             ("sm90 12 splits", dec(12, None)), ("sm90 default, topk_length given", with_len(dec(None, None)))]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
     return out
+
+
+def with_len(fn):
+    """The same call with topk_length given (every row full): no count of valid indices in the kernel."""
+    def run(a):
+        rows, width = a.index.indices.shape
+        full = torch.full((rows,), width, dtype=torch.int32, device=a.q.device)
+        fn(a._replace(index=a.index._replace(topk_length=full)))
+    return run
 
 
 def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
