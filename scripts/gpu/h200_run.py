@@ -40,8 +40,17 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def preferred(kernel: str):
+    """The launch the dispatcher uses on this GPU (the registry's first: gluon on Hopper, handing over to triton)."""
+    from dispatcher.kernels.registry import default_registry
+    from dispatcher.types import Kernel
+
+    name = Kernel.INTREE_RAGGED_PREFILL if kernel == "prefill" else Kernel.INTREE_SPARSE_DECODE
+    return default_registry().resolve(name, "cuda").launch
+
+
 def phase_check(out: Path) -> list[dict]:
-    found = run_checks({"prefill": triton_prefill.launch, "decode": triton_decode.launch},
+    found = run_checks({"prefill": preferred("prefill"), "decode": preferred("decode")},
                        (torch.bfloat16, torch.float16), DEV, big=True)
     rows = [{**c._asdict(), "ok": c.ok} for c in found]
     (out / "correctness.json").write_text(json.dumps(rows, indent=1))
@@ -94,9 +103,12 @@ def phase_search(timer: GpuTimer, out: Path) -> dict:
 
 
 def chosen() -> dict:
+    from dispatcher.kernels import gluon_sm90
+
     return {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
             "per_sm": triton_decode.PROGRAMS_PER_SM, "reduce_values": triton_decode.REDUCE_VALUES,
-            "max_splits": triton_decode.MAX_SPLITS}
+            "max_splits": triton_decode.MAX_SPLITS, "sm90_prefill": list(gluon_sm90.PREFILL_SM90),
+            "sm90_decode": list(gluon_sm90.DECODE_SM90), "sm90_per_sm": gluon_sm90.DECODE_PER_SM}
 
 
 def phase_reduce_search(timer: GpuTimer, out: Path) -> list[dict]:
@@ -121,16 +133,23 @@ def phase_reduce_search(timer: GpuTimer, out: Path) -> list[dict]:
 
 
 def phase_targets(timer: GpuTimer, out: Path) -> dict:
+    """The issue's target shapes with the preferred kernels, and Triton's beside them (same run, same inputs)."""
+    pre, dec = preferred("prefill"), preferred("decode")
+    graphs = GpuTimer(DEV, graphs=True)
     t = {
-        "decode_us_2": time_call(timer, triton_decode.launch, 2, repeats=100),
-        "decode_us_16": time_call(timer, triton_decode.launch, 16, repeats=100),
-        "prefill_us_2": time_call(timer, triton_prefill.launch, 2, repeats=100),
-        "prefill_us_16": time_call(timer, triton_prefill.launch, 16, repeats=100),
-        "prefill_us_16384": time_call(timer, triton_prefill.launch, 16384, repeats=30),
-        "decode_us_16384": time_call(timer, triton_decode.launch, 16384, repeats=30),
+        "decode_us_2": time_call(timer, dec, 2, repeats=100),
+        "decode_us_16": time_call(timer, dec, 16, repeats=100),
+        "decode_graph_us_2": time_call(graphs, dec, 2, repeats=100),
+        "decode_graph_us_16": time_call(graphs, dec, 16, repeats=100),
+        "prefill_us_2": time_call(timer, pre, 2, repeats=100),
+        "prefill_us_16": time_call(timer, pre, 16, repeats=100),
+        "prefill_us_16384": time_call(timer, pre, 16384, repeats=30),
+        "prefill_512+0_us_16384": time_call(timer, pre, 16384, layout=Layout(512, 0), repeats=30),
+        "decode_us_16384": time_call(timer, dec, 16384, repeats=30),
+        "triton_decode_us_2": time_call(timer, triton_decode.launch, 2, repeats=100),
+        "triton_decode_us_16": time_call(timer, triton_decode.launch, 16, repeats=100),
+        "triton_prefill_us_16384": time_call(timer, triton_prefill.launch, 16384, repeats=30),
         "torch_ref_us_2": time_call(timer, torch_ref, 2, repeats=10),
-        "decode_graph_us_2": time_call(GpuTimer(DEV, graphs=True), triton_decode.launch, 2, repeats=100),
-        "decode_graph_us_16": time_call(GpuTimer(DEV, graphs=True), triton_decode.launch, 16, repeats=100),
         "torch_ref_us_16384": time_call(timer, torch_ref, 16384, repeats=3),
     }
     (out / "targets.json").write_text(json.dumps(t, indent=1))

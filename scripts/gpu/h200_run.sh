@@ -14,7 +14,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1 O
   python3 scripts/gpu/h200_run.py "$@"; } 2>&1 | tee "$OUT/h200_run.log"  # at most 8 files come back
 status=${PIPESTATUS[0]}
 if [ "${RUN_PYTEST:-1}" = 1 ]; then
-  timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider -k "${PYTEST_K:-}" tests/dispatcher/kernels 2>&1 | tail -4 \
+  timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -m gpu -p no:cacheprovider -k "${PYTEST_K:-}" tests/dispatcher/kernels 2>&1 | tail -4 \
     | tee "$OUT/pytest-gpu.txt"
 fi
 if [ "${RUN_NCU:-0}" = 1 ]; then
