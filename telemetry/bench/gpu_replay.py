@@ -153,7 +153,14 @@ def _walk(ev: Any) -> list:
     return seen
 
 
-def accuracy(calls: list, *, policy: Policy, repeats: int) -> dict[str, Any]:
+def accuracy(calls: list, *, policy: Policy, repeats: int, hold_us: float = 0.0) -> dict[str, Any]:
+    """Each call timed by telemetry's events and by CUPTI; ``hold_us`` > 0 keeps the GPU busy before each call.
+
+    Without a hold, a call issued to an idle GPU has its start event run at once while the host
+    is still launching, so the event span includes that wait (the host-bound case). With a hold
+    (a ``torch.cuda._sleep`` queued before the call, outside its profiler range), the stream has
+    work queued as in a serving loop whose host runs ahead, and the events time the kernels.
+    """
     from torch.profiler import ProfilerActivity, profile, record_function
 
     platform = detect()
@@ -166,9 +173,12 @@ def accuracy(calls: list, *, policy: Policy, repeats: int) -> dict[str, Any]:
     torch.cuda.synchronize()
     tel.drain_samples()
     rows_of: list[int] = []
+    cycles = int(hold_us * 1e-6 * _sm_clock_hz()) if hold_us > 0 else 0
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(repeats):
             for args, kw in calls:
+                if cycles:
+                    torch.cuda._sleep(cycles)
                 with record_function(f"rs_call_{len(rows_of)}"):
                     d(*args, **kw)
                 rows_of.append(int(args[0].shape[0]))
@@ -190,7 +200,15 @@ def accuracy(calls: list, *, policy: Policy, repeats: int) -> dict[str, Any]:
                       "cupti_median_s": statistics.median(c for _, c in pairs),
                       "median_error_s": statistics.median(err), "median_error_pct": statistics.median(rel)})
     return {"timed_calls": len(samples), "profiled_calls": len(rows_of), "matched": len(samples) == len(rows_of),
-            "cupti_calls_found": len(cupti), "per_size": table}
+            "cupti_calls_found": len(cupti), "hold_us": hold_us, "per_size": table}
+
+
+def _sm_clock_hz() -> float:
+    """The GPU's peak SM clock (what ``torch.cuda._sleep`` counts cycles of); 1.98 GHz if torch cannot say."""
+    try:
+        return float(torch.cuda.get_device_properties(torch.cuda.current_device()).clock_rate) * 1e3
+    except Exception:  # noqa: BLE001 - older torch without clock_rate
+        return 1.98e9
 
 
 def graph_capture(calls: list, *, policy: Policy) -> dict[str, Any]:
@@ -231,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="passes over the call mix per block")
     ap.add_argument("--profile-repeats", type=int, default=5)
     ap.add_argument("--guard", choices=[g.value for g in GuardMode], default="observe")
+    ap.add_argument("--hold-us", type=float, default=300.0,
+                    help="GPU busy-wait queued before each accuracy call, so the host's launch time stays outside "
+                         "the events (0: none); the unheld, host-bound table is measured as well")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_replay needs a CUDA/ROCm device", file=sys.stderr)
@@ -246,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m telemetry.bench.gpu_replay"] + (argv if argv is not None else sys.argv[1:])),
     }
     phases = (("throughput", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters)),
-              ("accuracy", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats)),
+              ("accuracy", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats, hold_us=a.hold_us)),
+              ("accuracy_unheld", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats)),
               ("graph_capture", lambda: graph_capture(calls, policy=policy)))
     failed = False
     for name, run in phases:
@@ -262,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(r: dict[str, Any]) -> None:
-    for name in ("throughput", "accuracy", "graph_capture"):
-        if "error" in r[name]:
+    for name in ("throughput", "accuracy", "accuracy_unheld", "graph_capture"):
+        if "error" in r.get(name, {}):
             print(f"{name}: FAILED {r[name]['error']}")
     t = r["throughput"]
     if "error" in t or "error" in r["accuracy"]:
@@ -273,12 +295,18 @@ def _print(r: dict[str, Any]) -> None:
     print(f"throughput  off {t['calls_per_s_off']:.0f} calls/s  on {t['calls_per_s_on']:.0f} calls/s  "
           f"loss {t['throughput_loss_pct']:.2f}%  (median block {t['median_block_slowdown_pct']:.2f}%)  "
           f"sync debug: {t['sync_debug_mode']}")
-    print(f"{'rows':>6} {'calls':>6} {'event p50 µs':>13} {'CUPTI p50 µs':>13} {'err p50 µs':>11} {'err p50 %':>10}")
-    for row in r["accuracy"]["per_size"]:
-        print(f"{row['rows']:>6} {row['calls']:>6} {row['event_median_s'] * 1e6:>13.1f} {row['cupti_median_s'] * 1e6:>13.1f} "
-              f"{row['median_error_s'] * 1e6:>11.1f} {row['median_error_pct']:>10.1f}")
-    if not r["accuracy"]["matched"]:
-        print(f"accuracy: {r['accuracy']['timed_calls']} timed vs {r['accuracy']['profiled_calls']} profiled calls: not matched")
+    for key, what in (("accuracy", "GPU kept busy before each call"), ("accuracy_unheld", "calls as issued")):
+        acc = r.get(key) or {}
+        if "per_size" not in acc:
+            continue
+        print(f"event timing against CUPTI, {what} (hold {acc.get('hold_us', 0):.0f} µs):")
+        print(f"{'rows':>6} {'calls':>6} {'event p50 µs':>13} {'CUPTI p50 µs':>13} {'err p50 µs':>11} {'err p50 %':>10}")
+        for row in acc["per_size"]:
+            print(f"{row['rows']:>6} {row['calls']:>6} {row['event_median_s'] * 1e6:>13.1f} "
+                  f"{row['cupti_median_s'] * 1e6:>13.1f} {row['median_error_s'] * 1e6:>11.1f} "
+                  f"{row['median_error_pct']:>10.1f}")
+        if not acc["matched"]:
+            print(f"{key}: {acc['timed_calls']} timed vs {acc['profiled_calls']} profiled calls: not matched")
     print(f"graph capture: {r['graph_capture']}")
 
 

@@ -99,3 +99,9 @@ def test_gpu_replay_phases_run_on_cpu(monkeypatch):
     assert t["telemetry_counts"] == 3 * (2 + 1 + 2)  # warm-up 2 + 1, then 2 blocks of 1 pass and t["timing"] == "host"
     a = g.accuracy(calls, policy=Policy(), repeats=2)
     assert a["matched"] and a["timed_calls"] == a["profiled_calls"] == 6
+    slept: list[int] = []
+    monkeypatch.setattr(torch.cuda, "_sleep", slept.append)
+    monkeypatch.setattr(g, "_sm_clock_hz", lambda: 1e9)
+    held = g.accuracy(calls, policy=Policy(), repeats=2, hold_us=300)
+    assert held["matched"] and held["hold_us"] == 300
+    assert slept == [300_000] * 6  # one hold before each profiled call, in GPU cycles
