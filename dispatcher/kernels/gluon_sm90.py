@@ -3,23 +3,27 @@
 The Triton kernels (``triton_prefill``, ``triton_decode``) put the 16 heads of a head block on
 the MMA's M and run ``mma.sync``: every kv tile is written to shared memory once, read twice
 through ``ldmatrix``, and each of the 4 warps re-reads q, about 300 KB of shared-memory traffic
-per 64-slot tile; on an H200 that bound the 16,384-row prefill at 7.0 ms (docs/benchmarks.md).
-Here one warpgroup turns the products around so Hopper's ``wgmma`` can take both operands
-straight from shared memory, each read once:
+per 64-slot tile. Here one warpgroup turns the products around so Hopper's ``wgmma`` takes both
+operands straight from shared memory, the tile and q each read once per product:
 
     Sᵀ [64 slots × 16 heads]  = KV [64 × D] · qᵀ [D × 16]        (A: the kv tile, B: q, resident)
     Oᵀ [512 lanes × 16 heads] += Vᵀ [512 × 64] · Pᵀ [64 × 16]    (A: the same tile, transposed view)
 
-The tile is gathered by ``cp.async`` (one 16-byte copy per thread per vector, invalid slots
-zero-filled) into a 128-byte-swizzled buffer, ``STAGES`` deep so the next tile's gather runs
-under this tile's products. The online softmax runs along Sᵀ's columns (base 2, as every
-kernel here). The math, arguments and edge cases are those of ``triton_prefill`` (DESIGN.md §3:
-sink, -1 and out-of-range slots, topk_length, ragged indices, int64 offsets); the layouts it
-takes are the production ones, a 512-lane block plus an optional 64-lane rope block (512+64,
-448+64 and 512+0), fp16 or bf16, and ``supports()`` says so. Everything else stays on Triton.
+The tile is gathered by ``cp.async`` (16-byte copies, invalid slots zero-filled) into
+128-byte-swizzled buffers, ``stages`` deep so the next tile's gather runs under this tile's
+products. The online softmax runs along Sᵀ's columns (base 2, as every kernel here). The math,
+arguments and edge cases are those of ``triton_prefill`` (DESIGN.md §3: sink, -1 and
+out-of-range slots, topk_length, ragged indices, int64 offsets); the layouts it takes are the
+production ones, a 512-lane block plus an optional 64-lane rope block (512+64, 448+64, 512+0),
+fp16 or bf16, and ``supports()`` says so. The registry hands every other call to Triton.
 
-Gluon (``triton.experimental.gluon``) ships with Triton; this module imports it lazily and
-``HAVE_GLUON`` is False where it is missing, so nothing here is needed off Hopper.
+On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
+prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). With N = 16 heads each wgmma
+waits on shared memory for its A tile, and one warpgroup cannot overlap the softmax with the
+tensor cores; the ablations there say where the remaining time goes.
+
+Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
+for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
 """
 
 from __future__ import annotations
@@ -81,9 +85,18 @@ def supports(args: KernelArgs) -> bool:
     return _on_hopper(q)  # last: it asks the driver
 
 
+_HOPPER: dict[int, bool] = {}
+
+
 def _on_hopper(t: torch.Tensor) -> bool:
-    """An NVIDIA GPU of compute capability 9.0 (H100, H200, H20, GH200): the wgmma these kernels need."""
-    return t.device.type == "cuda" and torch.version.hip is None and torch.cuda.get_device_capability(t.device) == (9, 0)
+    """An NVIDIA GPU of compute capability 9.0 (H100, H200, H20, GH200): the wgmma these kernels need (cached)."""
+    if t.device.type != "cuda" or torch.version.hip is not None:
+        return False
+    key = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    hit = _HOPPER.get(key)
+    if hit is None:
+        hit = _HOPPER[key] = torch.cuda.get_device_capability(key) == (9, 0)
+    return hit
 
 
 if HAVE_GLUON:

@@ -3,7 +3,8 @@
 Prints shared memory, registers, spills, the wgmma count in the SASS (HGMMA) and the loop's
 instruction mix, as compile_check.py does for the Triton kernels. Run it under the Triton the
 device machine has (3.6 there): Gluon's API moves between versions, so a check under another
-Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES ...]  (default 64,2 0,2 64,1)
+Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS ...]
+(DB: rope lanes, 64 or 0; ROPE1, CHAINS as in gluon_sm90.Sm90Config; default: a few of each)
 """
 
 from __future__ import annotations
