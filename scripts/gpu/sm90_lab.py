@@ -24,7 +24,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, triton_decode, triton_prefill  # noqa: E402
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, triton_decode, triton_prefill  # noqa: E402
 from dispatcher.kernels.gluon_sm90 import Sm90Config  # noqa: E402
 from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
 from dispatcher.sweep.correctness import run_checks  # noqa: E402
@@ -62,6 +62,7 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         for lay, tag in ((v32, "512+64"), (v0, "512+0")):
             out.append(("prefill " + tag, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], lay))
             out.append(("prefill " + tag, "sm90 default", pre(None), [16384], lay))
+            out.append(("prefill " + tag, "sm90 warp-specialised", gluon_sm90_ws.launch_prefill_ws, [2, 16384], lay))
     if only in (None, "decode"):
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch), ("sm90 default", dec(None, None)),
              ("sm90 12 splits", dec(12, None)), ("sm90 default, topk_length given", with_len(dec(None, None)))]
@@ -109,7 +110,8 @@ def main() -> None:
         a = make_sets(rows, 300, 20, lay, 1000, dtype=torch.bfloat16, device=DEV)[0]
         ref_a = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=DEV))
         torch_ref(ref_a)
-        for name, fn in (("prefill", gluon_sm90.launch_prefill), ("decode", gluon_sm90.launch_decode)):
+        for name, fn in (("prefill", gluon_sm90.launch_prefill), ("decode", gluon_sm90.launch_decode),
+                         ("prefill ws", gluon_sm90_ws.launch_prefill_ws)):
             got = a._replace(output=torch.full_like(a.output, float("nan")))
             assert gluon_sm90.supports(got), "the smoke case should take the Hopper kernel"
             fn(got)
