@@ -65,6 +65,7 @@ class Sm90Config(NamedTuple):
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
+PREFILL_WARP_SPECIALISED = True  # the prefill's default is gluon_sm90_ws (faster on an H200, S3-9)
 DECODE_SM90 = Sm90Config(2)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
@@ -343,10 +344,20 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
 
 
 def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> None:
-    """The no-split prefill on Hopper: one warpgroup per query row and 16-head block. Call only where supports()."""
+    """The no-split prefill on Hopper. Call only where supports().
+
+    By default the warp-specialised kernel (``gluon_sm90_ws``: gathers, scores and P·V in three
+    warpgroups; 6.36 against 6.97 ms at 16,384 rows on an H200); with a ``config``, this module's
+    one-warpgroup kernel, the one the split-K decode's partials use.
+    """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
     if rows == 0 or heads == 0 or out.shape[2] == 0:
+        return
+    if config is None and PREFILL_WARP_SPECIALISED:
+        from .gluon_sm90_ws import launch_prefill_ws
+
+        launch_prefill_ws(args)
         return
     cfg = config or PREFILL_SM90
     p = pack(args)

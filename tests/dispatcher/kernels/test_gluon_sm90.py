@@ -4,8 +4,9 @@ Gluon kernels do not run under Triton's interpreter and this machine has no Hopp
 kernels' answers are checked on the H200 (test_triton_gpu.py, marker gpu, and
 scripts/gpu/sm90_lab.py). What can be checked here is checked: ``supports()`` refuses what
 the kernel cannot take, the registry's ``gluon`` launch hands those calls to Triton and says
-so, and both kernels compile for sm_90a to wgmma (HGMMA in the SASS), without spills, within
-one multiprocessor's shared memory.
+so, and the three kernels (one-warpgroup prefill and decode partials, warp-specialised prefill)
+compile for sm_90a to wgmma (HGMMA in the SASS), without spills, within one multiprocessor's
+shared memory.
 """
 
 from __future__ import annotations
@@ -82,12 +83,15 @@ COMPILE = textwrap.dedent("""
     PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*bf16", "indptr_ptr": "*bf16",
             "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32"}
     tools = Path(triton.__file__).parent / "backends/nvidia/bin"
+    from dispatcher.kernels import gluon_sm90_ws
+
     found = {}
     for db in (64, 0):
-        for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel):
-            cfg = gluon_sm90.PREFILL_SM90 if fn is gluon_sm90._prefill_kernel else gluon_sm90.DECODE_SM90
+        for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._prefill_ws_kernel):
+            cfg = gluon_sm90.DECODE_SM90 if fn is gluon_sm90._partial_kernel else gluon_sm90.PREFILL_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
                       "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1}
+            opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._prefill_ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}
             for i, name in enumerate(fn.arg_names):
                 if name in consts:
@@ -101,7 +105,7 @@ COMPILE = textwrap.dedent("""
                         attrs[(i,)] = [["tt.divisibility", 16]]  # as a launch specialises 576, 9216, ...
             consts = {k: v for k, v in consts.items() if k in fn.arg_names}
             k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                               target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+                               target=GPUTarget("cuda", 90, 32), options=opts)
             cubin = Path(sys.argv[1]) / f"{fn.__name__}_{db}.cubin"
             cubin.write_bytes(k.asm["cubin"])
             sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
@@ -109,13 +113,14 @@ COMPILE = textwrap.dedent("""
             res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
                                  text=True, check=True).stdout
             found[f"{fn.__name__}_{db}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."),
+                                          "warps": k.metadata.num_warps, "setmaxnreg": sass.count("USETMAXREG"),
                                           "hmma": sass.count("HMMA."), "stack": int(re.search(r"STACK:(\\d+)", res).group(1))}
     print(json.dumps(found))
 """)
 
 
 @needs_gluon
-def test_both_kernels_compile_for_sm90a_to_wgmma_without_spills(tmp_path):
+def test_the_kernels_compile_for_sm90a_to_wgmma_without_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
     res = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path)], capture_output=True, text=True, env=env,
@@ -130,3 +135,6 @@ def test_both_kernels_compile_for_sm90a_to_wgmma_without_spills(tmp_path):
         assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
         assert got["stack"] == 0, (key, got)  # no spills
         assert got["shared"] <= 232448, (key, got)  # one H100/H200 multiprocessor's shared memory for a block
+        if key.startswith("_prefill_ws_kernel"):  # three warpgroups, registers moved between them
+            assert got["warps"] == 12 and got["setmaxnreg"] >= 3, (key, got)
+    assert len(found) == 6
