@@ -20,7 +20,9 @@ fp16 or bf16, and ``supports()`` says so. The registry hands every other call to
 On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
 prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). With N = 16 heads each wgmma
 waits on shared memory for its A tile, and one warpgroup cannot overlap the softmax with the
-tensor cores; the ablations there say where the remaining time goes.
+tensor cores; the ablations there say where the time goes. The prefill's default is therefore
+the warp-specialised kernel in ``gluon_sm90_ws`` (6.36 ms against 6.97); the split-K decode's
+partials run this module's kernel.
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
