@@ -21,8 +21,8 @@ On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (
 prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). With N = 16 heads each wgmma
 waits on shared memory for its A tile, and one warpgroup cannot overlap the softmax with the
 tensor cores; the ablations there say where the time goes. The prefill's default is therefore
-the warp-specialised kernel in ``gluon_sm90_ws`` (6.36 ms against 6.97); the split-K decode's
-partials run this module's kernel.
+the warp-specialised, persistent kernel in ``gluon_sm90_ws`` (6.18 ms against 6.97); the split-K
+decode's partials run this module's kernel.
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -67,7 +67,7 @@ class Sm90Config(NamedTuple):
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
-PREFILL_WARP_SPECIALISED = True  # the prefill's default is gluon_sm90_ws (faster on an H200, S3-9)
+PREFILL_WARP_SPECIALISED = True  # the prefill's default is gluon_sm90_ws (faster on an H200, S3-9, S3-11)
 DECODE_SM90 = Sm90Config(2)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
@@ -349,8 +349,8 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
     """The no-split prefill on Hopper. Call only where supports().
 
     By default the warp-specialised kernel (``gluon_sm90_ws``: gathers, scores and P·V in three
-    warpgroups; 6.36 against 6.97 ms at 16,384 rows on an H200); with a ``config``, this module's
-    one-warpgroup kernel, the one the split-K decode's partials use.
+    warpgroups, one persistent program per SM; 6.18 against 6.97 ms at 16,384 rows on an H200);
+    with a ``config``, this module's one-warpgroup kernel, the one the split-K decode's partials use.
     """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape

@@ -18,10 +18,10 @@ pid, pid + grid, ...: the loader runs on into the next item's tiles while the ot
 the current one, so the pipeline does not drain at every row.
 
 Same math, arguments and ``supports()`` as ``gluon_sm90`` (prefill only); ``gluon_sm90.launch_prefill``
-runs it by default. On an H200 (docs/benchmarks.md, S3-9) it took the 16,384-row prefill from
-6.97 to 6.36 ms (512+64) and from 6.62 to 6.13 ms (512+0). What bounds it now is the gather:
-with three stages only one 74 KB tile is in flight per multiprocessor while the other two are
-in the products, and an L2 round trip per tile at that depth moves about 6 TB/s.
+runs it by default. On an H200 (docs/benchmarks.md, S3-9 and S3-11) it took the 16,384-row
+prefill from 6.97 to 6.18 ms (512+64) and from 6.62 to 5.94 ms (512+0). What bounds it now is
+the gather: with three stages only one 74 KB tile is in flight per multiprocessor while the
+other two are in the products, and an L2 round trip per tile at that depth moves about 6 TB/s.
 """
 
 from __future__ import annotations
