@@ -286,6 +286,20 @@ if HAVE_GLUON:
         val = (o * scale[None, :]).to(o_ptr.dtype.element_ty)
         gl.store(ptrs, val, mask=(offs_f < lanes)[:, None] & hmask[None, :])
 
+    @gluon.jit
+    def _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
+        """Each head's output factor: the sink joins the max and adds mass with no value, then 1/l; 0 if empty.
+
+        Absent, the sink loads as -inf and changes nothing (as ``triton_prefill.finish_scale``).
+        """
+        sink = gl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
+        sink = sink.to(gl.float32) * 1.4426950408889634
+        m_fin = gl.maximum(m, sink)
+        m_safe = gl.where(m_fin == float("-inf"), 0.0, m_fin)
+        alpha = gl.exp2(m - m_safe)
+        l = l * alpha + gl.exp2(sink - m_safe)
+        return gl.where(l > 0.0, alpha / gl.where(l > 0.0, l, 1.0), 0.0)
+
     @gluon.jit(do_not_specialize=_FLAGS)
     def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
@@ -301,14 +315,7 @@ if HAVE_GLUON:
                           DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
-        # The sink joins the max and adds mass with no value; absent, it loads as -inf and changes nothing.
-        sink = gl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
-        sink = sink.to(gl.float32) * 1.4426950408889634
-        m_fin = gl.maximum(m, sink)
-        m_safe = gl.where(m_fin == float("-inf"), 0.0, m_fin)
-        alpha = gl.exp2(m - m_safe)
-        l = l * alpha + gl.exp2(sink - m_safe)
-        scale = gl.where(l > 0.0, alpha / gl.where(l > 0.0, l, 1.0), 0.0)
+        scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
         _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
 
     @gluon.jit(do_not_specialize=_FLAGS)

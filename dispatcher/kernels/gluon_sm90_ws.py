@@ -37,7 +37,8 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import _gather, _load_slots, _row_len, _row_span, _valid, cta_barrier
+    from .gluon_sm90 import (_final_scale, _gather, _load_slots, _row_len, _row_span, _store_t, _valid,
+                             cta_barrier)
 
     STAGES = 3
 
@@ -123,7 +124,6 @@ if HAVE_GLUON:
         kv_ready, kv_empty, rope_ready, rope_free, p_ready, p_empty, fin, fin_empty = bars
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
-        offs_f = gl.arange(0, 512, gl.SliceLayout(1, mma))
         g = 0
         k = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
@@ -148,17 +148,8 @@ if HAVE_GLUON:
             k += 1
             offs_h = h0 + gl.arange(0, 16, heads_l)
             hmask = offs_h < H
-            sink = gl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0),
-                           other=float("-inf"))
-            sink = sink.to(gl.float32) * 1.4426950408889634
-            m_fin = gl.maximum(m, sink)
-            m_safe = gl.where(m_fin == float("-inf"), 0.0, m_fin)
-            a = gl.exp2(m - m_safe)
-            l = l * a + gl.exp2(sink - m_safe)
-            scale = gl.where(l > 0.0, a / gl.where(l > 0.0, l, 1.0), 0.0)
-            ptrs = out_ptr + row.to(gl.int64) * o_s0 + offs_f[:, None] * o_s2 + offs_h[None, :] * o_s1
-            gl.store(ptrs, (o * scale[None, :]).to(out_ptr.dtype.element_ty),
-                     mask=(offs_f < lanes)[:, None] & hmask[None, :])
+            scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+            _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
 
     @gluon.jit
     def _load_part(kv_a, kv_b, p_smem, a_smem, fin_smem, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
