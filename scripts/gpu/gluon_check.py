@@ -3,8 +3,9 @@
 Prints shared memory, registers, spills, the wgmma count in the SASS (HGMMA) and the loop's
 instruction mix, as compile_check.py does for the Triton kernels. Run it under the Triton the
 device machine has (3.6 there): Gluon's API moves between versions, so a check under another
-Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS ...]
-(DB: rope lanes, 64 or 0; ROPE1, CHAINS as in gluon_sm90.Sm90Config; default: a few of each)
+Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS ... | ws]
+(DB: rope lanes, 64 or 0; ROPE1, CHAINS as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
+prefill of gluon_sm90_ws; default: a few of each)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dispatcher.kernels import gluon_sm90  # noqa: E402
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
-def compile_one(fn, consts: dict) -> dict:
+def compile_one(fn, consts: dict, **options) -> dict:
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in consts:
@@ -43,7 +44,7 @@ def compile_one(fn, consts: dict) -> dict:
             if name in DIV16:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, **options})
     cubin = Path("/tmp/_gluon_check.cubin")
     cubin.write_bytes(k.asm["cubin"])
     rep = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-resource-usage", str(cubin)],
@@ -59,8 +60,15 @@ def compile_one(fn, consts: dict) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    specs = argv or ["64,2,0,1", "64,3,1,1", "64,3,1,2", "64,2,0,2", "0,3,0,2"]
+    specs = argv or ["64,2,0,1", "64,3,1,1", "64,3,1,2", "64,2,0,2", "0,3,0,2", "ws"]
     for spec in specs:
+        if spec == "ws":  # the warp-specialised prefill (gluon_sm90_ws), both head layouts
+            from dispatcher.kernels import gluon_sm90_ws
+
+            for db in (64, 0):
+                got = compile_one(gluon_sm90_ws._prefill_ws_kernel, {"DB": db, "CNT_BLOCK": 2048}, maxnreg=168)
+                print(f"ws DB={db} _prefill_ws_kernel", got, flush=True)
+            continue
         db, stages, rr, ch = (int(x) for x in spec.split(","))
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True})):
             consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048, **extra}
