@@ -32,6 +32,9 @@ from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import rel_err, warm_clocks  # noqa: E402
+
 DEV = torch.device("cuda")
 ROUTED = {"sm90": 0, "triton": 0}
 
@@ -83,10 +86,6 @@ def with_len(fn):
     return run
 
 
-def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=["prefill", "decode"])
@@ -133,13 +132,7 @@ def main() -> None:
         log(f"checks: {len(rows) - len(bad)}/{len(rows)} pass; calls routed {ROUTED}")
 
     # 3. timing
-    x = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < opt.warm_s:
-        for _ in range(20):
-            x @ x
-        torch.cuda.synchronize()
-    del x
+    warm_clocks(DEV, opt.warm_s)
     timers = {"eager": GpuTimer(DEV), "graph": GpuTimer(DEV, graphs=True)}
     timed = []
     cache: dict = {}

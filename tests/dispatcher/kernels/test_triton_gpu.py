@@ -25,18 +25,24 @@ def test_full_shapes_match_the_reference(compiled, dtype, config):
     assert not bad, "\n".join(map(str, bad))
 
 
-def test_forced_split_counts_agree(compiled):
-    """Every split count, including more splits than tiles, gives the prefill's answer."""
+@pytest.mark.parametrize(("impl", "split_counts"), [("triton", (1, 2, 5, 22, 64)), ("sm90", (1, 2, 5, 11, 64))])
+def test_forced_split_counts_agree(compiled, impl, split_counts):
+    """Every split count, including more splits than tiles, gives the same implementation's prefill answer."""
     from dispatcher.sweep.correctness import build
     from dispatcher.sweep.grid import Layout
 
     prefill, decode = compiled
+    if impl == "sm90":
+        g = _hopper()
+        prefill_launch, decode_launch = g.launch_prefill, g.launch_decode
+    else:
+        prefill_launch, decode_launch = prefill.launch, decode.launch
     args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
     base = args._replace(output=torch.full_like(args.output, float("nan")))
-    prefill.launch(base)
-    for splits in (1, 2, 5, 22, 64):
+    prefill_launch(base)
+    for splits in split_counts:
         a = args._replace(output=torch.full_like(args.output, float("nan")))
-        decode.launch(a, splits=splits)
+        decode_launch(a, splits=splits)
         torch.testing.assert_close(a.output.float(), base.output.float(), atol=2e-2, rtol=2e-2)
 
 
@@ -133,20 +139,6 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
     bad = [c for c in found if not c.ok]
     assert not bad, "\n".join(map(str, bad))
     assert took["gluon"] >= 3 * took["triton"], took
-
-
-def test_sm90_forced_split_counts_agree_with_its_prefill(compiled):
-    from dispatcher.sweep.correctness import build
-    from dispatcher.sweep.grid import Layout
-
-    g = _hopper()
-    args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
-    base = args._replace(output=torch.full_like(args.output, float("nan")))
-    g.launch_prefill(base)
-    for splits in (1, 2, 5, 11, 64):
-        a = args._replace(output=torch.full_like(args.output, float("nan")))
-        g.launch_decode(a, splits=splits)
-        torch.testing.assert_close(a.output.float(), base.output.float(), atol=2e-2, rtol=2e-2)
 
 
 def test_registry_runs_gluon_on_hopper_and_hands_fp32_to_triton(compiled):
