@@ -69,6 +69,7 @@ class Sm90Config(NamedTuple):
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
 PREFILL_WARP_SPECIALISED = True  # the prefill's default is gluon_sm90_ws (faster on an H200, S3-9, S3-11)
 DECODE_SM90 = Sm90Config(2)
+DECODE_WARP_SPECIALISED = False  # partials from gluon_sm90_ws: slower than this module's kernel at 2-16 rows (S4)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
 
@@ -395,24 +396,34 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
 
 
 def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
-                  pdl: bool | None = None) -> None:
-    """The split-K decode on Hopper: these partials, then ``triton_decode``'s reduce. Call only where supports()."""
+                  pdl: bool | None = None, ws: bool | None = None) -> None:
+    """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
+
+    The partials come from the warp-specialised kernel (``gluon_sm90_ws``) by default, from this
+    module's one-warpgroup kernel with ``ws=False`` or an explicit ``config``.
+    """
     from . import triton_decode
 
     q, out = args.q, args.output
     rows, heads, _ = q.shape
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
+    use_ws = (DECODE_WARP_SPECIALISED and config is None) if ws is None else bool(ws)
     cfg = config or DECODE_SM90
     p = pack(args)
     head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
     if splits is None:
         width = p.width if not p.ragged else -(-int(p.idx.numel()) // rows)
         splits = triton_decode.choose_splits(rows, head_blocks, width, BLOCK_N, triton_decode.sm_count(q.device),
-                                             per_sm=DECODE_PER_SM[cfg.stages])
+                                             per_sm=1 if use_ws else DECODE_PER_SM[cfg.stages])
     splits = max(1, min(int(splits), triton_decode.MAX_SPLITS))
     use_pdl = triton_decode.pdl_supported(q.device) if pdl is None else bool(pdl)
     part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
-    launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
+    if use_ws:
+        from .gluon_sm90_ws import launch_partials_ws
+
+        launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
+    else:
+        launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
     triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)

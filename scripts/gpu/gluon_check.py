@@ -66,8 +66,8 @@ def main(argv: list[str]) -> None:
             from dispatcher.kernels import gluon_sm90_ws
 
             for db in (64, 0):
-                got = compile_one(gluon_sm90_ws._prefill_ws_kernel, {"DB": db, "CNT_BLOCK": 2048}, maxnreg=168)
-                print(f"ws DB={db} _prefill_ws_kernel", got, flush=True)
+                got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True}, maxnreg=128)
+                print(f"ws DB={db} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch = (int(x) for x in spec.split(","))
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True})):

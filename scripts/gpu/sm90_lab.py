@@ -24,7 +24,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, triton_decode, triton_prefill  # noqa: E402
+from dispatcher.kernels import gluon_sm90, triton_decode, triton_prefill  # noqa: E402
 from dispatcher.kernels.gluon_sm90 import Sm90Config  # noqa: E402
 from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
 from dispatcher.sweep.correctness import run_checks  # noqa: E402
@@ -33,6 +33,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baselines import ws_session3  # noqa: E402
 from kernel_lab import rel_err, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -58,19 +59,36 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     def pre(cfg):
         return lambda a: gluon_sm90.launch_prefill(a, config=cfg)
 
-    def dec(splits, cfg, pdl=None):
-        return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl)
+    def dec(splits, cfg, pdl=None, ws=None):
+        return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl, ws=ws)
 
     if only in (None, "prefill"):
         for lay, tag in ((v32, "512+64"), (v0, "512+0")):
             out.append(("prefill " + tag, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], lay))
-            out.append(("prefill " + tag, "sm90 default", pre(None), [16384], lay))
-            out.append(("prefill " + tag, "sm90 warp-specialised", gluon_sm90_ws.launch_prefill_ws, [2, 16384], lay))
+            out.append(("prefill " + tag, "one warpgroup", pre(gluon_sm90.PREFILL_SM90), [16384], lay))
+            out.append(("prefill " + tag, "ws session 3 (lab baseline)", ws_session3.launch_prefill_ws, [16384], lay))
+            out.append(("prefill " + tag, "ws two softmax warpgroups (default)", pre(None), [2, 16384], lay))
+            out.append(("prefill " + tag, "ws default, indices all -1", invalid(pre(None)), [16384], lay))
     if only in (None, "decode"):
-        d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch), ("sm90 default", dec(None, None)),
-             ("sm90 12 splits", dec(12, None)), ("sm90 default, topk_length given", with_len(dec(None, None)))]
+        d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
+             ("one warpgroup (session 3)", dec(None, None, ws=False)), ("ws", dec(None, None, ws=True)),
+             ("ws, indices all -1", invalid(dec(None, None, ws=True))), ("one warpgroup 12 splits", dec(12, None, ws=False)),
+             ("ws 12 splits", dec(12, None, ws=True)), ("ws 16 splits", dec(16, None, ws=True)),
+             ("ws, topk_length given", with_len(dec(None, None)))]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
     return out
+
+
+def invalid(fn):
+    """The same call with every index -1: nothing gathered (cp.async zero-fills), every other step as usual."""
+    made: dict = {}
+
+    def run(a):
+        key = a.index.indices.data_ptr()
+        if key not in made:
+            made[key] = a.index._replace(indices=torch.full_like(a.index.indices, -1))
+        fn(a._replace(index=made[key]))
+    return run
 
 
 def with_len(fn):
@@ -105,17 +123,22 @@ def main() -> None:
     result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
 
     # 1. smoke
-    for rows, lay in ((3, Layout(512, 64)), (3, Layout(512, 0)), (3, Layout(448, 64))):
-        a = make_sets(rows, 300, 20, lay, 1000, dtype=torch.bfloat16, device=DEV)[0]
+    for rows, lay, topk in ((3, Layout(512, 64), 300), (3, Layout(512, 0), 300), (3, Layout(448, 64), 300),
+                            (5, Layout(512, 64), 100), (2, Layout(512, 64), 64), (4, Layout(512, 0), 190)):
+        a = make_sets(rows, topk, 20, lay, 1000, dtype=torch.bfloat16, device=DEV)[0]
         ref_a = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=DEV))
         torch_ref(ref_a)
         for name, fn in (("prefill", gluon_sm90.launch_prefill), ("decode", gluon_sm90.launch_decode),
-                         ("prefill ws", gluon_sm90_ws.launch_prefill_ws)):
+                         ("decode one warpgroup", lambda b: gluon_sm90.launch_decode(b, ws=False)),
+                         ("decode ws 1 split", lambda b: gluon_sm90.launch_decode(b, splits=1, ws=True)),
+                         ("decode ws 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, ws=True)),
+                         ("decode ws 7 splits", lambda b: gluon_sm90.launch_decode(b, splits=7, ws=True)),
+                         ("prefill ws session 3", ws_session3.launch_prefill_ws)):
             got = a._replace(output=torch.full_like(a.output, float("nan")))
             assert gluon_sm90.supports(got), "the smoke case should take the Hopper kernel"
             fn(got)
             torch.cuda.synchronize()
-            log(f"smoke {name} {lay} rel err {rel_err(got.output, ref_a.output):.2e}")
+            log(f"smoke {name} {lay} top-k {topk} rel err {rel_err(got.output, ref_a.output):.2e}")
 
     # 2. correctness
     if not opt.skip_checks:
