@@ -121,7 +121,7 @@ COMPILE = textwrap.dedent("""
 
 
 @needs_gluon
-def test_the_kernels_compile_for_sm90a_to_wgmma_without_spills(tmp_path):
+def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
     res = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path)], capture_output=True, text=True, env=env,
@@ -129,14 +129,18 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_without_spills(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     found = json.loads(res.stdout.strip().splitlines()[-1])
     # Per 64-slot tile: scores 512/16 (+ 64/16 rope) wgmma k-steps, P·V 8 row blocks x 4 k-steps. The
-    # warp-specialised kernel's scores appear four times: the first tile, the loop unrolled by two, the last.
+    # warp-specialised kernel has the scores twice (two softmax warpgroups) and P·V once.
     for key, got in found.items():
         db = int(key.rsplit("_", 1)[1])
         scores = 32 + (4 if db else 0)
-        assert got["hgmma"] == (4 * scores + 32 if key.startswith("_ws_kernel") else scores + 32), (key, got)
+        ws = key.startswith("_ws_kernel")
+        assert got["hgmma"] == (2 * scores + 32 if ws else scores + 32), (key, got)
         assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
-        assert got["stack"] == 0, (key, got)  # no spills
         assert got["shared"] <= 232448, (key, got)  # one H100/H200 multiprocessor's shared memory for a block
-        if key.startswith("_ws_kernel"):  # three warpgroups, registers moved between them
-            assert got["warps"] == 12 and got["setmaxnreg"] >= 3, (key, got)
+        if ws:  # four warpgroups, registers moved between them; at 128 registers a thread (16 warps) ptxas
+            # spills a few scalars of the item loop (96 B at 512+64 with Triton 3.6, S4): bounded, not zero
+            assert got["warps"] == 16 and got["setmaxnreg"] >= 4, (key, got)
+            assert got["stack"] <= 256, (key, got)
+        else:
+            assert got["stack"] == 0, (key, got)  # no spills
     assert len(found) == 6

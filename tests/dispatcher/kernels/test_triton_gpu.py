@@ -25,16 +25,21 @@ def test_full_shapes_match_the_reference(compiled, dtype, config):
     assert not bad, "\n".join(map(str, bad))
 
 
-@pytest.mark.parametrize(("impl", "split_counts"), [("triton", (1, 2, 5, 22, 64)), ("sm90", (1, 2, 5, 11, 64))])
+@pytest.mark.parametrize(("impl", "split_counts"), [("triton", (1, 2, 5, 22, 64)), ("sm90", (1, 2, 5, 11, 64)),
+                                                    ("sm90-ws", (1, 2, 3, 11, 64))])
 def test_forced_split_counts_agree(compiled, impl, split_counts):
     """Every split count, including more splits than tiles, gives the same implementation's prefill answer."""
     from dispatcher.sweep.correctness import build
     from dispatcher.sweep.grid import Layout
 
     prefill, decode = compiled
-    if impl == "sm90":
+    if impl.startswith("sm90"):
         g = _hopper()
-        prefill_launch, decode_launch = g.launch_prefill, g.launch_decode
+        ws = impl == "sm90-ws"  # the warp-specialised kernel's partials (splits as work items)
+        prefill_launch = g.launch_prefill
+
+        def decode_launch(a, splits):
+            g.launch_decode(a, splits=splits, ws=ws)
     else:
         prefill_launch, decode_launch = prefill.launch, decode.launch
     args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
@@ -112,7 +117,8 @@ def _hopper():
     return gluon_sm90
 
 
-SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1)}
+SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
+                "ws-decode": "ws"}
 
 
 @pytest.mark.parametrize("config", list(SM90_CONFIGS))
@@ -121,14 +127,15 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
     """Every correctness case; the calls the Hopper kernels do not take go to Triton (counted, and few)."""
     g = _hopper()
     prefill, decode = compiled
-    cfg = g.Sm90Config(*SM90_CONFIGS[config]) if SM90_CONFIGS[config] else None
+    spec = SM90_CONFIGS[config]
+    kw = {"config": g.Sm90Config(*spec)} if isinstance(spec, tuple) else {}
     took = {"gluon": 0, "triton": 0}
 
     def either(fast, slow):
         def fn(a):
             if g.supports(a):
                 took["gluon"] += 1
-                fast(a, config=cfg)
+                fast(a, **kw, **({"ws": True} if spec == "ws" and fast is g.launch_decode else {}))
             else:
                 took["triton"] += 1
                 slow(a)
