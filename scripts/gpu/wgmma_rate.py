@@ -74,7 +74,7 @@ def main() -> None:
             per_sm = programs / sms
             instr = ITERS * per_iter * per_sm
             ns = ms * 1e6 / instr
-            tiles_ms = 16384 * 32 / sms * ns * 1e-6
+            tiles_ms = 16384 * 32 / sms * per_iter * ns * 1e-6  # per_iter instructions per tile's product
             print(f"{name:38} {programs:4} programs: {ns:6.2f} ns per wgmma per SM "
                   f"(~{ns * clock_ghz:5.1f} clk at {clock_ghz:.2f} GHz); 16,384-row prefill: "
                   f"{tiles_ms:5.2f} ms per product of this kind", flush=True)

@@ -72,11 +72,14 @@ def _replay(d: Dispatcher, calls: list, iters: int, *, strict: bool = True) -> f
     return time.perf_counter() - t0
 
 
-def throughput(calls: list, *, policy: Policy, blocks: int, iters: int) -> dict[str, Any]:
+def throughput(calls: list, *, policy: Policy, blocks: int, iters: int, aa: bool = False) -> dict[str, Any]:
+    """Calls per second without and with telemetry, in alternating blocks; ``aa``: both arms bare (an A/A
+    control: what the comparison reads when nothing differs)."""
     platform = detect()
     tel = Telemetry(TelemetryConfig(models=("glm", "dsv4")), platform=platform, policy=policy)
     off = Dispatcher(platform=platform, policy=policy)
-    on = tel.instrument(Dispatcher(platform=platform, policy=policy))
+    on = Dispatcher(platform=platform, policy=policy) if aa else tel.instrument(Dispatcher(platform=platform,
+                                                                                          policy=policy))
     tel.start()
     try:
         _replay(off, calls, 2, strict=False)
@@ -103,7 +106,7 @@ def throughput(calls: list, *, policy: Policy, blocks: int, iters: int) -> dict[
         "throughput_loss_pct": 100.0 * (thr_off - thr_on) / thr_off,
         "median_block_slowdown_pct": statistics.median(paired),
         "block_seconds_off": t_off, "block_seconds_on": t_on,
-        "sync_debug_mode": "error (no sync raised)",
+        "sync_debug_mode": "error (no sync raised)", "aa_control": aa,
         "telemetry_counts": sum(c["calls"] for c in snap["counts"]),
         "telemetry_samples": sum(x["samples"] for x in snap["latency"]),
         "telemetry_health": snap["health"], "timing": snap["timing"],
@@ -249,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20, help="passes over the call mix per block")
     ap.add_argument("--profile-repeats", type=int, default=5)
     ap.add_argument("--guard", choices=[g.value for g in GuardMode], default="observe")
+    ap.add_argument("--aa", action="store_true",
+                    help="A/A control: both throughput arms without telemetry (the other phases are skipped)")
     ap.add_argument("--hold-us", type=float, default=300.0,
                     help="GPU busy-wait queued before each accuracy call, so the host's launch time stays outside "
                          "the events (0: none); the unheld, host-bound table is measured as well")
@@ -266,10 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         "policy": policy.to_dict(), "mix_calls": len(calls),
         "command": " ".join(["python -m telemetry.bench.gpu_replay"] + (argv if argv is not None else sys.argv[1:])),
     }
-    phases = (("throughput", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters)),
+    phases = (("throughput", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters, aa=a.aa)),
               ("accuracy", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats, hold_us=a.hold_us)),
               ("accuracy_unheld", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats)),
               ("graph_capture", lambda: graph_capture(calls, policy=policy)))
+    if a.aa:
+        phases = phases[:1]
     failed = False
     for name, run in phases:
         try:
@@ -288,11 +295,12 @@ def _print(r: dict[str, Any]) -> None:
         if "error" in r.get(name, {}):
             print(f"{name}: FAILED {r[name]['error']}")
     t = r["throughput"]
-    if "error" in t or "error" in r["accuracy"]:
+    if "error" in t or "error" in r.get("accuracy", {}):
         print(json.dumps(r, indent=2)[:4000])
         return
     print(f"device {r['device']}  torch {r['torch']}  timing {t['timing']}  mix {r['mix_calls']} calls")
-    print(f"throughput  off {t['calls_per_s_off']:.0f} calls/s  on {t['calls_per_s_on']:.0f} calls/s  "
+    print(f"throughput{' (A/A control: both arms bare)' if t.get('aa_control') else ''}  "
+          f"off {t['calls_per_s_off']:.0f} calls/s  on {t['calls_per_s_on']:.0f} calls/s  "
           f"loss {t['throughput_loss_pct']:.2f}%  (median block {t['median_block_slowdown_pct']:.2f}%)  "
           f"sync debug: {t['sync_debug_mode']}")
     for key, what in (("accuracy", "GPU kept busy before each call"), ("accuracy_unheld", "calls as issued")):
@@ -307,7 +315,8 @@ def _print(r: dict[str, Any]) -> None:
                   f"{row['median_error_pct']:>10.1f}")
         if not acc["matched"]:
             print(f"{key}: {acc['timed_calls']} timed vs {acc['profiled_calls']} profiled calls: not matched")
-    print(f"graph capture: {r['graph_capture']}")
+    if "graph_capture" in r:
+        print(f"graph capture: {r['graph_capture']}")
 
 
 if __name__ == "__main__":

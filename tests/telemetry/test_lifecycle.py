@@ -97,6 +97,8 @@ def test_gpu_replay_phases_run_on_cpu(monkeypatch):
     calls = make_calls(len(mix), heads=2, nope=48, rope=16, topk=8, kv_rows=32, dtype=torch.float32, mix=mix)
     t = g.throughput(calls, policy=Policy(), blocks=2, iters=1)
     assert t["telemetry_counts"] == 3 * (2 + 1 + 2)  # warm-up 2 + 1, then 2 blocks of 1 pass and t["timing"] == "host"
+    aa = g.throughput(calls, policy=Policy(), blocks=2, iters=1, aa=True)  # the A/A control: telemetry sees nothing
+    assert aa["aa_control"] and aa["telemetry_counts"] == 0 and not t["aa_control"]
     a = g.accuracy(calls, policy=Policy(), repeats=2)
     assert a["matched"] and a["timed_calls"] == a["profiled_calls"] == 6
     slept: list[int] = []
