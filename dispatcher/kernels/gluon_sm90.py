@@ -18,11 +18,11 @@ production ones, a 512-lane block plus an optional 64-lane rope block (512+64, 4
 fp16 or bf16, and ``supports()`` says so. The registry hands every other call to Triton.
 
 On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
-prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). With N = 16 heads each wgmma
-waits on shared memory for its A tile, and one warpgroup cannot overlap the softmax with the
-tensor cores; the ablations there say where the time goes. The prefill's default is therefore
-the warp-specialised, persistent kernel in ``gluon_sm90_ws`` (6.18 ms against 6.97); the split-K
-decode's partials run this module's kernel.
+prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup cannot overlap
+the softmax with the tensor cores, so the prefill's default is the warp-specialised, persistent
+kernel in ``gluon_sm90_ws`` (5.86 ms against 6.91 at 512+64, 4.89 against 6.57 at 512+0, S4-8);
+the split-K decode's partials run this module's kernel, which is faster at 2-16 rows than the
+warp-specialised one (S4).
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -356,8 +356,9 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
 def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> None:
     """The no-split prefill on Hopper. Call only where supports().
 
-    By default the warp-specialised kernel (``gluon_sm90_ws``: gathers, scores and P·V in three
-    warpgroups, one persistent program per SM; 6.18 against 6.97 ms at 16,384 rows on an H200);
+    By default the warp-specialised kernel (``gluon_sm90_ws``: a loader, two scores+softmax
+    warpgroups and a P·V one, one persistent program per SM; 5.86 against 6.91 ms at 16,384 rows
+    on an H200, S4-8);
     with a ``config``, this module's one-warpgroup kernel, the one the split-K decode's partials use.
     """
     q, kv, out = args.q, args.kv, args.output

@@ -1,31 +1,36 @@
-"""Sparse MLA attention for Hopper with warp specialisation: a gather warpgroup, a scores+softmax one, a P·V one.
+"""Sparse MLA attention for Hopper with warp specialisation: a loader, two scores+softmax warpgroups, P·V.
 
 ``gluon_sm90`` runs gathers, scores, softmax and P·V in one warpgroup, so the tensor cores idle
-while it does the softmax and the gathers share its instruction stream. Here three partitions
+while it does the softmax and the gathers share its instruction stream. Here four partitions
 hand tiles over through mbarriers, FlashAttention-3 style:
 
 - the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 once P·V of tile t - 3 has
   released it, nothing else, so it runs up to three tiles ahead;
-- the default partition (4 warps) computes Sᵀ = KV · qᵀ, the online softmax, and hands P and the
-  rescale factor to P·V through a double buffer. It is the critical path, so it pipelines: the
-  scores of tile t + 1 run on the tensor cores while it does tile t's softmax. It also owns the
-  64 rope lanes: it loads tile t + 2's into registers while tile t is computed and stores them into
-  the one rope buffer once tile t's scores are done (three 73.7 KB stages do not fit in 227 KB;
-  three 64 KB ones and one 8 KB rope buffer do);
+- two scores+softmax warpgroups (the default partition and a worker) take alternate tiles of an
+  item: each computes Sᵀ = KV · qᵀ, the online softmax, and hands P and the rescale factor to
+  P·V through its own buffer, so one's exponentials and hand-over run while the other's scores
+  are on the tensor cores. Only the running max passes between them (m_smem, m_bar), so P·V
+  sees one max sequence; each keeps its own sum. The 64 rope lanes have one buffer (three 73.7 KB
+  stages do not fit in 227 KB; three 64 KB ones and one 8 KB rope buffer do): the warpgroup
+  whose scores of tile t are done gathers tile t + 1's rope lanes into it (cp.async);
 - the P·V partition (4 warps) keeps Oᵀ, rescales and accumulates, releases the stage, and writes
-  the output once the softmax partition has published the final max and sum: the attention
+  the output once both softmax warpgroups have published their final max and sum: the attention
   output (the prefill), or a normalised partial and its log-sum-exp (the split-K decode's
   partial pass, which ``triton_decode``'s reduce combines).
 
 The grid is one program per multiprocessor, each taking work items (query row, split, head block)
-pid, pid + grid, ...: the loader runs on into the next item's tiles while the other two finish
+pid, pid + grid, ...: the loader runs on into the next item's tiles while the others finish
 the current one, so the pipeline does not drain at every row.
 
-Same math, arguments and ``supports()`` as ``gluon_sm90``; ``gluon_sm90.launch_prefill`` and
-``launch_decode`` run it by default. What bounded session 3's version of this kernel was not the
-gather (the same time with every index -1, which gathers nothing: docs/benchmarks.md, S4-1) but
-the softmax partition's serial chain (scores, cross-warp max, exp, P hand-over) and its wait for
-the rope lanes, which the loader could gather only after the previous tile's scores.
+Same math, arguments and ``supports()`` as ``gluon_sm90``; ``gluon_sm90.launch_prefill`` runs
+it by default, ``launch_decode(ws=True)`` for the decode's partials (slower than the
+one-warpgroup kernel at 2-16 rows, so not the default). On an H200 (docs/benchmarks.md,
+session 4): 5.86 ms at 16,384 rows, 512+64, and 4.89 ms at 512+0, against 6.24 and 6.00 ms for
+session 3's warp-specialised kernel (one softmax warpgroup) in the same run. That kernel was
+bound by its softmax warpgroup's serial chain, not by the gathers (the same time with every index
+-1, which gathers nothing: S4-1); two softmax warpgroups take it in turns. What bounds 512+64 now
+is the single rope buffer: each tile's rope gather starts only once the previous tile's scores
+are done, an L2 round trip in every tile's chain, and a second buffer does not fit.
 """
 
 from __future__ import annotations
@@ -67,8 +72,8 @@ if HAVE_GLUON:
     def _rope_rows(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
         """A tile's DB rope lanes loaded into registers (16-byte vectors); invalid slots give 0.
 
-        ``slots`` come from a load issued a tile earlier: a warp stalls at the first use of a
-        loaded register, so the two dependent loads must not follow each other.
+        Only an item's first tile takes this path (stored with q); later tiles' rope lanes are
+        gathered by cp.async (loads in the softmax warpgroups' own stream cost more: S4-6).
         """
         slot = slots.to(gl.int64)
         valid = (slot >= 0) & (slot < skv)
@@ -115,7 +120,9 @@ if HAVE_GLUON:
             nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
             if DB > 0:  # the slots of the rope lanes this warpgroup gathers after its first tile: tile par + 1's
                 sl = _load_slots(idx_ptr, base, idx_s1, lo + (par + 1) * 64, hi, rows_cp)
-            if par == 0:  # this item's q and tile 0's rope lanes, once both warpgroups' scores of the previous item are done
+            # Warpgroup 0: this item's q and tile 0's rope lanes, once both warpgroups' scores of the
+            # previous item are done.
+            if par == 0:
                 mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
                 offs_h = h0 + gl.arange(0, 16, rows_cp)
                 q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
