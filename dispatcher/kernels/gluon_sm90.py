@@ -20,7 +20,7 @@ fp16 or bf16, and ``supports()`` says so. The registry hands every other call to
 On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
 prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup cannot overlap
 the softmax with the tensor cores, so the prefill's default is the warp-specialised, persistent
-kernel in ``gluon_sm90_ws`` (5.86 ms against 6.91 at 512+64, 4.89 against 6.57 at 512+0, S4-8);
+kernel in ``gluon_sm90_ws`` (5.86 ms against 6.97 at 512+64, 4.89 against 6.62 at 512+0, S4-8);
 the split-K decode's partials run this module's kernel, which is faster at 2-16 rows than the
 warp-specialised one (S4).
 
@@ -357,7 +357,7 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
     """The no-split prefill on Hopper. Call only where supports().
 
     By default the warp-specialised kernel (``gluon_sm90_ws``: a loader, two scores+softmax
-    warpgroups and a P·V one, one persistent program per SM; 5.86 against 6.91 ms at 16,384 rows
+    warpgroups and a P·V one, one persistent program per SM; 5.86 against 6.97 ms at 16,384 rows
     on an H200, S4-8);
     with a ``config``, this module's one-warpgroup kernel, the one the split-K decode's partials use.
     """
@@ -400,8 +400,9 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
                   pdl: bool | None = None, ws: bool | None = None) -> None:
     """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
 
-    The partials come from the warp-specialised kernel (``gluon_sm90_ws``) by default, from this
-    module's one-warpgroup kernel with ``ws=False`` or an explicit ``config``.
+    The partials come from this module's one-warpgroup kernel by default (``DECODE_WARP_SPECIALISED``
+    is False: faster at 2-16 rows, S4), from the warp-specialised kernel (``gluon_sm90_ws``, split
+    work items) with ``ws=True``; an explicit ``config`` always means this module's kernel.
     """
     from . import triton_decode
 
