@@ -6,6 +6,9 @@ Three phases on one GPU, the same mixed prefill/decode calls through the real di
 
 1. throughput: telemetry off vs on (default sampling), in alternating blocks, under
    ``torch.cuda.set_sync_debug_mode("error")`` (any host-device sync raises); loss % of calls/s;
+   then the same comparison with both arms bare (an A/A control, ``throughput_aa``): when the mix
+   is host-bound, interference on the host moves the comparison by several percent (S4-12/13 in
+   docs/benchmarks.md), and the control says how much a reading can be trusted;
 2. accuracy: every call timed (sample_every=1) under torch.profiler with CUDA activity;
    per call, telemetry's event time vs the CUPTI kernel time summed over the call's
    ``record_function`` range; median error per rows size;
@@ -253,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-repeats", type=int, default=5)
     ap.add_argument("--guard", choices=[g.value for g in GuardMode], default="observe")
     ap.add_argument("--aa", action="store_true",
-                    help="A/A control: both throughput arms without telemetry (the other phases are skipped)")
+                    help="only the A/A control: both throughput arms without telemetry (every run also measures it "
+                         "after the comparison, as throughput_aa: what the comparison reads when nothing differs)")
     ap.add_argument("--hold-us", type=float, default=300.0,
                     help="GPU busy-wait queued before each accuracy call, so the host's launch time stays outside "
                          "the events (0: none); the unheld, host-bound table is measured as well")
@@ -272,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m telemetry.bench.gpu_replay"] + (argv if argv is not None else sys.argv[1:])),
     }
     phases = (("throughput", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters, aa=a.aa)),
+              ("throughput_aa", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters, aa=True)),
               ("accuracy", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats, hold_us=a.hold_us)),
               ("accuracy_unheld", lambda: accuracy(calls, policy=policy, repeats=a.profile_repeats)),
               ("graph_capture", lambda: graph_capture(calls, policy=policy)))
@@ -291,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(r: dict[str, Any]) -> None:
-    for name in ("throughput", "accuracy", "accuracy_unheld", "graph_capture"):
+    for name in ("throughput", "throughput_aa", "accuracy", "accuracy_unheld", "graph_capture"):
         if "error" in r.get(name, {}):
             print(f"{name}: FAILED {r[name]['error']}")
     t = r["throughput"]
@@ -299,10 +304,13 @@ def _print(r: dict[str, Any]) -> None:
         print(json.dumps(r, indent=2)[:4000])
         return
     print(f"device {r['device']}  torch {r['torch']}  timing {t['timing']}  mix {r['mix_calls']} calls")
-    print(f"throughput{' (A/A control: both arms bare)' if t.get('aa_control') else ''}  "
-          f"off {t['calls_per_s_off']:.0f} calls/s  on {t['calls_per_s_on']:.0f} calls/s  "
-          f"loss {t['throughput_loss_pct']:.2f}%  (median block {t['median_block_slowdown_pct']:.2f}%)  "
-          f"sync debug: {t['sync_debug_mode']}")
+    for tt in (t, r.get("throughput_aa")):
+        if not tt or "error" in tt:
+            continue
+        print(f"throughput{' (A/A control: both arms bare)' if tt.get('aa_control') else ''}  "
+              f"off {tt['calls_per_s_off']:.0f} calls/s  on {tt['calls_per_s_on']:.0f} calls/s  "
+              f"loss {tt['throughput_loss_pct']:.2f}%  (median block {tt['median_block_slowdown_pct']:.2f}%)  "
+              f"sync debug: {tt['sync_debug_mode']}")
     for key, what in (("accuracy", "GPU kept busy before each call"), ("accuracy_unheld", "calls as issued")):
         acc = r.get(key) or {}
         if "per_size" not in acc:

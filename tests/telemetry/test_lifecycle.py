@@ -83,7 +83,7 @@ def test_gpu_replay_needs_a_device(tmp_path, capsys):
     assert len(mix) == 8 and mix[0][1]["num_decodes"] == 4 and mix[1][1]["num_prefills"] == 0
 
 
-def test_gpu_replay_phases_run_on_cpu(monkeypatch):
+def test_gpu_replay_phases_run_on_cpu(monkeypatch, capsys):
     """The replay's throughput and accuracy phases, on CPU tensors with CUDA calls stubbed: the script's logic runs."""
     import torch
 
@@ -99,6 +99,10 @@ def test_gpu_replay_phases_run_on_cpu(monkeypatch):
     assert t["telemetry_counts"] == 3 * (2 + 1 + 2)  # warm-up 2 + 1, then 2 blocks of 1 pass and t["timing"] == "host"
     aa = g.throughput(calls, policy=Policy(), blocks=2, iters=1, aa=True)  # the A/A control: telemetry sees nothing
     assert aa["aa_control"] and aa["telemetry_counts"] == 0 and not t["aa_control"]
+    g._print({"device": "cpu", "torch": torch.__version__, "mix_calls": len(calls), "throughput": t,
+              "throughput_aa": aa})  # as --aa leaves it: no accuracy or capture phase
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("throughput")]
+    assert len(lines) == 2 and "A/A control" in lines[1] and "A/A" not in lines[0], lines
     a = g.accuracy(calls, policy=Policy(), repeats=2)
     assert a["matched"] and a["timed_calls"] == a["profiled_calls"] == 6
     slept: list[int] = []
