@@ -4,9 +4,10 @@ Gluon kernels do not run under Triton's interpreter and this machine has no Hopp
 kernels' answers are checked on the H200 (test_triton_gpu.py, marker gpu, and
 scripts/gpu/sm90_lab.py). What can be checked here is checked: ``supports()`` refuses what
 the kernel cannot take, the registry's ``gluon`` launch hands those calls to Triton and says
-so, and the three kernels (one-warpgroup prefill and decode partials, warp-specialised prefill)
-compile for sm_90a to wgmma (HGMMA in the SASS), without spills, within one multiprocessor's
-shared memory.
+so, the launchers hand the warp-specialised kernel the grid and work items they should (its
+launch replaced by a recording test double), and the three kernels (one-warpgroup prefill and
+decode partials, warp-specialised kernel) compile for sm_90a to wgmma (HGMMA in the SASS) within
+one multiprocessor's shared memory.
 """
 
 from __future__ import annotations
@@ -70,6 +71,53 @@ def test_registry_launch_hands_unsupported_calls_to_triton_and_says_so(interp, k
     ref = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32))
     torch_prefill(ref)
     torch.testing.assert_close(a.output.float(), ref.output, atol=3e-3, rtol=3e-3)
+
+
+class RecordingLaunch:
+    """Test double for a Gluon kernel's ``kernel[grid](...)`` launch (no Hopper GPU here): records what it is given."""
+
+    def __init__(self, fn) -> None:
+        self.arg_names = fn.arg_names
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.calls.append((grid, {**dict(zip(self.arg_names, args)), **kw}))
+        return launch
+
+
+@needs_gluon
+def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
+    """Prefill: one program per SM at most, items = rows x head blocks, no partials; the decode with ws=True:
+    items = rows x splits x head blocks, splits chosen for one program per SM, partials then Triton's reduce."""
+    from dispatcher.kernels import gluon_sm90_ws, triton_decode
+
+    rec = RecordingLaunch(gluon_sm90_ws._ws_kernel)
+    monkeypatch.setattr(gluon_sm90_ws, "_ws_kernel", rec)
+    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    reduced = []
+    monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: reduced.append(a))
+    a = build(300, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096)
+    gluon_sm90_ws.launch_prefill_ws(a)
+    grid, kw = rec.calls[-1]
+    assert grid == (132,) and kw["n_items"] == 300 and kw["splits"] == 1 and kw["partial"] == 0
+    assert kw["DB"] == 64 and kw["PDL"] is False and kw["maxnreg"] == 128
+    a20 = build(40, layout=Layout(512, 0), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096,
+                heads=20)
+    gluon_sm90_ws.launch_prefill_ws(a20)
+    grid, kw = rec.calls[-1]
+    assert grid == (80,) and kw["n_items"] == 80 and kw["n_hb"] == 2 and kw["DB"] == 0  # 20 heads: two blocks
+    d = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=8192)
+    gluon_sm90.launch_decode(d, ws=True, pdl=True)
+    grid, kw = rec.calls[-1]
+    assert kw["splits"] == 8 and kw["n_items"] == 16 * 8 and grid == (128,)  # one program per SM: 8 splits of 4 tiles
+    assert kw["partial"] == 1 and kw["PDL"] is True
+    assert kw["part_o_ptr"].shape == (16, 8, 16, 512) and kw["part_lse_ptr"].shape == (16, 8, 16)
+    assert len(reduced) == 1 and reduced[0][4] == 8  # the reduce combines the 8 splits
+    n = len(rec.calls)
+    monkeypatch.setattr(gluon_sm90, "launch_partials", lambda *a, **k: reduced.append("one warpgroup"))
+    gluon_sm90.launch_decode(d)  # the default: the one-warpgroup partials, the ws kernel untouched
+    assert len(rec.calls) == n and reduced[-2] == "one warpgroup"
 
 
 COMPILE = textwrap.dedent("""
