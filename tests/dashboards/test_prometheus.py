@@ -80,10 +80,13 @@ def test_every_panel_returns_data(stack):
     prom, good, bad = stack
     wait_panels_have_data(prom, timeout=30)
     assert set(prom.label_values("instance", "routescope_calls_total")) == {good, bad}
-    # A concrete instance narrows the decode panels to the misrouting one.
+    # A concrete instance narrows the decode panels to the misrouting one. The wait above can end on
+    # the good instance's zero-rate series alone (its decode counters exist at 0) before Prometheus
+    # holds the two samples of the bad one that rate() needs, so wait for those too.
     for q in panel_queries({"instance": bad}):
         if q.panel.startswith("Decode-in-prefill calls"):
-            series = prom.query(q.core)["result"]
+            series = prom.wait_for(lambda q=q: prom.query(q.core)["result"], timeout=20,
+                                   what=f"{q.panel} for {bad}")
             assert {s["metric"]["call_class"] for s in series} == {"mixed", "pure_decode"}
             assert all(float(s["value"][1]) > 0 for s in series)
 
