@@ -89,7 +89,9 @@ class WouldRouteRow(_Open):
     rows_bucket: str
     model: str
     calls: int
-    decode_in_prefill_calls: int = Field(0, description="of these, calls with decode rows the policy would send to a prefill kernel")
+    decode_in_prefill_calls: int | None = Field(
+        0, description="of these, calls with decode rows the policy would send to a prefill kernel; "
+                       "null when the rows are merged from every process (it is never exported)")
 
 
 class CounterfactualOut(PolicyOut):
@@ -148,6 +150,15 @@ class DemoOut(_Open):
     last_error: str | None = None
 
 
+class ScopeOut(BaseModel):
+    """Whose data each part is: in multiprocess mode the series are every process's."""
+
+    series: str = Field(description='"every process" (multiprocess directory) or "this process": counts, '
+                                    'decode_in_prefill counts, latency, would_route, errors, guard, decode_path')
+    decisions: str = Field(description="decisions and first decode-in-prefill occurrences: always this process's")
+    health: str = Field(description="telemetry health: always this process's")
+
+
 class ServiceInfo(BaseModel):
     version: str
     ts: float
@@ -176,6 +187,7 @@ class RoutingOut(_Open):
     errors: list[ErrorRow]
     decode_path: list[DecodePathRow] = []
     health: TelemetryHealth
+    scope: ScopeOut | None = None
     demo: DemoOut | None = None
 
 

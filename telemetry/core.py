@@ -17,6 +17,7 @@ from dispatcher.policy import Policy, PolicySettings
 
 from .aggregates import STAGE, Aggregates
 from .config import TelemetryConfig, counterfactual_policy
+from .merge import totals_from_families
 from .multiproc import MultiprocWriter, compact, ident_for, ident_pid, multiprocess_registry
 from .probe import TelemetryProbe, build_probe
 from .prom import TelemetryCollector, make_registry
@@ -234,12 +235,24 @@ class Telemetry:
             self.count_error("export")
             return self.registry
 
-    def snapshot(self, *, flush: bool = True) -> dict:
-        """JSON-ready view for /routing (see docs/telemetry.md for the keys)."""
+    def snapshot(self, *, flush: bool = True, all_processes: bool = True) -> dict:
+        """JSON-ready view for /routing (see docs/telemetry.md for the keys).
+
+        In multiprocess mode (and unless ``all_processes`` is False) the series are every
+        process's, read back from the directory after this process's flush; decisions, first
+        occurrences and health stay this process's (``scope`` says which is which).
+        """
         from .snapshot import build_snapshot, empty_snapshot
 
         try:
-            return build_snapshot(self, self.flush() if flush else self._totals)
+            own = self.flush() if flush else self._totals
+            merged = None
+            if self._mp_path is not None and all_processes:
+                try:
+                    merged = totals_from_families(multiprocess_registry(self._mp_path).collect())
+                except Exception:  # noqa: BLE001 - this process's series, and the error counted
+                    self.count_error("export")
+            return build_snapshot(self, own, merged=merged)
         except Exception:  # noqa: BLE001 - /routing and /readyz always get an answer
             self.count_error("export")
             return empty_snapshot(self)

@@ -29,11 +29,14 @@ def _counts(t: Totals) -> list[dict[str, Any]]:
     return out
 
 
-def _would_route(t: Totals) -> list[dict[str, Any]]:
-    """Would-route calls per (policy, kernel, bucket, model), and how many carried decode rows into a prefill kernel."""
+def _would_route(t: Totals, *, merged: bool = False) -> list[dict[str, Any]]:
+    """Would-route calls per (policy, kernel, bucket, model), and how many carried decode rows into a prefill kernel.
+
+    Merged from every process's files (``merged``) the second count is None: it is never exported.
+    """
     return [
         {"policy": p, "kernel": k, "rows_bucket": b, "model": m, "calls": n,
-         "decode_in_prefill_calls": t.would_dip.get((p, k, b, m), 0)}
+         "decode_in_prefill_calls": None if merged else t.would_dip.get((p, k, b, m), 0)}
         for (p, k, b, m), n in sorted(t.would_route.items())
     ]
 
@@ -73,12 +76,17 @@ def _decisions(tel: Telemetry) -> list[dict[str, Any]]:
     return out
 
 
-def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
+def build_snapshot(tel: Telemetry, own: Totals, *, merged: Totals | None = None) -> dict[str, Any]:
     """Keys: platform, policy, counterfactuals, counterfactual_platform, counts, decode_in_prefill, latency, decisions,
-    would_route, errors, guard, graph_captured, decode_path, health (plus rank, arch, timing, rows_buckets)."""
+    would_route, errors, guard, graph_captured, decode_path, health, scope (plus rank, arch, timing, rows_buckets).
+
+    The series come from ``merged`` (every process's, multiprocess mode) when given, else from
+    ``own``; decisions, first occurrences and health are always this process's.
+    """
     agg = tel._agg
     now = time.time()
     where = _where_decided(tel)
+    t = merged if merged is not None else own
     dip = [
         {"kernel": k, "model": m, "call_class": cc, "calls": n, "rows": t.dip_rows.get((k, m, cc), 0)}
         for (k, m, cc), n in sorted(t.dip_calls.items())
@@ -96,7 +104,7 @@ def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
         "decode_in_prefill": {"counts": dip, "first_occurrences": [dict(r) for r in agg.first_dip]},
         "latency": _latency(t),
         "decisions": _decisions(tel),
-        "would_route": _would_route(t),
+        "would_route": _would_route(t, merged=merged is not None),
         "errors": _rows(t.kernel_errors, ("kernel", "exception", "model")),
         "guard": {
             "mode": tel.policy.guard.value,
@@ -107,10 +115,12 @@ def build_snapshot(tel: Telemetry, t: Totals) -> dict[str, Any]:
         "decode_path": [
             {"model": m, "calls": n, "rows": t.decode_path_rows.get((m,), 0)} for (m,), n in sorted(t.decode_path_calls.items())
         ],
+        "scope": {"series": "every process" if merged is not None else "this process", "decisions": "this process",
+                  "health": "this process"},
         "health": {
-            "telemetry_errors": {k[0]: v for k, v in t.telemetry_errors.items()},
-            "dropped": {k[0]: v for k, v in t.dropped.items()},
-            "last_flush_ts": t.ts or None,
+            "telemetry_errors": {k[0]: v for k, v in own.telemetry_errors.items()},
+            "dropped": {k[0]: v for k, v in own.dropped.items()},
+            "last_flush_ts": own.ts or None,
             "flush_lag_s": (now - tel._bg_flush_ts) if tel._bg_flush_ts else None,
             "flush_thread": tel.running,
             "probe_failures": tel.probe_failures,
@@ -131,6 +141,7 @@ def empty_snapshot(tel: Telemetry) -> dict[str, Any]:
         "counts": [], "decode_in_prefill": {"counts": [], "first_occurrences": []}, "latency": [],
         "decisions": [], "would_route": [], "errors": [], "guard": {"mode": tel.policy.guard.value, "rerouted": [],
         "refused": []}, "graph_captured": [], "decode_path": [],
+        "scope": {"series": "this process", "decisions": "this process", "health": "this process"},
         "health": {
             "telemetry_errors": {s: agg.errs[i] for i, s in enumerate(STAGES)},
             "dropped": {r: agg.dropped[i] for i, r in enumerate(DROP_REASONS)},

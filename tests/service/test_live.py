@@ -61,27 +61,41 @@ def test_metrics_openmetrics_parses_strictly(demo_server):
 
 
 def test_flags_reach_labels_policy_and_multiprocess_files(tmp_path):
+    from tests.telemetry.test_multiprocess import finish, spawn, wait_ready
+
     mp = tmp_path / "mp"
     mp.mkdir()
-    s = Served(
-        "--demo", "--demo-glm-bug", "--rank", "3", "--model", "custom-model", "--gfx942-min-rows", "1024",
-        "--gfx950-min-rows", "2048", "--guard", "observe", "--multiproc-dir", str(mp), "--log-level", "warning",
-        log=tmp_path / "serve.log",
-    ).wait_ready()
+    worker = spawn(mp, "5", 600)  # another rank's process (as a vLLM worker would be) writing to the same directory
     try:
-        body = s.wait_for(lambda b: b["decode_in_prefill"]["calls"] > 0, 60, "decode-in-prefill from the GLM bug")
-        assert body["service"]["rank"] == "3" and body["policy"]["gfx942_min_rows"] == 1024
-        assert body["service"]["models"] == ["custom-model", "DeepSeek-V4.1-Flash", "GLM-5.3-Flash"]
-        assert "1024-2047" in body["rows_buckets"] and "2048-4095" in body["rows_buckets"]
-        text = s.get("/metrics").text
-        dip = samples(text, "routescope_decode_in_prefill_calls_total")
-        assert dip and {x.labels["rank"] for x in dip} == {"3"} and {x.labels["model"] for x in dip} == {"GLM-5.3-Flash"}
-        gates = {(x.labels["gate"], x.labels["policy"]): x.value for x in samples(text, "routescope_gate_threshold_rows")}
-        assert gates[("gfx942_min_rows", "active")] == 1024 and gates[("gfx950_min_rows", "active")] == 2048
-        assert any(p.name.endswith(".db") for p in mp.iterdir())  # multiprocess files written
-        assert "Uvicorn running" not in s.text()  # --log-level warning quiets uvicorn's info lines
+        wait_ready(worker)
+        s = Served(
+            "--demo", "--demo-glm-bug", "--rank", "3", "--model", "custom-model", "--gfx942-min-rows", "1024",
+            "--gfx950-min-rows", "2048", "--guard", "observe", "--multiproc-dir", str(mp), "--log-level", "warning",
+            log=tmp_path / "serve.log",
+        ).wait_ready()
+        try:
+            body = s.wait_for(lambda b: any(r["model"] == "GLM-5.3-Flash" and r["calls"] for r in b["decode_in_prefill"]["counts"]),
+                              60, "decode-in-prefill from the GLM bug")
+            assert body["service"]["rank"] == "3" and body["policy"]["gfx942_min_rows"] == 1024
+            assert body["service"]["models"] == ["custom-model", "DeepSeek-V4.1-Flash", "GLM-5.3-Flash"]
+            assert "1024-2047" in body["rows_buckets"] and "2048-4095" in body["rows_buckets"]
+            text = s.get("/metrics").text
+            dip = samples(text, "routescope_decode_in_prefill_calls_total")
+            dip3 = [x for x in dip if x.labels["rank"] == "3"]  # the demo's; rank 5 is the worker's
+            assert dip3 and {x.labels["model"] for x in dip3} == {"GLM-5.3-Flash"} and {x.labels["rank"] for x in dip} == {"3", "5"}
+            gates = {(x.labels["gate"], x.labels["policy"]): x.value for x in samples(text, "routescope_gate_threshold_rows")}
+            assert gates[("gfx942_min_rows", "active")] == 1024 and gates[("gfx950_min_rows", "active")] == 2048
+            assert any(p.name.endswith(".db") for p in mp.iterdir())  # multiprocess files written
+            # /routing shows every process's series: the worker's calls (its models) beside the demo's
+            assert body["scope"] == {"series": "every process", "decisions": "this process", "health": "this process"}
+            worker_models = {"glm", "dsv4", "unknown"}  # the demo's are the service's models
+            assert sum(r["calls"] for r in body["counts"] if r["model"] in worker_models) == 600
+            assert sum(x.value for x in samples(text, "routescope_calls_total") if x.labels["rank"] == "5") == 600
+            assert "Uvicorn running" not in s.text()  # --log-level warning quiets uvicorn's info lines
+        finally:
+            s.stopped_cleanly(signal.SIGINT, info_logged=False)
     finally:
-        s.stopped_cleanly(signal.SIGINT, info_logged=False)
+        finish(worker)
 
 
 def test_busy_port_and_bad_flags_exit_2_with_a_message(tmp_path):

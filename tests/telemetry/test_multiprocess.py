@@ -158,3 +158,51 @@ def test_single_process_registry_is_unchanged_in_multiprocess_mode(tmp_path):
         assert single == multi == 64
     finally:
         tel.close()
+
+
+def _by_key(rows: list[dict], keys: tuple[str, ...], value: str = "calls") -> dict:
+    out: dict = {}
+    for r in rows:
+        k = tuple(r[x] for x in keys)
+        out[k] = out.get(k, 0) + r[value]
+    return out
+
+
+def test_snapshot_shows_every_process_in_multiprocess_mode(tmp_path):
+    """/routing's snapshot, taken in a process that made no calls (the service beside vLLM's workers): every
+    rank's counts, latency samples and decode-in-prefill, summed; decisions and health stay its own."""
+    procs = [spawn(tmp_path, str(r), 1_500) for r in range(2)]
+    try:
+        for p in procs:
+            wait_ready(p)
+        tel = Telemetry(TelemetryConfig(models=("glm", "dsv4"), multiproc_dir=str(tmp_path), rank="9",
+                                        log_first_decode_in_prefill=False), platform=what_if("gfx942"), policy=Policy())
+        try:
+            snap = tel.snapshot()
+            own = tel.snapshot(all_processes=False)
+        finally:
+            tel.close()
+    finally:
+        for p in procs:
+            finish(p)
+    ref_tel = Telemetry(TelemetryConfig(models=("glm", "dsv4"), log_first_decode_in_prefill=False),
+                        platform=what_if("gfx942"), policy=Policy())
+    d = ref_tel.instrument(dispatcher())
+    for args, kw in make_calls(1_500):
+        d(*args, **kw)
+    ref = ref_tel.snapshot()
+    ref_tel.close()
+    assert snap["scope"]["series"] == "every process" and own["scope"]["series"] == "this process"
+    assert own["counts"] == [] and own["latency"] == [] and snap["decisions"] == []  # this process made no calls
+    ckeys = ("kernel", "impl", "rows_bucket", "model", "call_class")
+    assert _by_key(snap["counts"], ckeys) == times(_by_key(ref["counts"], ckeys), 2)
+    assert _by_key(snap["counts"], ckeys, "rows") == times(_by_key(ref["counts"], ckeys, "rows"), 2)
+    dkeys = ("kernel", "model", "call_class")
+    dip, ref_dip = snap["decode_in_prefill"]["counts"], ref["decode_in_prefill"]["counts"]
+    assert ref_dip and _by_key(dip, dkeys) == times(_by_key(ref_dip, dkeys), 2)
+    lkeys = ("kernel", "rows_bucket", "model")
+    assert _by_key(snap["latency"], lkeys, "samples") == times(_by_key(ref["latency"], lkeys, "samples"), 2)
+    wkeys = ("policy", "kernel", "rows_bucket", "model")
+    assert _by_key(snap["would_route"], wkeys) == times(_by_key(ref["would_route"], wkeys), 2)
+    assert all(r["decode_in_prefill_calls"] is None for r in snap["would_route"])  # never exported: unknown
+    assert any(r["decode_in_prefill_calls"] for r in ref["would_route"])
