@@ -47,7 +47,7 @@ def readyz(request: Request) -> ReadyOut | JSONResponse:
     st = _state(request)
     checks = [ReadyCheck(name="startup", ok=st.started, detail="lifespan started" if st.started else "starting")]
     try:
-        health = st.telemetry.snapshot().get("health", {})
+        health = st.telemetry.snapshot(all_processes=False).get("health", {})  # health only: no other files
         lag = health.get("flush_lag_s")
         limit = max(10.0, 5 * st.settings.flush_interval_s)
         grace = time.time() - st.started_ts < limit
