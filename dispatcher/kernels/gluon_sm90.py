@@ -86,6 +86,8 @@ def supports(args: KernelArgs) -> bool:
     # 16-byte aligned: a base pointer and row stride that are multiples of 16 (it specialises on both).
     if kv.stride(0) % 16 or kv.data_ptr() % 16:
         return False
+    if q.stride(0) % 16 or q.stride(1) % 16 or q.data_ptr() % 16:  # q is copied the same way
+        return False
     return _on_hopper(q)  # last: it asks the driver
 
 
@@ -187,19 +189,20 @@ if HAVE_GLUON:
         if DB > 0:
             kv_b = gl.allocate_shared_memory(dt, [RB, 64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
         p_smem = gl.allocate_shared_memory(dt, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
-
-        # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ).
-        offs_h = h0 + gl.arange(0, 16, rows_cp)
-        q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
-        offs_a = gl.arange(0, 512, gl.SliceLayout(0, cp))
-        q_a = gl.load(q_row + offs_a[None, :], mask=(offs_h < H)[:, None], other=0.0)
-        qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt), q_a)
+        qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
         qb_smem = qa_smem
         if DB > 0:
-            offs_b = 512 + gl.arange(0, DB, gl.SliceLayout(0, cp))
-            q_b = gl.load(q_row + offs_b[None, :], mask=(offs_h < H)[:, None], other=0.0)
-            qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt), q_b)
-
+            qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
+        # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ), copied by
+        # cp.async ahead of the first gathers, in their commit group: a plain load is scheduled after
+        # the gathers' issue and queues behind every program's gathers (S5-1: 17% of the decode's time
+        # went to waiting for it).
+        offs_h = h0 + gl.arange(0, 16, rows_cp)
+        q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
+        cp_async(qa_smem, q_row + gl.arange(0, 512, gl.SliceLayout(0, cp))[None, :], mask=(offs_h < H)[:, None])
+        if DB > 0:
+            cp_async(qb_smem, q_row + (512 + gl.arange(0, DB, gl.SliceLayout(0, cp)))[None, :],
+                     mask=(offs_h < H)[:, None])
         m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
         l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums: reduced once, at the end
         o = gl.zeros([512, 16], gl.float32, mma)
@@ -278,6 +281,18 @@ if HAVE_GLUON:
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
 
+    if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
+
+        @gluon.jit
+        def _p_view(rp, j):
+            """P of buffer j's tile (64 slots x 16 heads, wgmma's B operand for P·V): the buffer's first 2 KB."""
+            return rp.index(j).reinterpret(rp.dtype, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], rp.dtype))
+    else:
+
+        @gluon.jit
+        def _p_view(rp, j):
+            return rp.index(j)._reinterpret(rp.dtype, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], rp.dtype))
+
     @gluon.jit
     def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale):
         """Write Oᵀ · scale (per head) into lanes < ``lanes`` of 16 output rows, cast to the pointer's type."""
@@ -286,6 +301,26 @@ if HAVE_GLUON:
         ptrs = o_ptr + row_off + offs_f[:, None] * o_s2 + offs_h[None, :] * o_s1
         val = (o * scale[None, :]).to(o_ptr.dtype.element_ty)
         gl.store(ptrs, val, mask=(offs_f < lanes)[:, None] & hmask[None, :])
+
+    @gluon.jit
+    def _store_partial(o_ptr, part, o_ld, hmask, o, inv):
+        """The split-K partial Oᵀ · inv into fp32 rows ``part`` (16 heads) of ``o_ld`` lanes, 16-byte stores.
+
+        ``o_ld`` (the partials' row length, the output's lanes) is a specialised argument: known to be
+        a multiple of 16, it lets the stores be 16-byte vectors.
+
+        The accumulator's layout gives each thread two heads of a lane, so a direct store writes 4
+        bytes per 32-byte sector; through shared memory (the tiles' buffers are dead by now) each
+        warp writes 128 lanes of one head at once.
+        """
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        rows: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])  # lanes fastest, 4 per thread
+        val = gl.convert_layout(o * inv[None, :], rows)
+        offs_f = gl.arange(0, 512, gl.SliceLayout(1, rows))
+        part_r = gl.convert_layout(part, gl.SliceLayout(0, rows))
+        hmask_r = gl.convert_layout(hmask, gl.SliceLayout(0, rows))
+        ptrs = o_ptr + part_r[None, :] * o_ld + offs_f[:, None]
+        gl.store(ptrs, val, mask=(offs_f < o_ld)[:, None] & hmask_r[None, :])
 
     @gluon.jit
     def _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
@@ -322,7 +357,7 @@ if HAVE_GLUON:
     @gluon.jit(do_not_specialize=_FLAGS)
     def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
-                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0,
+                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
@@ -345,7 +380,7 @@ if HAVE_GLUON:
         lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
         part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
         gl.store(lse_ptr + part, lse, mask=hmask)
-        _store_t(o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+        _store_partial(o_ptr, part, o_ld, hmask, o, inv)
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
@@ -391,7 +426,7 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
     _partial_kernel[(rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)](
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
-        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
+        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2),
         CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config),
     )
 

@@ -5,7 +5,7 @@ instruction mix, as compile_check.py does for the Triton kernels. Run it under t
 device machine has (3.6 there): Gluon's API moves between versions, so a check under another
 Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS ... | ws]
 (DB: rope lanes, 64 or 0; ROPE1, CHAINS as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
-prefill of gluon_sm90_ws; default: a few of each)
+kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers; default: a few of each)
 """
 
 from __future__ import annotations
@@ -62,12 +62,13 @@ def compile_one(fn, consts: dict, **options) -> dict:
 def main(argv: list[str]) -> None:
     specs = argv or ["64,2,0,1", "64,3,1,1", "64,3,1,2", "64,2,0,2", "0,3,0,2", "ws"]
     for spec in specs:
-        if spec == "ws":  # the warp-specialised prefill (gluon_sm90_ws), both head layouts
+        if spec.startswith("ws"):  # the warp-specialised kernel (gluon_sm90_ws), both head layouts
             from dispatcher.kernels import gluon_sm90_ws
 
+            regs = [int(x) for x in spec[3:].split(",")] if spec.startswith("ws:") else list(gluon_sm90_ws.WORKER_REGS)
             for db in (64, 0):
-                got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True}, maxnreg=128)
-                print(f"ws DB={db} _ws_kernel", got, flush=True)
+                got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs)}, maxnreg=128)
+                print(f"ws DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch = (int(x) for x in spec.split(","))
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True})):

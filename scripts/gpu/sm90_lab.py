@@ -33,7 +33,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from baselines import ws_session3  # noqa: E402
+from baselines import ws_session4  # noqa: E402
 from kernel_lab import rel_err, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -65,18 +65,42 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     if only in (None, "prefill"):
         for lay, tag in ((v32, "512+64"), (v0, "512+0")):
             out.append(("prefill " + tag, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], lay))
-            out.append(("prefill " + tag, "one warpgroup", pre(gluon_sm90.PREFILL_SM90), [16384], lay))
-            out.append(("prefill " + tag, "ws session 3 (lab baseline)", ws_session3.launch_prefill_ws, [16384], lay))
-            out.append(("prefill " + tag, "ws two softmax warpgroups (default)", pre(None), [2, 16384], lay))
+            out.append(("prefill " + tag, "ws session 4 (lab baseline)", ws_session4.launch_prefill_ws, [16384], lay))
+            out.append(("prefill " + tag, "ws (default)", pre(None), [2, 16384], lay))
+            for regs in REGS:
+                out.append(("prefill " + tag, f"ws worker regs {regs}", ws_regs(regs), [16384], lay))
             out.append(("prefill " + tag, "ws default, indices all -1", invalid(pre(None)), [16384], lay))
     if only in (None, "decode"):
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
-             ("one warpgroup (session 3)", dec(None, None, ws=False)), ("ws", dec(None, None, ws=True)),
-             ("ws, indices all -1", invalid(dec(None, None, ws=True))), ("one warpgroup 12 splits", dec(12, None, ws=False)),
-             ("ws 12 splits", dec(12, None, ws=True)), ("ws 16 splits", dec(16, None, ws=True)),
-             ("ws, topk_length given", with_len(dec(None, None)))]
+             ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
+             ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
+             ("ws", dec(None, None, ws=True)), ("ws session 4 (lab baseline)", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
     return out
+
+
+REGS = [(128, 152, 64)]  # worker register splits timed beside gluon_sm90_ws.WORKER_REGS (session 4's)
+
+
+def ws_regs(regs):
+    from dispatcher.kernels import gluon_sm90_ws
+    return lambda a: gluon_sm90_ws.launch_prefill_ws(a, worker_regs=regs)
+
+
+def ws_decode_with(partials):
+    """gluon_sm90.launch_decode(ws=True) with another partial pass: the same splits, buffers and reduce."""
+    def run(a):
+        p = triton_prefill.pack(a)
+        rows, heads, _ = a.q.shape
+        splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(a.q.device), per_sm=1)
+        part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=a.q.device)
+        part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
+        partials(a, part_o, part_lse, splits, pdl=True)
+        triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True)
+    return run
+
+
+ws4_decode = ws_decode_with(ws_session4.launch_partials_ws)
 
 
 def invalid(fn):
@@ -133,7 +157,7 @@ def main() -> None:
                          ("decode ws 1 split", lambda b: gluon_sm90.launch_decode(b, splits=1, ws=True)),
                          ("decode ws 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, ws=True)),
                          ("decode ws 7 splits", lambda b: gluon_sm90.launch_decode(b, splits=7, ws=True)),
-                         ("prefill ws session 3", ws_session3.launch_prefill_ws)):
+                         ("prefill ws session 4", ws_session4.launch_prefill_ws), ("decode ws session 4", ws4_decode)):
             got = a._replace(output=torch.full_like(a.output, float("nan")))
             assert gluon_sm90.supports(got), "the smoke case should take the Hopper kernel"
             fn(got)

@@ -139,7 +139,8 @@ COMPILE = textwrap.dedent("""
         for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel):
             cfg = gluon_sm90.DECODE_SM90 if fn is gluon_sm90._partial_kernel else gluon_sm90.PREFILL_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
-                      "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1}
+                      "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
+                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS)}
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}
             for i, name in enumerate(fn.arg_names):
@@ -150,7 +151,7 @@ COMPILE = textwrap.dedent("""
                     attrs[(i,)] = [["tt.divisibility", 16]]
                 else:
                     sig[name] = "fp32" if name == "sm_scale2" else "i32"
-                    if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H"):
+                    if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"):
                         attrs[(i,)] = [["tt.divisibility", 16]]  # as a launch specialises 576, 9216, ...
             consts = {k: v for k, v in consts.items() if k in fn.arg_names}
             k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),

@@ -1,0 +1,367 @@
+"""LAB BASELINE (not used by the dispatcher): session 4's warp-specialised kernel (commit 60b69f0), kept
+verbatim but for its imports, so scripts/gpu/sm90_lab.py can time the current kernel against it side
+by side in one run.
+
+Sparse MLA attention for Hopper with warp specialisation: a loader, two scores+softmax warpgroups, P·V.
+
+``gluon_sm90`` runs gathers, scores, softmax and P·V in one warpgroup, so the tensor cores idle
+while it does the softmax and the gathers share its instruction stream. Here four partitions
+hand tiles over through mbarriers, FlashAttention-3 style:
+
+- the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 once P·V of tile t - 3 has
+  released it, nothing else, so it runs up to three tiles ahead;
+- two scores+softmax warpgroups (the default partition and a worker) take alternate tiles of an
+  item: each computes Sᵀ = KV · qᵀ, the online softmax, and hands P and the rescale factor to
+  P·V through its own buffer, so one's exponentials and hand-over run while the other's scores
+  are on the tensor cores. Only the running max passes between them (m_smem, m_bar), so P·V
+  sees one max sequence; each keeps its own sum. The 64 rope lanes have one buffer (three 73.7 KB
+  stages do not fit in 227 KB; three 64 KB ones and one 8 KB rope buffer do): the warpgroup
+  whose scores of tile t are done gathers tile t + 1's rope lanes into it (cp.async);
+- the P·V partition (4 warps) keeps Oᵀ, rescales and accumulates, releases the stage, and writes
+  the output once both softmax warpgroups have published their final max and sum: the attention
+  output (the prefill), or a normalised partial and its log-sum-exp (the split-K decode's
+  partial pass, which ``triton_decode``'s reduce combines).
+
+The grid is one program per multiprocessor, each taking work items (query row, split, head block)
+pid, pid + grid, ...: the loader runs on into the next item's tiles while the others finish
+the current one, so the pipeline does not drain at every row.
+
+Same math, arguments and ``supports()`` as ``gluon_sm90``; ``gluon_sm90.launch_prefill`` runs
+it by default, ``launch_decode(ws=True)`` for the decode's partials (slower than the
+one-warpgroup kernel at 2-16 rows, so not the default). On an H200 (docs/benchmarks.md,
+session 4): 5.86 ms at 16,384 rows, 512+64, and 4.89 ms at 512+0, against 6.24 and 6.00 ms for
+session 3's warp-specialised kernel (one softmax warpgroup) in the same run. That kernel was
+bound by its softmax warpgroup's serial chain, not by the gathers (the same time with every index
+-1, which gathers nothing: S4-1); two softmax warpgroups take it in turns. What bounds 512+64 now
+is the single rope buffer: each tile's rope gather starts only once the previous tile's scores
+are done, an L2 round trip in every tile's chain, and a second buffer does not fit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dispatcher.kernels.common import KernelArgs
+from dispatcher.kernels.gluon_sm90 import HAVE_GLUON
+from dispatcher.kernels.triton_prefill import HEAD_BLOCK, pack
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                                 warpgroup_mma_wait)
+
+    from dispatcher.kernels.gluon_sm90 import _final_scale, _gather, _load_slots, _row_len, _row_span, _store_t, _valid, cta_barrier
+
+    STAGES = 3
+
+    # wgmma's accumulator layout for 64 x 16 per warpgroup, as gluon_sm90's kernels use it
+    MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
+
+    @gluon.jit
+    def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+        """Work item w: (row, first head, split, offset of the row's first index, row width, positions [lo, hi))."""
+        hb = w % n_hb
+        rs = w // n_hb
+        split = rs % splits
+        row = rs // splits
+        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width, as gluon_sm90's partials
+        lo = split * chunk
+        hi = gl.minimum(lo + chunk, seg)
+        return row, hb * 16, split, base, seg, lo, hi
+
+    @gluon.jit
+    def _rope_rows(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
+        """A tile's DB rope lanes loaded into registers (16-byte vectors); invalid slots give 0.
+
+        Only an item's first tile takes this path (stored with q); later tiles' rope lanes are
+        gathered by cp.async (loads in the softmax warpgroups' own stream cost more: S4-6).
+        """
+        slot = slots.to(gl.int64)
+        valid = (slot >= 0) & (slot < skv)
+        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
+        offs = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
+        return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0)
+
+    @gluon.jit
+    def _softmax_part(qa_smem, qb_smem, kv_a, kv_b, p_smem, a_smem, m_smem, fin_smem, bars, q_ptr, q_s0, q_s1, H, kv_ptr,
+                      kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged,
+                      has_len, n_items, n_hb, splits, par):
+        """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
+
+        The scores, the exponentials and the P hand-over of consecutive tiles run in the two
+        warpgroups at once; only the running max passes from one to the other (m_smem, m_bar), so
+        P·V sees one max sequence as with a single softmax. Each keeps its own sum, relative to the
+        last max it saw; P·V merges the two at the item's end. Warpgroup 0 also writes each item's
+        q into shared memory, once both are done with the previous item's (q_free), and tells
+        warpgroup 1 (q_ready).
+
+        The rope lanes have one buffer (there is no room for two): the warpgroup whose scores of
+        tile t are done gathers tile t + 1's into it (cp.async, arriving on rope_ready), while the
+        other has started tile t + 1's scores over the 512 lanes and adds the rope lanes' last.
+        (Starting with the rope lanes' product to free the buffer sooner was slower: S4.)
+        """
+        kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
+        # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
+        DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
+        dt: gl.constexpr = kv_a.dtype
+        mma: gl.constexpr = MMA
+        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        rows_s: gl.constexpr = gl.SliceLayout(1, mma)
+        heads_l: gl.constexpr = gl.SliceLayout(0, mma)
+        s0 = gl.zeros([64, 16], gl.float32, mma)
+        gbase = 0  # tiles of this program's earlier items: stage and phase of kv_ready
+        c = 0  # tiles this warpgroup has handed to P·V: phase of its P buffer
+        cm = 0  # running maxima received from the other warpgroup: phase of its m_bar
+        cr = 0  # rope lanes received from the other warpgroup: phase of rope_ready
+        k = 0  # items done
+        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
+            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                      ragged)
+            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
+            if DB > 0:  # the slots of the rope lanes this warpgroup gathers after its first tile: tile par + 1's
+                sl = _load_slots(idx_ptr, base, idx_s1, lo + (par + 1) * 64, hi, rows_cp)
+            # Warpgroup 0: this item's q and tile 0's rope lanes, once both warpgroups' scores of the
+            # previous item are done.
+            if par == 0:
+                mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
+                offs_h = h0 + gl.arange(0, 16, rows_cp)
+                q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
+                qa_smem.store(gl.load(q_row + gl.arange(0, 512, gl.SliceLayout(0, cp))[None, :],
+                                      mask=(offs_h < H)[:, None], other=0.0))
+                if DB > 0:
+                    qb_smem.store(gl.load(q_row + (512 + gl.arange(0, DB, gl.SliceLayout(0, cp)))[None, :],
+                                          mask=(offs_h < H)[:, None], other=0.0))
+                    kv_b.index(0).store(_rope_rows(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp),
+                                                   skv, DB, cp))
+                fence_async_shared()
+                mbarrier.arrive(q_ready.index(0))  # after this partition's barrier: every warp's part is stored
+            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 512)
+            lim = gl.minimum(hi, n)  # positions at or past the row's length are masked out of the softmax
+            m = gl.full([16], float("-inf"), gl.float32, heads_l)  # the running max as of this warpgroup's last tile
+            l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums relative to m: reduced at the end
+            mbarrier.wait(q_ready.index(0), k & 1)
+            for t in range(par, nt, 2):
+                g = gbase + t
+                ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
+                mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
+                fence_async_shared()
+                ka = kv_a.index(g % 3)
+                s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
+                                    use_acc=False, is_async=True)
+                s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)), s0,
+                                    use_acc=False, is_async=True)
+                if DB > 0:  # the rope lanes' product last: their buffer is the one resource the two warpgroups share
+                    mbarrier.wait(rope_ready.index(par), cr & 1, pred=t > 0)  # tile 0's: stored with q
+                    fence_async_shared()
+                    cr += (t > 0).to(gl.int32)
+                    s_a = warpgroup_mma(kv_b.index(0), qb_smem.permute((1, 0)), s_a, is_async=True)
+                s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
+                if DB > 0:
+                    if t + 1 < nt:  # every warp is done with the rope buffer: gather tile t + 1's lanes into it
+                        cta_barrier()
+                        _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(0), 512, DB, cp)
+                        async_copy.mbarrier_arrive(rope_ready.index(1 - par), increment_count=False)
+                    sl = _load_slots(idx_ptr, base, idx_s1, lo + (t + 3) * 64, hi, rows_cp)  # for after tile t + 2
+                s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
+                tmax = gl.max(s, axis=0)
+                m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
+                if t > 0:
+                    mbarrier.wait(m_bar.index(1 - par), cm & 1)
+                    m_prev = m_smem.index(1 - par).load(heads_l)
+                    cm += 1
+                m_new = gl.maximum(m_prev, tmax)
+                if t + 1 < nt:  # the other warpgroup's next tile waits for it
+                    m_smem.index(par).store(m_new)
+                    mbarrier.arrive(m_bar.index(par))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                p = gl.exp2(s - m_safe[None, :])
+                l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
+                m = m_new
+                mbarrier.wait(p_empty.index(par), (c & 1) ^ 1)
+                p_smem.index(par).store(p.to(dt))
+                a_smem.index(par).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
+                fence_async_shared()
+                mbarrier.arrive(p_ready.index(par))
+                c += 1
+            mbarrier.arrive(q_free.index(0))  # this warpgroup's scores of the item are done with q
+            mbarrier.wait(fin_empty.index(par), (k & 1) ^ 1)  # P·V has read the previous item's totals
+            fin_smem.index(2 * par).store(m)
+            fin_smem.index(2 * par + 1).store(gl.sum(l_acc, axis=0))
+            mbarrier.arrive(fin.index(par))
+            gbase += nt
+            k += 1
+
+    @gluon.jit
+    def _pv_part(kv_a, p_smem, a_smem, fin_smem, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
+                 indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial):
+        """Oᵀ over the item's tiles in order, P from the two softmax warpgroups in turn; the totals merged at the end."""
+        kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
+        mma: gl.constexpr = MMA
+        heads_l: gl.constexpr = gl.SliceLayout(0, mma)
+        g = 0
+        c0 = 0
+        c1 = 0
+        k = 0
+        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
+            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                      ragged)
+            o = gl.zeros([512, 16], gl.float32, mma)
+            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
+                j = t % 2
+                cj = gl.where(j == 0, c0, c1)
+                mbarrier.wait(p_ready.index(j), cj & 1)
+                fence_async_shared()
+                alpha = a_smem.index(j).load(heads_l)
+                o = o * alpha[None, :]
+                o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), p_smem.index(j), o, is_async=True)
+                o = warpgroup_mma_wait(0, deps=(o,))
+                mbarrier.arrive(p_empty.index(j))
+                mbarrier.arrive(kv_empty.index(g % 3))
+                c0 += 1 - j
+                c1 += j
+                g += 1
+            mbarrier.wait(fin.index(0), k & 1)
+            mbarrier.wait(fin.index(1), k & 1)
+            m0 = fin_smem.index(0).load(heads_l)
+            l0 = fin_smem.index(1).load(heads_l)
+            m1 = fin_smem.index(2).load(heads_l)
+            l1 = fin_smem.index(3).load(heads_l)
+            mbarrier.arrive(fin_empty.index(0))
+            mbarrier.arrive(fin_empty.index(1))
+            k += 1
+            m = gl.maximum(m0, m1)  # the last tile's running max: Oᵀ is relative to it
+            m_safe = gl.where(m == float("-inf"), 0.0, m)
+            l = l0 * gl.exp2(m0 - m_safe) + l1 * gl.exp2(m1 - m_safe)
+            offs_h = h0 + gl.arange(0, 16, heads_l)
+            hmask = offs_h < H
+            if partial != 0:  # the split-K decode's partial: Oᵀ / l and the log-sum-exp, for the reduce
+                inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
+                lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
+                part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
+                gl.store(part_lse_ptr + part, lse, mask=hmask)
+                _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+            else:
+                scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+                _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+
+    @gluon.jit
+    def _load_part(kv_a, p_smem, a_smem, fin_smem, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
+                   indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
+                   o_s0, o_s1, o_s2, n_items, n_hb, splits, partial):
+        kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
+        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        g = 0
+        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
+            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                      ragged)
+            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
+                st = g % 3
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
+                mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+                fence_async_shared()
+                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+                async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                g += 1
+
+    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
+    def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
+                   skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
+                   q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
+                   partial, DB: gl.constexpr, PDL: gl.constexpr):
+        """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
+        if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)
+        dt: gl.constexpr = kv_ptr.dtype.element_ty
+        bar_l: gl.constexpr = mbarrier.MBarrierLayout()
+        vec_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # rank of one buffer: [4, 16] holds four
+        kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
+        kv_b = kv_a
+        if DB > 0:  # one buffer of rope lanes, handed between the softmax warpgroups
+            kv_b = gl.allocate_shared_memory(dt, [1, 64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
+        p_smem = gl.allocate_shared_memory(dt, [2, 64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
+        a_smem = gl.allocate_shared_memory(gl.float32, [2, 16], vec_l)
+        m_smem = gl.allocate_shared_memory(gl.float32, [2, 16], vec_l)
+        fin_smem = gl.allocate_shared_memory(gl.float32, [4, 16], vec_l)
+        qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
+        qb_smem = qa_smem
+        if DB > 0:
+            qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
+        kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+        kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+        p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
+        p_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
+        m_bar = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
+        rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
+        fin = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
+        fin_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
+        q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)
+        q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)
+        for i in gl.static_range(3):
+            mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
+            mbarrier.init(kv_empty.index(i), count=1)
+        for i in gl.static_range(2):
+            mbarrier.init(p_ready.index(i), count=1)
+            mbarrier.init(p_empty.index(i), count=1)
+            mbarrier.init(m_bar.index(i), count=1)
+            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per softmax thread
+            mbarrier.init(fin.index(i), count=1)
+            mbarrier.init(fin_empty.index(i), count=1)
+        mbarrier.init(q_ready.index(0), count=1)
+        mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
+        fence_async_shared()
+        bars = (kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free)
+        sargs = (qa_smem, qb_smem, kv_a, kv_b, p_smem, a_smem, m_smem, fin_smem, bars, q_ptr, q_s0, q_s1, H, kv_ptr, kv_s0,
+                 idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,
+                 n_items, n_hb, splits)
+        wargs = (kv_a, p_smem, a_smem, fin_smem, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
+                 indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial)
+        zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
+        gl.warp_specialize([
+            (_softmax_part, sargs + (zero,)),
+            (_softmax_part, sargs + (zero + 1,)),
+            (_pv_part, wargs),
+            (_load_part, wargs),
+        ], [4, 4, 4], [128, 152, 64])  # registers: the first softmax warpgroup gets the rest of 4 x 128
+
+
+def _launch(args: KernelArgs, splits: int, part_o: torch.Tensor | None, part_lse: torch.Tensor | None,
+            pdl: bool) -> None:
+    from dispatcher.kernels.triton_decode import sm_count
+
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, _ = q.shape
+    p = pack(args)
+    n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
+    items = rows * splits * n_hb
+    partial = part_o is not None
+    if not partial:  # the prefill writes no partials: any float32 tensor serves as the unread pointers
+        part_o = part_lse = out.new_empty(1, dtype=torch.float32)
+    _ws_kernel[(min(items, sm_count(q.device)),)](
+        q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
+        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
+        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
+        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items, n_hb, splits,
+        int(partial), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128,
+    )
+
+
+def launch_prefill_ws(args: KernelArgs) -> None:
+    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
+    rows, heads, _ = args.q.shape
+    if rows == 0 or heads == 0 or args.output.shape[2] == 0:
+        return
+    _launch(args, 1, None, None, False)
+
+
+def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
+                       pdl: bool) -> None:
+    """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
+    _launch(args, splits, part_o, part_lse, pdl)
