@@ -19,10 +19,10 @@ fp16 or bf16, and ``supports()`` says so. The registry hands every other call to
 
 On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
 prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup cannot overlap
-the softmax with the tensor cores, so the prefill's default is the warp-specialised, persistent
-kernel in ``gluon_sm90_ws`` (5.86 ms against 6.97 at 512+64, 4.89 against 6.62 at 512+0, S4-8);
-the split-K decode's partials run this module's kernel, which is faster at 2-16 rows than the
-warp-specialised one (S4).
+the softmax with the tensor cores, so the prefill's default is a warp-specialised, persistent
+kernel: ``gluon_sm90_ws`` at 512+64 (5.48-5.60 ms against 6.97), ``gluon_sm90_ws_d512`` at
+D = 512 (4.89 against 6.62 at 512+0); ``ws_module`` picks (S4, S5). The split-K decode's
+partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones.
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -67,9 +67,9 @@ class Sm90Config(NamedTuple):
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
-PREFILL_WARP_SPECIALISED = True  # the prefill's default is gluon_sm90_ws (faster on an H200, S3-9, S3-11)
+PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws_module; faster on an H200)
 DECODE_SM90 = Sm90Config(2)
-DECODE_WARP_SPECIALISED = False  # partials from gluon_sm90_ws: slower than this module's kernel at 2-16 rows (S4)
+DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
 
@@ -388,22 +388,35 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
             "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "num_warps": 4}
 
 
+def ws_module(args: KernelArgs):
+    """The warp-specialised kernel's module for this call's layout, the faster of two on an H200.
+
+    With rope lanes (512+64) ``gluon_sm90_ws``, whose two rope buffers take each tile's P: 5.48-5.60
+    ms at 16,384 rows against 5.85-5.88 for session 4's kernel. At D = 512 (448+64, 512+0: no rope
+    buffer) ``gluon_sm90_ws_d512``, session 4's: 4.89-4.91 ms against 5.08-5.12 (S5-1 to S5-5).
+    """
+    if int(args.q.shape[2]) - LANES_A > 0:
+        from . import gluon_sm90_ws
+
+        return gluon_sm90_ws
+    from . import gluon_sm90_ws_d512
+
+    return gluon_sm90_ws_d512
+
+
 def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> None:
     """The no-split prefill on Hopper. Call only where supports().
 
-    By default the warp-specialised kernel (``gluon_sm90_ws``: a loader, two scores+softmax
-    warpgroups and a P·V one, one persistent program per SM; 5.86 against 6.97 ms at 16,384 rows
-    on an H200, S4-8);
-    with a ``config``, this module's one-warpgroup kernel, the one the split-K decode's partials use.
+    By default a warp-specialised kernel (a loader, two scores+softmax warpgroups and a P·V one,
+    one persistent program per SM; ``ws_module`` says which for a layout); with a ``config``, this
+    module's one-warpgroup kernel, the one the split-K decode's partials use.
     """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
     if config is None and PREFILL_WARP_SPECIALISED:
-        from .gluon_sm90_ws import launch_prefill_ws
-
-        launch_prefill_ws(args)
+        ws_module(args).launch_prefill_ws(args)
         return
     cfg = config or PREFILL_SM90
     p = pack(args)
@@ -458,9 +471,7 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
     if use_ws:
-        from .gluon_sm90_ws import launch_partials_ws
-
-        launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
+        ws_module(args).launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
     else:
         launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
     triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)

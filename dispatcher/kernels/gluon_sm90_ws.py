@@ -69,17 +69,6 @@ if HAVE_GLUON:
         hi = gl.minimum(lo + chunk, seg)
         return row, hb * 16, split, base, seg, lo, hi
 
-    # The kernel's mbarriers, one allocation of N_BARS (each partition argument costs shared memory to hand
-    # over, and the kernel has none to spare): the first of each kind, then one per stage or buffer.
-    KV_READY = gl.constexpr(0)  # 3: stage s gathered (the loader's 128 cp.async arrivals)
-    KV_EMPTY = gl.constexpr(3)  # 3: P·V is done with stage s
-    P_READY = gl.constexpr(6)  # 2: softmax warpgroup j's P and rescale factors (at its last tile, its totals) in buffer j
-    BUF_EMPTY = gl.constexpr(8)  # 2: P·V is done with buffer j
-    M_READY = gl.constexpr(10)  # 2: softmax warpgroup j's running max in m_smem j
-    ROPE_READY = gl.constexpr(12)  # 2: a tile's rope lanes gathered into buffer j (the loader's 128 arrivals)
-    Q_READY = gl.constexpr(14)  # the item's q is in shared memory
-    Q_FREE = gl.constexpr(15)  # both softmax warpgroups are done with it
-    N_BARS = gl.constexpr(16)
     # Floats of a buffer after its P (P fills the first 512): the rescale factors, then a warpgroup's totals.
     ALPHA = gl.constexpr(512)
     FIN_M = gl.constexpr(528)
@@ -117,6 +106,7 @@ if HAVE_GLUON:
         them, for P·V, which releases the buffer (rope_empty) to the loader for the warpgroup's
         next tile.
         """
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
         dt: gl.constexpr = kv_a.dtype
@@ -136,24 +126,24 @@ if HAVE_GLUON:
             nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
             if par == 0:  # this item's q, once both warpgroups' scores of the previous item are done with the last
                 # one: copied by cp.async, which arrives on Q_READY, so its latency overlaps the count below
-                mbarrier.wait(bars.index(Q_FREE), (k - 1) & 1, pred=k > 0)
+                mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
                 offs_h = h0 + gl.arange(0, 16, rows_cp)
                 q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
                 cp_async(qa_smem, q_row + gl.arange(0, 512, gl.SliceLayout(0, cp))[None, :], mask=(offs_h < H)[:, None])
                 if DB > 0:
                     cp_async(qb_smem, q_row + (512 + gl.arange(0, DB, gl.SliceLayout(0, cp)))[None, :],
                              mask=(offs_h < H)[:, None])
-                async_copy.mbarrier_arrive(bars.index(Q_READY), increment_count=False)
+                async_copy.mbarrier_arrive(q_ready.index(0), increment_count=False)
             # The row's length (one load up to 2048 indices): only the softmax masks need it.
             n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 2048)
             lim = gl.minimum(hi, n)  # positions at or past the row's length are masked out of the softmax
             m = gl.full([16], float("-inf"), gl.float32, heads_l)  # the running max as of this warpgroup's last tile
             l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums relative to m: reduced at the end
-            mbarrier.wait(bars.index(Q_READY), k & 1)
+            mbarrier.wait(q_ready.index(0), k & 1)
             for t in range(par, nt, 2):
                 g = gbase + t
                 ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
-                mbarrier.wait(bars.index(KV_READY + g % 3), (g // 3) & 1)
+                mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
                 fence_async_shared()
                 ka = kv_a.index(g % 3)
                 s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
@@ -161,7 +151,7 @@ if HAVE_GLUON:
                 s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)), s0,
                                     use_acc=False, is_async=True)
                 if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
-                    mbarrier.wait(bars.index(ROPE_READY + par), c & 1)
+                    mbarrier.wait(rope_ready.index(par), c & 1)
                     fence_async_shared()
                     s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                 s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
@@ -169,28 +159,28 @@ if HAVE_GLUON:
                 tmax = gl.max(s, axis=0)
                 m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
                 if t > 0:
-                    mbarrier.wait(bars.index(M_READY + 1 - par), cm & 1)
+                    mbarrier.wait(m_ready.index(1 - par), cm & 1)
                     m_prev = m_smem.index(1 - par).load(heads_l)
                     cm += 1
                 m_new = gl.maximum(m_prev, tmax)
                 if t + 1 < nt:  # the other warpgroup's next tile waits for it
                     m_smem.index(par).store(m_new)
-                    mbarrier.arrive(bars.index(M_READY + par))
+                    mbarrier.arrive(m_ready.index(par))
                 m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
                 p = gl.exp2(s - m_safe[None, :])
                 l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
                 m = m_new
                 if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
-                    mbarrier.wait(bars.index(BUF_EMPTY + par), (c & 1) ^ 1)
+                    mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
                 _vec_view(rp, par, ALPHA).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
                 if t + 2 >= nt:  # this warpgroup's last tile of the item: its totals, relative to its last max
                     _vec_view(rp, par, FIN_M).store(m)
                     _vec_view(rp, par, FIN_L).store(gl.sum(l_acc, axis=0))
                 fence_async_shared()
-                mbarrier.arrive(bars.index(P_READY + par))
+                mbarrier.arrive(p_ready.index(par))
                 c += 1
-            mbarrier.arrive(bars.index(Q_FREE))  # this warpgroup's scores of the item are done with q
+            mbarrier.arrive(q_free.index(0))  # this warpgroup's scores of the item are done with q
             gbase += nt
             k += 1
 
@@ -203,6 +193,7 @@ if HAVE_GLUON:
         Each softmax warpgroup's totals (its last max and its sum relative to it) come with its last
         P of the item; a warpgroup with no tile in the item (one tile, or none) contributes nothing.
         """
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         mma: gl.constexpr = MMA
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
         g = 0
@@ -220,7 +211,7 @@ if HAVE_GLUON:
             for t in range(nt):
                 j = t % 2
                 cj = gl.where(j == 0, c0, c1)
-                mbarrier.wait(bars.index(P_READY + j), cj & 1)
+                mbarrier.wait(p_ready.index(j), cj & 1)
                 fence_async_shared()
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
                 o = o * alpha[None, :]
@@ -233,8 +224,8 @@ if HAVE_GLUON:
                     else:
                         m1 = _vec_view(rp, 1, FIN_M).load(heads_l)
                         l1 = _vec_view(rp, 1, FIN_L).load(heads_l)
-                mbarrier.arrive(bars.index(BUF_EMPTY + j))  # P read: the loader may gather the next rope lanes there
-                mbarrier.arrive(bars.index(KV_EMPTY + g % 3))
+                mbarrier.arrive(buf_empty.index(j))  # P read: the loader may gather the next rope lanes there
+                mbarrier.arrive(kv_empty.index(g % 3))
                 c0 += 1 - j
                 c1 += j
                 g += 1
@@ -257,6 +248,7 @@ if HAVE_GLUON:
     def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                    n_items, n_hb, splits):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2."""
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
@@ -269,17 +261,17 @@ if HAVE_GLUON:
             for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 st = g % 3
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                mbarrier.wait(bars.index(KV_EMPTY + st), ((g // 3) & 1) ^ 1)
+                mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
                 fence_async_shared()
                 _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                async_copy.mbarrier_arrive(bars.index(KV_READY + st), increment_count=False)
+                async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
                     j = t % 2
                     cj = gl.where(j == 0, c0, c1)
-                    mbarrier.wait(bars.index(BUF_EMPTY + j), (cj & 1) ^ 1)
+                    mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
                     fence_async_shared()
                     _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
-                    async_copy.mbarrier_arrive(bars.index(ROPE_READY + j), increment_count=False)
+                    async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j
                     c1 += j
                 g += 1
@@ -306,17 +298,28 @@ if HAVE_GLUON:
         qb_smem = qa_smem
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
-        bars = gl.allocate_shared_memory(gl.int64, [N_BARS, 1], bar_l)  # one allocation: see KV_READY
+        # One allocation per kind of mbarrier: the compiler's shared-memory hazard analysis cannot tell
+        # apart two entries of one allocation indexed at run time, and put a partition-wide barrier
+        # between every arrive and wait on it (S5-4: 3.6% slower at 512+0 with them all in one).
+        kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # stage s gathered (the loader's 128 arrivals)
+        kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # P·V is done with stage s
+        p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's P, alpha (and totals) in buffer j
+        buf_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # P·V is done with buffer j
+        m_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's running max in m_smem j
+        rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # a tile's rope lanes in buffer j
+        q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
+        q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
+        bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
         for i in gl.static_range(3):
-            mbarrier.init(bars.index(KV_READY + i), count=128)  # one cp.async arrival per loader thread
-            mbarrier.init(bars.index(KV_EMPTY + i), count=1)
+            mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
+            mbarrier.init(kv_empty.index(i), count=1)
         for i in gl.static_range(2):
-            mbarrier.init(bars.index(P_READY + i), count=1)
-            mbarrier.init(bars.index(BUF_EMPTY + i), count=1)
-            mbarrier.init(bars.index(M_READY + i), count=1)
-            mbarrier.init(bars.index(ROPE_READY + i), count=128)  # one cp.async arrival per loader thread
-        mbarrier.init(bars.index(Q_READY), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
-        mbarrier.init(bars.index(Q_FREE), count=2)  # both softmax warpgroups
+            mbarrier.init(p_ready.index(i), count=1)
+            mbarrier.init(buf_empty.index(i), count=1)
+            mbarrier.init(m_ready.index(i), count=1)
+            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
+        mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
+        mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
         fence_async_shared()
         sargs = (qa_smem, qb_smem, kv_a, rp, m_smem, bars, q_ptr, q_s0, q_s1, H,
                  idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,

@@ -5,7 +5,7 @@ prefill at 16384 rows, then the split-K decode at 16 and at 2 rows (bf16, H=16, 
 With the argument ``layouts``: the prefill and the one-split decode at 16384 rows in 512+64 and in
 512+0 instead (why the D=512 prefill is slower than the D=576 one, docs/benchmarks.md). With ``sm90``:
 the Hopper Gluon kernels' prefill at 16384 rows and decode at 16 rows. With ``ws-layouts``: the
-warp-specialised prefill and session 4's (scripts/gpu/baselines/ws_session4.py) at 16384 rows, 512+0 then 512+64.
+two warp-specialised prefills (session 4's gluon_sm90_ws_d512, then gluon_sm90_ws) at 16384 rows, 512+0 then 512+64.
 """
 
 from __future__ import annotations
@@ -30,14 +30,11 @@ def main() -> None:
         from dispatcher.kernels import gluon_sm90
 
         plan = [(16384, gluon_sm90.launch_prefill, Layout(512, 64)), (16, gluon_sm90.launch_decode, Layout(512, 64))]
-    if sys.argv[1:] == ["ws-layouts"]:  # the warp-specialised prefill against session 4's, both layouts
-        from dispatcher.kernels import gluon_sm90
-
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from baselines import ws_session4
+    if sys.argv[1:] == ["ws-layouts"]:  # the two warp-specialised prefills, both layouts
+        from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512
 
         plan = [(16384, launch, layout) for layout in (Layout(512, 0), Layout(512, 64))
-                for launch in (ws_session4.launch_prefill_ws, gluon_sm90.launch_prefill)]
+                for launch in (gluon_sm90_ws_d512.launch_prefill_ws, gluon_sm90_ws.launch_prefill_ws)]
     if sys.argv[1:] == ["layouts"]:
         plan = [(16384, launch, layout) for layout in (Layout(512, 64), Layout(512, 0))
                 for launch in (triton_prefill.launch, triton_decode.launch)]

@@ -24,7 +24,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, triton_decode, triton_prefill  # noqa: E402
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_d512, triton_decode, triton_prefill  # noqa: E402
 from dispatcher.kernels.gluon_sm90 import Sm90Config  # noqa: E402
 from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
 from dispatcher.sweep.correctness import run_checks  # noqa: E402
@@ -33,7 +33,6 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from baselines import ws_session4  # noqa: E402
 from kernel_lab import rel_err, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -65,8 +64,10 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     if only in (None, "prefill"):
         for lay, tag in ((v32, "512+64"), (v0, "512+0")):
             out.append(("prefill " + tag, "triton (64,4,2) 4 chains", triton_prefill.launch, [16384], lay))
-            out.append(("prefill " + tag, "ws session 4 (lab baseline)", ws_session4.launch_prefill_ws, [16384], lay))
-            out.append(("prefill " + tag, "ws (default)", pre(None), [2, 16384], lay))
+            out.append(("prefill " + tag, "ws, rope buffers (gluon_sm90_ws)", gluon_sm90_ws.launch_prefill_ws, [16384], lay))
+            out.append(("prefill " + tag, "ws, session 4's (gluon_sm90_ws_d512)", gluon_sm90_ws_d512.launch_prefill_ws,
+                        [16384], lay))
+            out.append(("prefill " + tag, "default (ws_module)", pre(None), [2, 16384], lay))
             for regs in REGS:
                 out.append(("prefill " + tag, f"ws worker regs {regs}", ws_regs(regs), [16384], lay))
             out.append(("prefill " + tag, "ws default, indices all -1", invalid(pre(None)), [16384], lay))
@@ -74,7 +75,7 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
              ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
-             ("ws", dec(None, None, ws=True)), ("ws session 4 (lab baseline)", ws4_decode)]
+             ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
     return out
 
@@ -83,7 +84,6 @@ REGS = [(128, 152, 64)]  # worker register splits timed beside gluon_sm90_ws.WOR
 
 
 def ws_regs(regs):
-    from dispatcher.kernels import gluon_sm90_ws
     return lambda a: gluon_sm90_ws.launch_prefill_ws(a, worker_regs=regs)
 
 
@@ -100,7 +100,7 @@ def ws_decode_with(partials):
     return run
 
 
-ws4_decode = ws_decode_with(ws_session4.launch_partials_ws)
+ws4_decode = ws_decode_with(gluon_sm90_ws_d512.launch_partials_ws)
 
 
 def invalid(fn):
@@ -157,7 +157,8 @@ def main() -> None:
                          ("decode ws 1 split", lambda b: gluon_sm90.launch_decode(b, splits=1, ws=True)),
                          ("decode ws 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, ws=True)),
                          ("decode ws 7 splits", lambda b: gluon_sm90.launch_decode(b, splits=7, ws=True)),
-                         ("prefill ws session 4", ws_session4.launch_prefill_ws), ("decode ws session 4", ws4_decode)):
+                         ("prefill ws rope buffers", gluon_sm90_ws.launch_prefill_ws),
+                         ("prefill ws session 4's", gluon_sm90_ws_d512.launch_prefill_ws), ("decode ws session 4's", ws4_decode)):
             got = a._replace(output=torch.full_like(a.output, float("nan")))
             assert gluon_sm90.supports(got), "the smoke case should take the Hopper kernel"
             fn(got)

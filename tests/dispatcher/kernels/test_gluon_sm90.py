@@ -120,6 +120,31 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     assert len(rec.calls) == n and reduced[-2] == "one warpgroup"
 
 
+@needs_gluon
+def test_the_warp_specialised_kernel_is_chosen_by_layout(monkeypatch):
+    """512+64 (rope lanes) takes gluon_sm90_ws; D = 512 (448+64, 512+0) session 4's gluon_sm90_ws_d512,
+    each the faster on an H200 (S5), for the prefill and for ws=True decode partials."""
+    from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512, triton_decode
+
+    recs = {}
+    for mod in (gluon_sm90_ws, gluon_sm90_ws_d512):
+        recs[mod] = RecordingLaunch(mod._ws_kernel)
+        monkeypatch.setattr(mod, "_ws_kernel", recs[mod])
+    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: None)
+    cpu = torch.device("cpu")
+    for layout, mod in ((Layout(512, 64), gluon_sm90_ws), (Layout(448, 64), gluon_sm90_ws_d512),
+                        (Layout(512, 0), gluon_sm90_ws_d512)):
+        a = build(30, layout=layout, dtype=torch.bfloat16, device=cpu, topk=256, kv_len=1024)
+        assert gluon_sm90.ws_module(a) is mod, layout
+        before = {m: len(r.calls) for m, r in recs.items()}
+        gluon_sm90.launch_prefill(a)
+        gluon_sm90.launch_decode(a, ws=True, pdl=False)
+        assert {m: len(r.calls) - before[m] for m, r in recs.items()} == {
+            mod: 2, (gluon_sm90_ws_d512 if mod is gluon_sm90_ws else gluon_sm90_ws): 0}, layout
+        assert recs[mod].calls[-2][1]["partial"] == 0 and recs[mod].calls[-1][1]["partial"] == 1
+
+
 COMPILE = textwrap.dedent("""
     import json, re, subprocess, sys
     from pathlib import Path
@@ -132,11 +157,12 @@ COMPILE = textwrap.dedent("""
             "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
             "part_lse_ptr": "*fp32"}
     tools = Path(triton.__file__).parent / "backends/nvidia/bin"
-    from dispatcher.kernels import gluon_sm90_ws
+    from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512
 
     found = {}
     for db in (64, 0):
-        for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel):
+        d512 = (gluon_sm90_ws_d512._ws_kernel,) if db == 0 else ()  # used only at D = 512
+        for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel) + d512:
             cfg = gluon_sm90.DECODE_SM90 if fn is gluon_sm90._partial_kernel else gluon_sm90.PREFILL_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
                       "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
@@ -156,13 +182,14 @@ COMPILE = textwrap.dedent("""
             consts = {k: v for k, v in consts.items() if k in fn.arg_names}
             k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                                target=GPUTarget("cuda", 90, 32), options=opts)
-            cubin = Path(sys.argv[1]) / f"{fn.__name__}_{db}.cubin"
+            name = ("d512" if d512 and fn is d512[0] else "") + fn.__name__
+            cubin = Path(sys.argv[1]) / f"{name}_{db}.cubin"
             cubin.write_bytes(k.asm["cubin"])
             sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
                                   text=True, check=True).stdout
             res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
                                  text=True, check=True).stdout
-            found[f"{fn.__name__}_{db}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."),
+            found[f"{name}_{db}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."),
                                           "warps": k.metadata.num_warps, "setmaxnreg": sass.count("USETMAXREG"),
                                           "hmma": sass.count("HMMA."), "stack": int(re.search(r"STACK:(\\d+)", res).group(1))}
     print(json.dumps(found))
@@ -182,7 +209,7 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
     for key, got in found.items():
         db = int(key.rsplit("_", 1)[1])
         scores = 32 + (4 if db else 0)
-        ws = key.startswith("_ws_kernel")
+        ws = "_ws_kernel" in key
         assert got["hgmma"] == (2 * scores + 32 if ws else scores + 32), (key, got)
         assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
         assert got["shared"] <= 232448, (key, got)  # one H100/H200 multiprocessor's shared memory for a block
@@ -192,4 +219,4 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
             assert got["stack"] <= 256, (key, got)
         else:
             assert got["stack"] == 0, (key, got)  # no spills
-    assert len(found) == 6
+    assert len(found) == 7 and "d512_ws_kernel_0" in found

@@ -1,6 +1,10 @@
-"""LAB BASELINE (not used by the dispatcher): session 4's warp-specialised kernel (commit 60b69f0), kept
-verbatim but for its imports, so scripts/gpu/sm90_lab.py can time the current kernel against it side
-by side in one run.
+"""Session 4's warp-specialised kernel (commit 60b69f0), the default for D = 512 (448+64, 512+0).
+
+``gluon_sm90_ws`` (two rope buffers, P written over them) is 6% faster at 512+64 but 3.6-4.6%
+slower than this kernel at D = 512 on an H200, where there are no rope lanes to buffer (S5-1 to
+S5-5, same runs; Nsight Compute in S5-4 shows its softmax warpgroups waiting longer for gathered
+stages, the cause not established). So ``gluon_sm90`` takes this one for D = 512 and that one
+for 512+64. What follows is this kernel's own description, as written in session 4.
 
 Sparse MLA attention for Hopper with warp specialisation: a loader, two scores+softmax warpgroups, P·V.
 
@@ -41,9 +45,9 @@ from __future__ import annotations
 
 import torch
 
-from dispatcher.kernels.common import KernelArgs
-from dispatcher.kernels.gluon_sm90 import HAVE_GLUON
-from dispatcher.kernels.triton_prefill import HEAD_BLOCK, pack
+from .common import KernelArgs
+from .gluon_sm90 import HAVE_GLUON
+from .triton_prefill import HEAD_BLOCK, pack
 
 if HAVE_GLUON:
     from triton.experimental import gluon
@@ -52,7 +56,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from dispatcher.kernels.gluon_sm90 import _final_scale, _gather, _load_slots, _row_len, _row_span, _store_t, _valid, cta_barrier
+    from .gluon_sm90 import _final_scale, _gather, _load_slots, _row_len, _row_span, _store_t, _valid, cta_barrier
 
     STAGES = 3
 
@@ -334,7 +338,7 @@ if HAVE_GLUON:
 
 def _launch(args: KernelArgs, splits: int, part_o: torch.Tensor | None, part_lse: torch.Tensor | None,
             pdl: bool) -> None:
-    from dispatcher.kernels.triton_decode import sm_count
+    from .triton_decode import sm_count
 
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
