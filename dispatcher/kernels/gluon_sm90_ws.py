@@ -5,32 +5,31 @@ while it does the softmax and the gathers share its instruction stream. Here fou
 hand tiles over through mbarriers, FlashAttention-3 style:
 
 - the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 once P·V of tile t - 3 has
-  released it, nothing else, so it runs up to three tiles ahead;
+  released it, then its 64 rope lanes into buffer t % 2 once P·V has read what that buffer held;
 - two scores+softmax warpgroups (the default partition and a worker) take alternate tiles of an
-  item: each computes Sᵀ = KV · qᵀ, the online softmax, and hands P and the rescale factor to
-  P·V through its own buffer, so one's exponentials and hand-over run while the other's scores
-  are on the tensor cores. Only the running max passes between them (m_smem, m_bar), so P·V
-  sees one max sequence; each keeps its own sum. The 64 rope lanes have one buffer (three 73.7 KB
-  stages do not fit in 227 KB; three 64 KB ones and one 8 KB rope buffer do): the warpgroup
-  whose scores of tile t are done gathers tile t + 1's rope lanes into it (cp.async);
-- the P·V partition (4 warps) keeps Oᵀ, rescales and accumulates, releases the stage, and writes
-  the output once both softmax warpgroups have published their final max and sum: the attention
-  output (the prefill), or a normalised partial and its log-sum-exp (the split-K decode's
-  partial pass, which ``triton_decode``'s reduce combines).
+  item, tile t going to warpgroup t % 2 with rope buffer t % 2: each computes Sᵀ = KV · qᵀ and the
+  online softmax, then writes the tile's P and rescale factors (and, at its last tile of the
+  item, its totals) over the rope lanes its scores are done with. One's exponentials and
+  hand-over run while the other's scores are on the tensor cores. Only the running max passes
+  between them (m_smem), so P·V sees one max sequence; each keeps its own sum;
+- the P·V partition (4 warps) keeps Oᵀ, rescales and accumulates, releases the stage and the
+  buffer, and writes the output with both warpgroups' totals merged: the attention output (the
+  prefill), or a normalised partial and its log-sum-exp (the split-K decode's partial pass,
+  which ``triton_decode``'s reduce combines).
 
-The grid is one program per multiprocessor, each taking work items (query row, split, head block)
-pid, pid + grid, ...: the loader runs on into the next item's tiles while the others finish
-the current one, so the pipeline does not drain at every row.
+Three 73.7 KB stages do not fit in 227 KB; three 64 KB stages, two 8 KB buffers that hold first a
+tile's rope lanes and then its P, and q do (232,232 bytes). The grid is one program per
+multiprocessor, each taking work items (query row, split, head block) pid, pid + grid, ...: the
+loader runs on into the next item's tiles while the others finish the current one.
 
-Same math, arguments and ``supports()`` as ``gluon_sm90``; ``gluon_sm90.launch_prefill`` runs
-it by default, ``launch_decode(ws=True)`` for the decode's partials (slower than the
-one-warpgroup kernel at 2-16 rows, so not the default). On an H200 (docs/benchmarks.md,
-session 4): 5.86 ms at 16,384 rows, 512+64, and 4.89 ms at 512+0, against 6.24 and 6.00 ms for
-session 3's warp-specialised kernel (one softmax warpgroup) in the same run. That kernel was
-bound by its softmax warpgroup's serial chain, not by the gathers (the same time with every index
--1, which gathers nothing: S4-1); two softmax warpgroups take it in turns. What bounds 512+64 now
-is the single rope buffer: each tile's rope gather starts only once the previous tile's scores
-are done, an L2 round trip in every tile's chain, and a second buffer does not fit.
+Same math, arguments and ``supports()`` as ``gluon_sm90``; ``gluon_sm90.ws_module`` picks it for
+layouts with rope lanes (512+64), for the prefill and for ``launch_decode(ws=True)``'s partials
+(slower than the one-warpgroup kernel at 2-16 rows, so not the decode's default). On an H200
+(docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
+session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
+3.6-4.6% slower than that one, which therefore keeps D = 512. What bounds it now is the
+shared-memory pipe (81% busy in S5-1: every tile is written once by the gather and read twice by
+wgmma, whose N of 16 heads reuses nothing), not the gathers' latency.
 """
 
 from __future__ import annotations
