@@ -313,7 +313,6 @@ if HAVE_GLUON:
         bytes per 32-byte sector; through shared memory (the tiles' buffers are dead by now) each
         warp writes 128 lanes of one head at once.
         """
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         rows: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])  # lanes fastest, 4 per thread
         val = gl.convert_layout(o * inv[None, :], rows)
         offs_f = gl.arange(0, 512, gl.SliceLayout(1, rows))
