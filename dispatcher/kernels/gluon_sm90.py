@@ -70,7 +70,7 @@ PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md,
 PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws_module; faster on an H200)
 DECODE_SM90 = Sm90Config(2)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
-DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
+DECODE_PER_SM = {1: 2, 2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (94, 168, 225 KB each)
 
 
 def supports(args: KernelArgs) -> bool:
@@ -161,9 +161,16 @@ if HAVE_GLUON:
         return (slot >= 0) & (slot < skv)
 
     @gluon.jit
+    def _stamp(trace_ptr, slot, TRACE: gl.constexpr):
+        """With TRACE (timing experiments only), the SM's cycle counter into ``trace_ptr[slot]``."""
+        if TRACE:
+            c = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            gl.store(trace_ptr + slot, c)
+
+    @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                ABLATE: gl.constexpr, CHAINS: gl.constexpr):
+                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
@@ -182,8 +189,9 @@ if HAVE_GLUON:
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         RB: gl.constexpr = 1 if ROPE1 else STAGES  # rope buffers
         LATE: gl.constexpr = ROPE1 and DB > 0  # gathers issued once this tile's scores are done
-        AHEAD: gl.constexpr = STAGES - 1  # tiles the prologue starts
-        gl.static_assert(STAGES >= 2, "at least two stages: one computed, one gathering")
+        AHEAD: gl.constexpr = 1 if STAGES == 1 else STAGES - 1  # tiles the prologue starts
+        ONE: gl.constexpr = STAGES == 1  # one stage: the next gather waits for this tile's products
+        gl.static_assert(not (ONE and LATE), "one stage takes no late rope buffer")
         kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
         if DB > 0:
@@ -216,17 +224,20 @@ if HAVE_GLUON:
                 if i < RB:
                     _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(i), 512, DB, cp)
             async_copy.commit_group()
+        _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
         lim = gl.minimum(hi, n)  # positions [lim, hi) are past the row's length
         ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
+        _stamp(trace_ptr, 2, TRACE)  # the row's length known
         for t in range(n_tiles):
-            stage = t % STAGES
+            stage = t // (n_tiles + 1) if ONE else t % STAGES  # ONE: 0, opaque (a constant stage bloats the loop)
             ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
-            async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
+            async_copy.wait_group(0 if ONE else STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
-            if not LATE:  # refill the stage tile t - 1 used
+            _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
+            if not LATE and not ONE:  # refill the stage tile t - 1 used
                 if ABLATE != 1:
                     if t + STAGES - 1 < n_tiles:
                         g = (t + STAGES - 1) % STAGES
@@ -277,6 +288,15 @@ if HAVE_GLUON:
                 o = o * alpha[None, :]
                 o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
+            _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's products done
+            if ONE:  # the only stage is free once every warp's products are done: tile t + 1's gather
+                cta_barrier()
+                if t + 1 < n_tiles:
+                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), 0, 512, cp)
+                    if DB > 0:
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_b.index(0), 512, DB, cp)
+                async_copy.commit_group()
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, rows_cp)
             ok = ok_next
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
@@ -358,8 +378,15 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
+                        trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
+            trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
+                          + gl.program_id(2)) * 24
+            gl.store(trace_ptr + 22, gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
+                                                               is_pure=False, pack=1))
+            _stamp(trace_ptr, 0, TRACE)
         if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
                                       is_pure=False, pack=1)
@@ -372,7 +399,7 @@ if HAVE_GLUON:
         hi = gl.minimum(lo + chunk, seg)
         m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                           q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                          DB, STAGES, ROPE1, ABLATE, CHAINS)
+                          DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -380,6 +407,10 @@ if HAVE_GLUON:
         part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
         gl.store(lse_ptr + part, lse, mask=hmask)
         _store_partial(o_ptr, part, o_ld, hmask, o, inv)
+        if TRACE:
+            _stamp(trace_ptr, 20, TRACE)
+            gl.store(trace_ptr + 23, gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
+                                                               is_pure=False, pack=1))
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
@@ -430,8 +461,11 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
 
 
 def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
-                    config: Sm90Config, pdl: bool) -> None:
-    """The split-K decode's partial pass on Hopper, into the layout ``triton_decode``'s reduce reads."""
+                    config: Sm90Config, pdl: bool, trace: torch.Tensor | None = None) -> None:
+    """The split-K decode's partial pass on Hopper, into the layout ``triton_decode``'s reduce reads.
+
+    ``trace`` (timing experiments only): int64, 24 per program, filled with cycle stamps (see _attend).
+    """
     q, kv = args.q, args.kv
     rows, heads, _ = q.shape
     p = pack(args)
@@ -439,6 +473,7 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2),
+        trace_ptr=trace, TRACE=trace is not None,
         CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config),
     )
 

@@ -118,7 +118,12 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
 
 @triton.jit(do_not_specialize=_FLAGS)
 def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2,
-                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr):
+                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr,
+                   trace_ptr=None, TRACE: tl.constexpr = False):
+    if TRACE:  # timing experiments only: %globaltimer at the start, after gdc_wait and at the end
+        trace_ptr += ((tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2)
+                      + tl.program_id(2)) * 4
+        tl.store(trace_ptr, _globaltimer())
     row = tl.program_id(0)
     h = tl.program_id(1)
     offs_l = tl.program_id(2) * L_BLOCK + tl.arange(0, L_BLOCK)
@@ -132,6 +137,8 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     sink = tl.max(sink, axis=0) * 1.4426950408889634
     if PDL:
         gdc_wait()  # launched early: wait here until every partial is written
+    if TRACE:
+        tl.store(trace_ptr + 1, _globaltimer())
     lse = tl.load(lse_ptr + part, mask=smask, other=float("-inf"))
     big = tl.maximum(tl.max(lse, axis=0), sink)
     big_safe = tl.where(big == float("-inf"), 0.0, big)
@@ -142,6 +149,13 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     res = tl.sum(o * w[:, None], axis=0) * inv
     out_row = out_ptr + row.to(tl.int64) * o_s0 + h * o_s1
     tl.store(out_row + offs_l * o_s2, res.to(out_ptr.dtype.element_ty), mask=lmask)
+    if TRACE:
+        tl.store(trace_ptr + 2, _globaltimer())
+
+
+@triton.jit
+def _globaltimer():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
 def reduce_blocks(splits: int, lanes: int, values: int | None = None) -> tuple[int, int]:
@@ -185,13 +199,16 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
 
 
 def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out: torch.Tensor, splits: int,
-                    use_pdl: bool, reduce_values: int | None = None) -> None:
-    """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials)."""
+                    use_pdl: bool, reduce_values: int | None = None, trace: torch.Tensor | None = None) -> None:
+    """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials).
+
+    ``trace`` (timing experiments only, NVIDIA): int64, 4 per program, filled with %globaltimer stamps.
+    """
     rows, _, heads, _ = part_o.shape
     s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values)
     extra = {"launch_pdl": True} if use_pdl else {}
     _reduce_kernel[(rows, heads, triton.cdiv(p.lanes, l_block))](
         part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, num_warps=4, **extra,
+        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, num_warps=4, trace_ptr=trace, TRACE=trace is not None, **extra,
     )

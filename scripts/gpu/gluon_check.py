@@ -21,6 +21,8 @@ from triton.experimental.gluon._runtime import GluonASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_check import DIV16, PTRS, sass_loop  # noqa: E402
+
+PTRS = {**PTRS, "trace_ptr": "*i64"}  # the partial kernel's cycle stamps (TRACE; off here)
 from dispatcher.kernels import gluon_sm90  # noqa: E402
 
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
@@ -71,7 +73,7 @@ def main(argv: list[str]) -> None:
                 print(f"ws DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch = (int(x) for x in spec.split(","))
-        for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True})):
+        for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})):
             consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048, **extra}
             print(spec, fn.__name__, compile_one(fn, consts), flush=True)
 

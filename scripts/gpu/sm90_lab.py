@@ -75,8 +75,15 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
              ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
-             ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
+             ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode),
+             ("one warpgroup, 1 stage, 2 per SM", dec(None, gluon_sm90.Sm90Config(1), ws=False))]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
+        for splits in (8, 12, 16, 24):
+            out.append(("decode 512+64", f"1 stage, {splits} splits", dec(splits, gluon_sm90.Sm90Config(1), ws=False),
+                        [16], v32))
+        out.append(("decode 512+64", "1 stage, 2 per SM, indices all -1",
+                    invalid(dec(None, gluon_sm90.Sm90Config(1), ws=False)), [16], v32))
+        out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
     return out
 
 
@@ -132,6 +139,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=["prefill", "decode"])
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--check-decode", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="also run the decode checks with Sm90Config(*these), e.g. 1 (one stage)")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--warm-s", type=float, default=2.0)
     opt = ap.parse_args()
@@ -154,6 +163,7 @@ def main() -> None:
         torch_ref(ref_a)
         for name, fn in (("prefill", gluon_sm90.launch_prefill), ("decode", gluon_sm90.launch_decode),
                          ("decode one warpgroup", lambda b: gluon_sm90.launch_decode(b, ws=False)),
+                         ("decode 1 stage", lambda b: gluon_sm90.launch_decode(b, config=Sm90Config(1))),
                          ("decode ws 1 split", lambda b: gluon_sm90.launch_decode(b, splits=1, ws=True)),
                          ("decode ws 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, ws=True)),
                          ("decode ws 7 splits", lambda b: gluon_sm90.launch_decode(b, splits=7, ws=True)),
@@ -170,6 +180,10 @@ def main() -> None:
         found = run_checks({"prefill": either(gluon_sm90.launch_prefill, triton_prefill.launch),
                             "decode": either(gluon_sm90.launch_decode, triton_decode.launch)},
                            (torch.bfloat16, torch.float16), DEV, big=True)
+        if opt.check_decode:  # the decode's checks again, with the partial kernel under trial
+            one = either(lambda b: gluon_sm90.launch_decode(b, config=Sm90Config(*opt.check_decode)), triton_decode.launch)
+            found += [c._replace(kernel="decode*") for c in run_checks({"decode": one}, (torch.bfloat16, torch.float16),
+                                                                       DEV, big=True) if c.kernel == "decode"]
         rows = [{**c._asdict(), "ok": c.ok} for c in found]
         result["checks"] = rows
         result["routed"] = dict(ROUTED)

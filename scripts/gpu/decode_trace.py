@@ -1,0 +1,141 @@
+"""Where a split-K decode call's time goes, from cycle stamps the partial kernel writes (TRACE=True).
+
+Each partial program stamps %clock64 at its start, once its prologue's copies are issued, once
+the row's length is known, as each tile lands and as its products finish, and after its stores;
+%globaltimer at its start and end places the programs against each other. The calls are timed
+as GpuTimer does (an L2 flush and a GPU-side hold before each, CUDA events around it), traced
+and untraced side by side, so the stamps' own cost shows. Answers are checked against the torch
+reference. Writes $OUT/decode_trace.json; prints medians over programs and calls.
+
+Usage (device machine, repository root): python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90, triton_decode  # noqa: E402
+from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
+from dispatcher.kernels.triton_prefill import pack  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import HOLD_CYCLES, L2_FLUSH_BYTES  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import rel_err, warm_clocks  # noqa: E402
+
+DEV = torch.device("cuda")
+PHASES = [("start -> copies issued", 0, 1), ("copies issued -> length known", 1, 2),
+          ("length known -> tile 0 landed", 2, 3)]
+
+
+def decode(a, splits, cfg, trace=None, rtrace=None):
+    p = pack(a)
+    rows, heads, _ = a.q.shape
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=DEV)
+    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=DEV)
+    gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=cfg, pdl=True, trace=trace)
+    triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, trace=rtrace)
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=[16, 2])
+    ap.add_argument("--calls", type=int, default=30)
+    opt = ap.parse_args()
+    out = Path(os.environ.get("OUT", "out/gpu"))
+    out.mkdir(parents=True, exist_ok=True)
+    warm_clocks(DEV, 2.0)
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=DEV)
+    cfg = gluon_sm90.DECODE_SM90
+    result = {"device": torch.cuda.get_device_name(), "runs": []}
+    for rows in opt.rows:
+        lay = Layout(512, 64)
+        sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+        ref = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=DEV))
+        torch_ref(ref)
+        p = pack(sets[0])
+        splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(DEV),
+                                             per_sm=gluon_sm90.DECODE_PER_SM[cfg.stages])
+        programs = rows * splits
+        trace = torch.zeros((programs, 24), dtype=torch.int64, device=DEV)
+        s_block, l_block = triton_decode.reduce_blocks(splits, p.lanes)
+        rtrace = torch.zeros((rows * 16 * -(-p.lanes // l_block), 4), dtype=torch.int64, device=DEV)
+        a = sets[0]._replace(output=torch.full_like(sets[0].output, float("nan")))
+        decode(a, splits, cfg, trace, rtrace)
+        torch.cuda.synchronize()
+        err = rel_err(a.output, ref.output)
+        events = {"traced": [], "untraced": []}
+        stamps, rstamps = [], []
+        for i in range(opt.calls + 3):
+            for how in ("untraced", "traced"):
+                s = sets[i % len(sets)]
+                flush.zero_()
+                torch.cuda._sleep(HOLD_CYCLES)
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                decode(s, splits, cfg, *((trace, rtrace) if how == "traced" else (None, None)))
+                e1.record()
+                torch.cuda.synchronize()
+                if i >= 3:
+                    events[how].append(e0.elapsed_time(e1) * 1e3)
+                    if how == "traced":
+                        stamps.append(trace.cpu().tolist())
+                        rstamps.append(rtrace.cpu().tolist())
+        phases: dict[str, list[float]] = {}
+        starts, ends, ghz = [], [], []
+        tiles = -(-(-(-2048 // splits)) // 64)
+        for call in stamps:
+            t0 = min(r[22] for r in call)
+            starts += [(r[22] - t0) / 1e3 for r in call]
+            ends += [(r[23] - t0) / 1e3 for r in call]
+            for r in call:
+                span_ns = r[23] - r[22]
+                if span_ns > 0:
+                    ghz.append((r[20] - r[0]) / span_ns)
+        clock = med(ghz)
+        reduce_ = {"first start": [], "first released": [], "median released": [], "last released": [], "last end": []}
+        for call, rcall in zip(stamps, rstamps):  # the reduce against the partials' last end
+            t_end = max(r[23] for r in call)
+            reduce_["first start"].append((min(r[0] for r in rcall) - t_end) / 1e3)
+            reduce_["first released"].append((min(r[1] for r in rcall) - t_end) / 1e3)
+            reduce_["median released"].append((med([r[1] for r in rcall]) - t_end) / 1e3)
+            reduce_["last released"].append((max(r[1] for r in rcall) - t_end) / 1e3)
+            reduce_["last end"].append((max(r[2] for r in rcall) - t_end) / 1e3)
+        steps = PHASES + [(f"tile {t} landed -> products done", 3 + 2 * t, 4 + 2 * t) for t in range(tiles)]
+        steps += [(f"tile {t} products done -> tile {t + 1} landed", 4 + 2 * t, 5 + 2 * t) for t in range(tiles - 1)]
+        steps += [(f"tile {tiles - 1} done -> stores done", 4 + 2 * (tiles - 1), 20), ("start -> stores done", 0, 20)]
+        for name, i0, i1 in steps:
+            phases[name] = [(r[i1] - r[i0]) / clock / 1e3 for call in stamps for r in call]
+        run = {"rows": rows, "splits": splits, "programs": programs, "rel_err": err, "sm_ghz": clock,
+               "event_us": {k: med(v) for k, v in events.items()},
+               "start_skew_us": {"median": med(starts), "max": max(starts)},
+               "end_us": {"median": med(ends), "max": max(ends)},
+               "reduce_after_partials_end_us": {k: med(v) for k, v in reduce_.items()},
+               "phases_us": {k: {"median": med(v), "max": max(v)} for k, v in phases.items()}}
+        result["runs"].append(run)
+        print(f"\n{rows} rows, {splits} splits, {programs} programs, rel err {err:.1e}, SM clock {clock:.2f} GHz")
+        print(f"  event: untraced {run['event_us']['untraced']:.1f} us, traced {run['event_us']['traced']:.1f} us")
+        print(f"  program starts after the first: median {med(starts):.2f} us, max {max(starts):.2f} us")
+        print(f"  program ends after the first start: median {med(ends):.2f} us, max {max(ends):.2f} us")
+        for k, v in run["phases_us"].items():
+            print(f"  {k:40} median {v['median']:6.2f} us   max {v['max']:6.2f} us")
+        for k, v in run["reduce_after_partials_end_us"].items():
+            print(f"  reduce {k:33} {v:6.2f} us after the partials' last end (median over calls)")
+    (out / "decode_trace.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
