@@ -70,7 +70,7 @@ PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md,
 PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws_module; faster on an H200)
 DECODE_SM90 = Sm90Config(2)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
-DECODE_PER_SM = {1: 2, 2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (94, 168, 225 KB each)
+DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
 
 def supports(args: KernelArgs) -> bool:
@@ -189,9 +189,8 @@ if HAVE_GLUON:
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         RB: gl.constexpr = 1 if ROPE1 else STAGES  # rope buffers
         LATE: gl.constexpr = ROPE1 and DB > 0  # gathers issued once this tile's scores are done
-        AHEAD: gl.constexpr = 1 if STAGES == 1 else STAGES - 1  # tiles the prologue starts
-        ONE: gl.constexpr = STAGES == 1  # one stage: the next gather waits for this tile's products
-        gl.static_assert(not (ONE and LATE), "one stage takes no late rope buffer")
+        AHEAD: gl.constexpr = STAGES - 1  # tiles the prologue starts
+        gl.static_assert(STAGES >= 2, "at least two stages: one computed, one gathering")
         kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
         if DB > 0:
@@ -231,13 +230,13 @@ if HAVE_GLUON:
         ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         _stamp(trace_ptr, 2, TRACE)  # the row's length known
         for t in range(n_tiles):
-            stage = t // (n_tiles + 1) if ONE else t % STAGES  # ONE: 0, opaque (a constant stage bloats the loop)
+            stage = t % STAGES
             ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
-            async_copy.wait_group(0 if ONE else STAGES - 2)  # this thread's copies of tile t have landed
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
-            if not LATE and not ONE:  # refill the stage tile t - 1 used
+            if not LATE:  # refill the stage tile t - 1 used
                 if ABLATE != 1:
                     if t + STAGES - 1 < n_tiles:
                         g = (t + STAGES - 1) % STAGES
@@ -289,14 +288,6 @@ if HAVE_GLUON:
                 o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's products done
-            if ONE:  # the only stage is free once every warp's products are done: tile t + 1's gather
-                cta_barrier()
-                if t + 1 < n_tiles:
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), 0, 512, cp)
-                    if DB > 0:
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_b.index(0), 512, DB, cp)
-                async_copy.commit_group()
-                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, rows_cp)
             ok = ok_next
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o

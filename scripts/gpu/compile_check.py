@@ -101,7 +101,7 @@ def main(argv: list[str]) -> None:
             print(f"{name:8} BN={bn:3} warps={warps} stages={stages} chunks={chunks} maxnreg={maxnreg or '-':>3}: "
                   + " ".join(f"{k}={v}" for k, v in r.items()))
     for s_block, l_block in ((64, 64), (16, 256), (2, 1024)):
-        r = compile_one(triton_decode._reduce_kernel, {"S_BLOCK": s_block, "L_BLOCK": l_block, "PDL": False}, 4, 1)
+        r = compile_one(triton_decode._reduce_kernel, {"S_BLOCK": s_block, "L_BLOCK": l_block, "PDL": False, "TRACE": False}, 4, 1)
         print(f"reduce   S_BLOCK={s_block} L_BLOCK={l_block}: " + " ".join(f"{k}={v}" for k, v in r.items()))
 
 

@@ -75,14 +75,8 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
              ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
-             ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode),
-             ("one warpgroup, 1 stage, 2 per SM", dec(None, gluon_sm90.Sm90Config(1), ws=False))]
+             ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
-        for splits in (8, 12, 16, 24):
-            out.append(("decode 512+64", f"1 stage, {splits} splits", dec(splits, gluon_sm90.Sm90Config(1), ws=False),
-                        [16], v32))
-        out.append(("decode 512+64", "1 stage, 2 per SM, indices all -1",
-                    invalid(dec(None, gluon_sm90.Sm90Config(1), ws=False)), [16], v32))
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
     return out
 
@@ -163,7 +157,6 @@ def main() -> None:
         torch_ref(ref_a)
         for name, fn in (("prefill", gluon_sm90.launch_prefill), ("decode", gluon_sm90.launch_decode),
                          ("decode one warpgroup", lambda b: gluon_sm90.launch_decode(b, ws=False)),
-                         ("decode 1 stage", lambda b: gluon_sm90.launch_decode(b, config=Sm90Config(1))),
                          ("decode ws 1 split", lambda b: gluon_sm90.launch_decode(b, splits=1, ws=True)),
                          ("decode ws 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, ws=True)),
                          ("decode ws 7 splits", lambda b: gluon_sm90.launch_decode(b, splits=7, ws=True)),
