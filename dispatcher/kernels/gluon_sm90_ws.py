@@ -341,37 +341,40 @@ if HAVE_GLUON:
 WORKER_REGS = (160, 128, 56)
 
 
-def _launch(args: KernelArgs, splits: int, part_o: torch.Tensor | None, part_lse: torch.Tensor | None,
-            pdl: bool, worker_regs: tuple[int, int, int] | None = None) -> None:
+def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
+                  part_lse: torch.Tensor | None, pdl: bool, **consts) -> None:
+    """Launch a warp-specialised kernel of this signature (this module's or ``gluon_sm90_ws_d512``'s).
+
+    One program per multiprocessor over the work items (row, split, head block); with no
+    ``part_o`` it is the prefill, writing the output, else the decode's partial pass.
+    """
     from .triton_decode import sm_count
 
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
+    if rows == 0 or heads == 0 or out.shape[2] == 0:
+        return
     p = pack(args)
     n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
     items = rows * splits * n_hb
     partial = part_o is not None
     if not partial:  # the prefill writes no partials: any float32 tensor serves as the unread pointers
         part_o = part_lse = out.new_empty(1, dtype=torch.float32)
-    _ws_kernel[(min(items, sm_count(q.device)),)](
+    kernel[(min(items, sm_count(q.device)),)](
         q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items, n_hb, splits,
-        int(partial), DB=int(q.shape[2]) - 512, PDL=pdl, WREGS=tuple(worker_regs or WORKER_REGS), num_warps=4,
-        maxnreg=128,
+        int(partial), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, **consts,
     )
 
 
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
-    rows, heads, _ = args.q.shape
-    if rows == 0 or heads == 0 or args.output.shape[2] == 0:
-        return
-    _launch(args, 1, None, None, False, worker_regs)
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
                        pdl: bool, worker_regs: tuple[int, int, int] | None = None) -> None:
     """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
-    _launch(args, splits, part_o, part_lse, pdl, worker_regs)
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS))

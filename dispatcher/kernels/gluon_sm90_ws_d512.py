@@ -47,7 +47,7 @@ import torch
 
 from .common import KernelArgs
 from .gluon_sm90 import HAVE_GLUON
-from .triton_prefill import HEAD_BLOCK, pack
+from .gluon_sm90_ws import launch_kernel
 
 if HAVE_GLUON:
     from triton.experimental import gluon
@@ -56,25 +56,8 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import _final_scale, _gather, _load_slots, _row_len, _row_span, _store_t, _valid, cta_barrier
-
-    STAGES = 3
-
-    # wgmma's accumulator layout for 64 x 16 per warpgroup, as gluon_sm90's kernels use it
-    MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
-
-    @gluon.jit
-    def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
-        """Work item w: (row, first head, split, offset of the row's first index, row width, positions [lo, hi))."""
-        hb = w % n_hb
-        rs = w // n_hb
-        split = rs % splits
-        row = rs // splits
-        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
-        chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width, as gluon_sm90's partials
-        lo = split * chunk
-        hi = gl.minimum(lo + chunk, seg)
-        return row, hb * 16, split, base, seg, lo, hi
+    from .gluon_sm90 import _final_scale, _gather, _load_slots, _row_len, _store_t, _valid, cta_barrier
+    from .gluon_sm90_ws import MMA, STAGES, _item  # the same work items, layout and stage count as that kernel
 
     @gluon.jit
     def _rope_rows(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
@@ -336,36 +319,12 @@ if HAVE_GLUON:
         ], [4, 4, 4], [128, 152, 64])  # registers: the first softmax warpgroup gets the rest of 4 x 128
 
 
-def _launch(args: KernelArgs, splits: int, part_o: torch.Tensor | None, part_lse: torch.Tensor | None,
-            pdl: bool) -> None:
-    from .triton_decode import sm_count
-
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, _ = q.shape
-    p = pack(args)
-    n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
-    items = rows * splits * n_hb
-    partial = part_o is not None
-    if not partial:  # the prefill writes no partials: any float32 tensor serves as the unread pointers
-        part_o = part_lse = out.new_empty(1, dtype=torch.float32)
-    _ws_kernel[(min(items, sm_count(q.device)),)](
-        q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
-        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
-        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
-        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items, n_hb, splits,
-        int(partial), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128,
-    )
-
-
 def launch_prefill_ws(args: KernelArgs) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
-    rows, heads, _ = args.q.shape
-    if rows == 0 or heads == 0 or args.output.shape[2] == 0:
-        return
-    _launch(args, 1, None, None, False)
+    launch_kernel(_ws_kernel, args, 1, None, None, False)
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
                        pdl: bool) -> None:
     """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
-    _launch(args, splits, part_o, part_lse, pdl)
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl)

@@ -33,14 +33,14 @@ DIV16 = {"q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"} 
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
-def compile_one(fn, consts: dict, num_warps: int, num_stages: int, maxnreg: int | None = None) -> dict:
-    """Compile one kernel variant for sm_90 and read its resource use from the cubin."""
-    sig, attrs, consts = {}, {}, dict(consts)
+def signature(fn, consts: dict, ptrs: dict[str, str] | None = None) -> tuple[dict, dict, dict]:
+    """(signature, attributes, constexprs) for ``triton.compile``, specialised as a real launch would be."""
+    sig, attrs, consts, ptrs = {}, {}, dict(consts), ptrs or PTRS
     for i, name in enumerate(fn.arg_names):
         if name in consts:
             sig[name] = "constexpr"
-        elif name in PTRS:
-            sig[name] = PTRS[name]
+        elif name in ptrs:
+            sig[name] = ptrs[name]
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif name == "sm_scale2":
             sig[name] = "fp32"
@@ -51,6 +51,12 @@ def compile_one(fn, consts: dict, num_warps: int, num_stages: int, maxnreg: int 
             sig[name] = "i32"
             if name in DIV16:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, attrs, consts
+
+
+def compile_one(fn, consts: dict, num_warps: int, num_stages: int, maxnreg: int | None = None) -> dict:
+    """Compile one kernel variant for sm_90 and read its resource use from the cubin."""
+    sig, attrs, consts = signature(fn, consts)
     opts = {"num_warps": num_warps, "num_stages": num_stages}
     if maxnreg:
         opts["maxnreg"] = maxnreg

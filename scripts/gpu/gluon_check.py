@@ -20,7 +20,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compile_check import DIV16, PTRS, sass_loop  # noqa: E402
+from compile_check import PTRS, sass_loop, signature  # noqa: E402
 
 PTRS = {**PTRS, "trace_ptr": "*i64"}  # the partial kernel's cycle stamps (TRACE; off here)
 from dispatcher.kernels import gluon_sm90  # noqa: E402
@@ -29,22 +29,7 @@ TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
 def compile_one(fn, consts: dict, **options) -> dict:
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in PTRS:
-            sig[name] = PTRS[name]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name == "sm_scale2":
-            sig[name] = "fp32"
-        elif name in ("idx_s1", "o_s2"):
-            sig[name] = "constexpr"
-            consts = {**consts, name: 1}
-        else:
-            sig[name] = "i32"
-            if name in DIV16:
-                attrs[(i,)] = [["tt.divisibility", 16]]
+    sig, attrs, consts = signature(fn, consts, PTRS)
     k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, **options})
     cubin = Path("/tmp/_gluon_check.cubin")

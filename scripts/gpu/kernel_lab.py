@@ -173,13 +173,8 @@ def floor(timers: dict[str, GpuTimer], repeats: int) -> list[dict]:
     return found
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=["prefill", "decode", "floor"])
-    ap.add_argument("--repeats", type=int, default=100)
-    ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
-    ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products first, to raise clocks")
-    opt = ap.parse_args()
+def lab_output():
+    """($OUT, created; a log that prints each line with the seconds since this call), for the GPU labs."""
     out = Path(os.environ.get("OUT", "out/gpu"))
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -187,6 +182,17 @@ def main() -> None:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
 
+    return out, log
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", choices=["prefill", "decode", "floor"])
+    ap.add_argument("--repeats", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
+    ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products first, to raise clocks")
+    opt = ap.parse_args()
+    out, log = lab_output()
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
         f"PDL {'available' if triton_decode.pdl_supported(torch.device('cuda')) else 'unavailable'}")
     vs = [v for v in variants() if opt.only in (None, v["group"])]

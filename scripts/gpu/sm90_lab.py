@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -33,7 +31,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import rel_err, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, rel_err, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 ROUTED = {"sm90": 0, "triton": 0}
@@ -134,16 +132,11 @@ def main() -> None:
     ap.add_argument("--only", choices=["prefill", "decode"])
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--check-decode", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                    help="also run the decode checks with Sm90Config(*these), e.g. 1 (one stage)")
+                    help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--warm-s", type=float, default=2.0)
     opt = ap.parse_args()
-    out = Path(os.environ.get("OUT", "out/gpu"))
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
+    out, log = lab_output()
 
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
         f"gluon {gluon_sm90.HAVE_GLUON}")
