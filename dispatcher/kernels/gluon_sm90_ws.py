@@ -51,6 +51,23 @@ if HAVE_GLUON:
                               cp_async)
 
     STAGES = 3
+    # Timing experiments only (scripts/gpu/decode_trace.py --ws sets it before the first compile, in its own
+    # Triton cache): cycle stamps into ``trace_ptr``, 24 a program, as gluon_sm90's partial kernel writes them.
+    # A global because worker partitions take no constexpr arguments (Triton 3.6).
+    TRACE = gl.constexpr(False)
+
+    @gluon.jit
+    def _stamp(tp, slot):
+        if TRACE:
+            c = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            gl.store(tp + gl.program_id(0) * 24 + slot, c)
+
+    @gluon.jit
+    def _stamp_time(tp, slot):
+        if TRACE:
+            c = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False,
+                                          pack=1)
+            gl.store(tp + gl.program_id(0) * 24 + slot, c)
 
     # wgmma's accumulator layout for 64 x 16 per warpgroup, as gluon_sm90's kernels use it
     MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
@@ -90,7 +107,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _softmax_part(qa_smem, qb_smem, kv_a, rp, m_smem, bars, q_ptr, q_s0, q_s1, H,
                       idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged,
-                      has_len, n_items, n_hb, splits, par):
+                      has_len, n_items, n_hb, splits, par, tp):
         """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
 
         The scores, the exponentials and the P hand-over of consecutive tiles run in the two
@@ -139,6 +156,8 @@ if HAVE_GLUON:
             m = gl.full([16], float("-inf"), gl.float32, heads_l)  # the running max as of this warpgroup's last tile
             l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums relative to m: reduced at the end
             mbarrier.wait(q_ready.index(0), k & 1)
+            if par == 0:
+                _stamp(tp, 2)  # q in shared memory, the row's length known
             for t in range(par, nt, 2):
                 g = gbase + t
                 ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
@@ -186,7 +205,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _pv_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
-                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial):
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp):
         """Oᵀ over the item's tiles in order, P from the two softmax warpgroups in turn; their totals merged at the end.
 
         Each softmax warpgroup's totals (its last max and its sum relative to it) come with its last
@@ -211,11 +230,13 @@ if HAVE_GLUON:
                 j = t % 2
                 cj = gl.where(j == 0, c0, c1)
                 mbarrier.wait(p_ready.index(j), cj & 1)
+                _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
                 fence_async_shared()
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
                 o = o * alpha[None, :]
                 o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
+                _stamp(tp, 4 + 2 * gl.minimum(t, 7))  # tile t's P·V done
                 if t + 2 >= nt:  # warpgroup j's last tile: its totals
                     if j == 0:
                         m0 = _vec_view(rp, 0, FIN_M).load(heads_l)
@@ -242,10 +263,12 @@ if HAVE_GLUON:
             else:
                 scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
                 _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+            _stamp(tp, 20)
+            _stamp_time(tp, 23)
 
     @gluon.jit
     def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                   n_items, n_hb, splits):
+                   n_items, n_hb, splits, tp):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2."""
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
@@ -264,6 +287,8 @@ if HAVE_GLUON:
                 fence_async_shared()
                 _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
                 async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                if g == 0:
+                    _stamp(tp, 1)  # the first tile's copies issued
                 if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
                     j = t % 2
                     cj = gl.where(j == 0, c0, c1)
@@ -279,8 +304,13 @@ if HAVE_GLUON:
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr):
+                   partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
+        tp = part_lse_ptr  # the stamps' pointer (TRACE only; unread otherwise): partition arguments must be values
+        if TRACE:
+            tp = trace_ptr
+            _stamp_time(tp, 22)
+            _stamp(tp, 0)
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
                                       is_pure=False, pack=1)
@@ -325,14 +355,14 @@ if HAVE_GLUON:
                  n_items, n_hb, splits)
         wargs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
-                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial)
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
         gl.warp_specialize([
-            (_softmax_part, sargs + (zero,)),
-            (_softmax_part, sargs + (zero + 1,)),
+            (_softmax_part, sargs + (zero, tp)),
+            (_softmax_part, sargs + (zero + 1, tp)),
             (_pv_part, wargs),
             (_load_part, (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                          n_items, n_hb, splits)),
+                          n_items, n_hb, splits, tp)),
         ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); the first softmax warpgroup gets the rest
 
 
@@ -375,6 +405,11 @@ def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | N
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
-                       pdl: bool, worker_regs: tuple[int, int, int] | None = None) -> None:
-    """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS))
+                       pdl: bool, worker_regs: tuple[int, int, int] | None = None,
+                       trace: torch.Tensor | None = None) -> None:
+    """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads.
+
+    ``trace`` (timing experiments only, with the module's TRACE set): int64, 24 stamps a program.
+    """
+    extra = {"trace_ptr": trace} if trace is not None else {}
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS), **extra)

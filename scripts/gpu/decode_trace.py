@@ -7,7 +7,12 @@ as GpuTimer does (an L2 flush and a GPU-side hold before each, CUDA events aroun
 and untraced side by side, so the stamps' own cost shows. Answers are checked against the torch
 reference. Writes $OUT/decode_trace.json; prints medians over programs and calls.
 
-Usage (device machine, repository root): python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30]
+With ``--ws`` the partials come from the warp-specialised kernel (``gluon_sm90_ws``, its module
+flag TRACE set before anything compiles, in a Triton cache of its own): the loader stamps its
+first copies, softmax warpgroup 0 the item's q, and P·V each tile's P arriving and its product
+done.
+
+Usage (device machine, repository root): python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30] [--ws]
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
+
+if "--ws" in sys.argv:  # the traced build must not share a cache with the production one
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="ws_trace_cache_")
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, triton_decode  # noqa: E402
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, triton_decode  # noqa: E402
 from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
 from dispatcher.kernels.triton_prefill import pack  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
@@ -35,6 +44,9 @@ from kernel_lab import rel_err, warm_clocks  # noqa: E402
 DEV = torch.device("cuda")
 PHASES = [("start -> copies issued", 0, 1), ("copies issued -> length known", 1, 2),
           ("length known -> tile 0 landed", 2, 3)]
+WS_PHASES = [("start -> loader's first copies issued", 0, 1), ("first copies issued -> q ready", 1, 2),
+             ("q ready -> tile 0's P ready", 2, 3)]
+WS = "--ws" in sys.argv
 
 
 def decode(a, splits, cfg, trace=None, rtrace=None):
@@ -42,7 +54,10 @@ def decode(a, splits, cfg, trace=None, rtrace=None):
     rows, heads, _ = a.q.shape
     part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=DEV)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=DEV)
-    gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=cfg, pdl=True, trace=trace)
+    if WS:
+        gluon_sm90_ws.launch_partials_ws(a, part_o, part_lse, splits, pdl=True, trace=trace)
+    else:
+        gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=cfg, pdl=True, trace=trace)
     triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, trace=rtrace)
 
 
@@ -54,13 +69,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 2])
     ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--ws", action="store_true", help="the warp-specialised kernel's partials")
     opt = ap.parse_args()
+    if opt.ws:
+        from triton.experimental.gluon import language as gl
+
+        gluon_sm90_ws.TRACE = gl.constexpr(True)
     out = Path(os.environ.get("OUT", "out/gpu"))
     out.mkdir(parents=True, exist_ok=True)
     warm_clocks(DEV, 2.0)
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=DEV)
     cfg = gluon_sm90.DECODE_SM90
-    result = {"device": torch.cuda.get_device_name(), "runs": []}
+    result = {"device": torch.cuda.get_device_name(), "kernel": "gluon_sm90_ws" if opt.ws else "gluon_sm90",
+              "runs": []}
     for rows in opt.rows:
         lay = Layout(512, 64)
         sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
@@ -68,7 +89,7 @@ def main() -> None:
         torch_ref(ref)
         p = pack(sets[0])
         splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(DEV),
-                                             per_sm=gluon_sm90.DECODE_PER_SM[cfg.stages])
+                                             per_sm=1 if opt.ws else gluon_sm90.DECODE_PER_SM[cfg.stages])
         programs = rows * splits
         trace = torch.zeros((programs, 24), dtype=torch.int64, device=DEV)
         s_block, l_block = triton_decode.reduce_blocks(splits, p.lanes)
@@ -114,8 +135,10 @@ def main() -> None:
             reduce_["median released"].append((med([r[1] for r in rcall]) - t_end) / 1e3)
             reduce_["last released"].append((max(r[1] for r in rcall) - t_end) / 1e3)
             reduce_["last end"].append((max(r[2] for r in rcall) - t_end) / 1e3)
-        steps = PHASES + [(f"tile {t} landed -> products done", 3 + 2 * t, 4 + 2 * t) for t in range(tiles)]
-        steps += [(f"tile {t} products done -> tile {t + 1} landed", 4 + 2 * t, 5 + 2 * t) for t in range(tiles - 1)]
+        landed, done = ("P ready", "P·V done") if opt.ws else ("landed", "products done")
+        steps = (WS_PHASES if opt.ws else PHASES) + [
+            (f"tile {t} {landed} -> {done}", 3 + 2 * t, 4 + 2 * t) for t in range(tiles)]
+        steps += [(f"tile {t} {done} -> tile {t + 1} {landed}", 4 + 2 * t, 5 + 2 * t) for t in range(tiles - 1)]
         steps += [(f"tile {tiles - 1} done -> stores done", 4 + 2 * (tiles - 1), 20), ("start -> stores done", 0, 20)]
         for name, i0, i1 in steps:
             phases[name] = [(r[i1] - r[i0]) / clock / 1e3 for call in stamps for r in call]
@@ -134,7 +157,7 @@ def main() -> None:
             print(f"  {k:40} median {v['median']:6.2f} us   max {v['max']:6.2f} us")
         for k, v in run["reduce_after_partials_end_us"].items():
             print(f"  reduce {k:33} {v:6.2f} us after the partials' last end (median over calls)")
-    (out / "decode_trace.json").write_text(json.dumps(result, indent=1))
+    (out / ("decode_trace_ws.json" if opt.ws else "decode_trace.json")).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
