@@ -101,7 +101,7 @@ def main() -> None:
         events = {"traced": [], "untraced": []}
         stamps, rstamps = [], []
         for i in range(opt.calls + 3):
-            for how in ("untraced", "traced"):
+            for how in ("traced",) if opt.ws else ("untraced", "traced"):  # --ws: one build, TRACE on
                 s = sets[i % len(sets)]
                 flush.zero_()
                 torch.cuda._sleep(HOLD_CYCLES)
@@ -150,7 +150,7 @@ def main() -> None:
                "phases_us": {k: {"median": med(v), "max": max(v)} for k, v in phases.items()}}
         result["runs"].append(run)
         print(f"\n{rows} rows, {splits} splits, {programs} programs, rel err {err:.1e}, SM clock {clock:.2f} GHz")
-        print(f"  event: untraced {run['event_us']['untraced']:.1f} us, traced {run['event_us']['traced']:.1f} us")
+        print("  event: " + ", ".join(f"{k} {v:.1f} us" for k, v in run["event_us"].items() if v == v))
         print(f"  program starts after the first: median {med(starts):.2f} us, max {max(starts):.2f} us")
         print(f"  program ends after the first start: median {med(ends):.2f} us, max {max(ends):.2f} us")
         for k, v in run["phases_us"].items():
