@@ -123,6 +123,8 @@ if HAVE_GLUON:
         next tile.
         """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
+        if par == 0:
+            _stamp(tp, 21)  # softmax warpgroup 0 starts
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
         dt: gl.constexpr = kv_a.dtype
@@ -271,6 +273,7 @@ if HAVE_GLUON:
                    n_items, n_hb, splits, tp):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2."""
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
+        _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)

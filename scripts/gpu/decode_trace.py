@@ -44,8 +44,9 @@ from kernel_lab import rel_err, warm_clocks  # noqa: E402
 DEV = torch.device("cuda")
 PHASES = [("start -> copies issued", 0, 1), ("copies issued -> length known", 1, 2),
           ("length known -> tile 0 landed", 2, 3)]
-WS_PHASES = [("start -> loader's first copies issued", 0, 1), ("first copies issued -> q ready", 1, 2),
-             ("q ready -> tile 0's P ready", 2, 3)]
+WS_PHASES = [("start -> loader partition starts", 0, 19), ("start -> softmax warpgroup 0 starts", 0, 21),
+             ("loader starts -> its first copies issued", 19, 1), ("start -> loader's first copies issued", 0, 1),
+             ("first copies issued -> q ready", 1, 2), ("q ready -> tile 0's P ready", 2, 3)]
 WS = "--ws" in sys.argv
 
 
