@@ -70,7 +70,6 @@ PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md,
 PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws_module; faster on an H200)
 DECODE_SM90 = Sm90Config(2)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
-DECODE_CLUSTER = False  # the reduce inside the partial kernel, a row's splits (<= 8) as one cluster (S6: trial)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 
 
@@ -365,50 +364,13 @@ if HAVE_GLUON:
         scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
         _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
 
-    @gluon.jit
-    def _cluster_reduce(o_ptr, lse_ptr, sink_ptr, out_ptr, row, rank, h0, H, o_ld, lanes, has_sink, sink_s0,
-                        o_s0, o_s1, o_s2, CLUSTER: gl.constexpr):
-        """The reduce of ``triton_decode``, inside the partial kernel: program ``rank`` of the row's cluster
-        writes the output's 64-lane blocks rank, rank + CLUSTER, ... from the CLUSTER partials (read past L1,
-        which holds nothing another multiprocessor wrote)."""
-        blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
-        heads_l: gl.constexpr = gl.SliceLayout(1, blk)
-        offs_h = h0 + gl.arange(0, 16, heads_l)
-        hmask = offs_h < H
-        sink = gl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
-        sink = sink.to(gl.float32) * 1.4426950408889634
-        first = row.to(gl.int64) * CLUSTER * H + offs_h  # the row's partial rows, split s at first + s * H
-        big = sink
-        for s in gl.static_range(CLUSTER):
-            big = gl.maximum(big, gl.load(lse_ptr + first + s * H, mask=hmask, other=float("-inf"), cache_modifier=".cg"))
-        big_safe = gl.where(big == float("-inf"), 0.0, big)
-        total = gl.exp2(sink - big_safe)
-        for s in gl.static_range(CLUSTER):
-            total += gl.exp2(gl.load(lse_ptr + first + s * H, mask=hmask, other=float("-inf"),
-                                     cache_modifier=".cg") - big_safe)
-        inv = gl.where(total > 0.0, 1.0 / gl.where(total > 0.0, total, 1.0), 0.0)
-        out_row = out_ptr + row.to(gl.int64) * o_s0 + offs_h[:, None] * o_s1
-        for b in range(rank, 8, CLUSTER):
-            offs_l = b * 64 + gl.arange(0, 64, gl.SliceLayout(0, blk))
-            mask = hmask[:, None] & (offs_l < lanes)[None, :]
-            acc = gl.zeros([16, 64], gl.float32, blk)
-            for s in gl.static_range(CLUSTER):
-                w = gl.exp2(gl.load(lse_ptr + first + s * H, mask=hmask, other=float("-inf"),
-                                    cache_modifier=".cg") - big_safe)
-                part = gl.load(o_ptr + (first + s * H)[:, None] * o_ld + offs_l[None, :], mask=mask, other=0.0,
-                               cache_modifier=".cg")
-                acc += part * w[:, None]
-            gl.store(out_row + offs_l[None, :] * o_s2, (acc * inv[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
-
     @gluon.jit(do_not_specialize=_FLAGS)
     def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        trace_ptr=None, TRACE: gl.constexpr = False,
-                        out_ptr=None, sink_ptr=None, has_sink=0, sink_s0=0, o_s0=0, o_s1=0, o_s2=0,
-                        CLUSTER: gl.constexpr = 0):
+                        trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -421,9 +383,6 @@ if HAVE_GLUON:
                                       is_pure=False, pack=1)
         row = gl.program_id(0)
         split = gl.program_id(1)
-        if CLUSTER > 0:  # a row's splits are one thread-block cluster along x (splits == CLUSTER)
-            row = gl.program_id(0) // CLUSTER
-            split = gl.program_id(0) % CLUSTER
         h0 = gl.program_id(2) * 16
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width: no count before the gathers
@@ -439,11 +398,6 @@ if HAVE_GLUON:
         part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
         gl.store(lse_ptr + part, lse, mask=hmask)
         _store_partial(o_ptr, part, o_ld, hmask, o, inv)
-        if CLUSTER > 0:  # every split of the row has stored its partial: this program combines its lane blocks
-            gl.inline_asm_elementwise("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;"
-                                      " // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-            _cluster_reduce(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, h0, H, o_ld, lanes, has_sink, sink_s0,
-                            o_s0, o_s1, o_s2, CLUSTER)
         if TRACE:
             _stamp(trace_ptr, 20, TRACE)
             gl.store(trace_ptr + 23, gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
@@ -498,48 +452,25 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
 
 
 def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
-                    config: Sm90Config, pdl: bool, trace: torch.Tensor | None = None, cluster: bool = False) -> None:
+                    config: Sm90Config, pdl: bool, trace: torch.Tensor | None = None) -> None:
     """The split-K decode's partial pass on Hopper, into the layout ``triton_decode``'s reduce reads.
 
     ``trace`` (timing experiments only): int64, 24 per program, filled with cycle stamps (see _attend).
     """
-    q, kv, out = args.q, args.kv, args.output
+    q, kv = args.q, args.kv
     rows, heads, _ = q.shape
     p = pack(args)
-    grid = (rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)
-    pos = (q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
-           p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
-           q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2))
-    kw = dict(trace_ptr=trace, TRACE=trace is not None, CNT_BLOCK=count_block(p.width), PDL=pdl and not cluster,
-              **_consts(args, config))
-    if not cluster:
-        _partial_kernel[grid](*pos, **kw)
-        return
-    if not 1 <= splits <= 8:
-        raise ValueError(f"a cluster holds 1 to 8 programs (portable size), not {splits} splits")
-    kw.update(out_ptr=out, sink_ptr=p.sink, has_sink=p.has_sink, sink_s0=p.sink.stride(0) if p.has_sink else 0,
-              o_s0=out.stride(0), o_s1=out.stride(1), o_s2=out.stride(2), CLUSTER=splits)
-    launch_clustered(_partial_kernel, (rows, 1, grid[2]), splits, pos, kw)
-
-
-def launch_clustered(fn, grid: tuple[int, int, int], cluster: int, pos: tuple, kw: dict) -> None:
-    """Launch ``fn`` with ``cluster`` programs along x per thread-block cluster (``grid[0]`` clusters).
-
-    Triton 3.6 sets a launch's cluster shape from the compiled kernel's ``num_ctas``, which would also
-    make every layout span the cluster; this kernel's layouts are per program. So the compiled
-    kernel (its own specialisation: CLUSTER is a constexpr) gets ``num_ctas`` = ``cluster`` in the
-    metadata its launcher reads, and the launcher multiplies the grid's x by it.
-    """
-    kernel = fn.warmup(*pos, grid=grid, **kw)
-    kernel = kernel.result() if hasattr(kernel, "result") else kernel
-    meta = tuple(kernel.packed_metadata)
-    if meta[1] != cluster:
-        kernel.packed_metadata = (meta[0], cluster) + meta[2:]
-    fn[grid](*pos, **kw)
+    _partial_kernel[(rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)](
+        q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
+        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
+        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2),
+        trace_ptr=trace, TRACE=trace is not None,
+        CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config),
+    )
 
 
 def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
-                  pdl: bool | None = None, ws: bool | None = None, cluster: bool | None = None) -> None:
+                  pdl: bool | None = None, ws: bool | None = None) -> None:
     """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
 
     The partials come from this module's one-warpgroup kernel by default (``DECODE_WARP_SPECIALISED``
@@ -566,9 +497,6 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
     if use_ws:
         ws_module(args).launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
-    elif (DECODE_CLUSTER if cluster is None else cluster) and splits <= 8:
-        launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=False, cluster=True)
-        return
     else:
         launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
     triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)

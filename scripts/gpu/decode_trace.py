@@ -48,7 +48,6 @@ WS_PHASES = [("start -> loader partition starts", 0, 19), ("start -> softmax war
              ("loader starts -> its first copies issued", 19, 1), ("start -> loader's first copies issued", 0, 1),
              ("first copies issued -> q ready", 1, 2), ("q ready -> tile 0's P ready", 2, 3)]
 WS = "--ws" in sys.argv
-CLUSTER = "--cluster" in sys.argv
 
 
 def decode(a, splits, cfg, trace=None, rtrace=None):
@@ -58,9 +57,6 @@ def decode(a, splits, cfg, trace=None, rtrace=None):
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=DEV)
     if WS:
         gluon_sm90_ws.launch_partials_ws(a, part_o, part_lse, splits, pdl=True, trace=trace)
-    elif CLUSTER:  # the reduce inside the partial kernel: its stamp 20 comes after it
-        gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=cfg, pdl=False, trace=trace, cluster=True)
-        return
     else:
         gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=cfg, pdl=True, trace=trace)
     triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, trace=rtrace)
@@ -75,7 +71,6 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 2])
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--ws", action="store_true", help="the warp-specialised kernel's partials")
-    ap.add_argument("--cluster", action="store_true", help="the reduce inside the partial kernel (no reduce stamps)")
     opt = ap.parse_args()
     if opt.ws:
         from triton.experimental.gluon import language as gl
@@ -134,7 +129,7 @@ def main() -> None:
                     ghz.append((r[20] - r[0]) / span_ns)
         clock = med(ghz)
         reduce_ = {"first start": [], "first released": [], "median released": [], "last released": [], "last end": []}
-        for call, rcall in zip(stamps, rstamps) if not opt.cluster else ():  # the reduce against the partials' end
+        for call, rcall in zip(stamps, rstamps):  # the reduce against the partials' last end
             t_end = max(r[23] for r in call)
             reduce_["first start"].append((min(r[0] for r in rcall) - t_end) / 1e3)
             reduce_["first released"].append((min(r[1] for r in rcall) - t_end) / 1e3)
@@ -152,7 +147,7 @@ def main() -> None:
                "event_us": {k: med(v) for k, v in events.items()},
                "start_skew_us": {"median": med(starts), "max": max(starts)},
                "end_us": {"median": med(ends), "max": max(ends)},
-               "reduce_after_partials_end_us": {k: med(v) for k, v in reduce_.items() if v},
+               "reduce_after_partials_end_us": {k: med(v) for k, v in reduce_.items()},
                "phases_us": {k: {"median": med(v), "max": max(v)} for k, v in phases.items()}}
         result["runs"].append(run)
         print(f"\n{rows} rows, {splits} splits, {programs} programs, rel err {err:.1e}, SM clock {clock:.2f} GHz")

@@ -56,8 +56,8 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     def pre(cfg):
         return lambda a: gluon_sm90.launch_prefill(a, config=cfg)
 
-    def dec(splits, cfg, pdl=None, ws=None, cluster=None):
-        return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl, ws=ws, cluster=cluster)
+    def dec(splits, cfg, pdl=None, ws=None):
+        return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl, ws=ws)
 
     if only in (None, "prefill"):
         for lay, tag in ((v32, "512+64"), (v0, "512+0")):
@@ -76,9 +76,6 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
              ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
-        out.append(("decode 512+64", "cluster reduce", dec(None, None, cluster=True), [2, 16], v32))
-        out.append(("decode 512+64", "cluster reduce, 8 splits", dec(8, None, cluster=True), [2], v32))
-        out.append(("decode 512+64", "one warpgroup, 8 splits", dec(8, None), [2], v32))
     return out
 
 
@@ -136,8 +133,6 @@ def main() -> None:
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--check-decode", type=lambda v: [int(x) for x in v.split(",")], default=None,
                     help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2")
-    ap.add_argument("--check-cluster", action="store_true",
-                    help="also run the decode checks with the reduce inside the partial kernel (cluster=True)")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--warm-s", type=float, default=2.0)
     opt = ap.parse_args()
@@ -155,7 +150,6 @@ def main() -> None:
         torch_ref(ref_a)
         for name, fn in (("prefill", gluon_sm90.launch_prefill), ("decode", gluon_sm90.launch_decode),
                          ("decode one warpgroup", lambda b: gluon_sm90.launch_decode(b, ws=False)),
-                         ("decode cluster reduce 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, cluster=True)),
                          ("decode ws 1 split", lambda b: gluon_sm90.launch_decode(b, splits=1, ws=True)),
                          ("decode ws 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, ws=True)),
                          ("decode ws 7 splits", lambda b: gluon_sm90.launch_decode(b, splits=7, ws=True)),
@@ -172,10 +166,8 @@ def main() -> None:
         found = run_checks({"prefill": either(gluon_sm90.launch_prefill, triton_prefill.launch),
                             "decode": either(gluon_sm90.launch_decode, triton_decode.launch)},
                            (torch.bfloat16, torch.float16), DEV, big=True)
-        if opt.check_decode or opt.check_cluster:  # the decode's checks again, with the partial kernel under trial
-            cfg = Sm90Config(*opt.check_decode) if opt.check_decode else None
-            one = either(lambda b: gluon_sm90.launch_decode(b, config=cfg, cluster=opt.check_cluster or None),
-                         triton_decode.launch)
+        if opt.check_decode:  # the decode's checks again, with the partial kernel under trial
+            one = either(lambda b: gluon_sm90.launch_decode(b, config=Sm90Config(*opt.check_decode)), triton_decode.launch)
             found += [c._replace(kernel="decode*") for c in run_checks({"decode": one}, (torch.bfloat16, torch.float16),
                                                                        DEV, big=True) if c.kernel == "decode"]
         rows = [{**c._asdict(), "ok": c.ok} for c in found]

@@ -26,8 +26,7 @@ def test_full_shapes_match_the_reference(compiled, dtype, config):
 
 
 @pytest.mark.parametrize(("impl", "split_counts"), [("triton", (1, 2, 5, 22, 64)), ("sm90", (1, 2, 5, 11, 64)),
-                                                    ("sm90-ws", (1, 2, 3, 11, 64)),
-                                                    ("sm90-cluster", (1, 2, 3, 5, 8))])
+                                                    ("sm90-ws", (1, 2, 3, 11, 64))])
 def test_forced_split_counts_agree(compiled, impl, split_counts):
     """Every split count, including more splits than tiles, gives the same implementation's prefill answer."""
     from dispatcher.sweep.correctness import build
@@ -37,11 +36,10 @@ def test_forced_split_counts_agree(compiled, impl, split_counts):
     if impl.startswith("sm90"):
         g = _hopper()
         ws = impl == "sm90-ws"  # the warp-specialised kernel's partials (splits as work items)
-        cluster = impl == "sm90-cluster"  # the reduce inside the partial kernel, a row's splits one cluster
         prefill_launch = g.launch_prefill
 
         def decode_launch(a, splits):
-            g.launch_decode(a, splits=splits, ws=ws, cluster=cluster)
+            g.launch_decode(a, splits=splits, ws=ws)
     else:
         prefill_launch, decode_launch = prefill.launch, decode.launch
     args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
@@ -120,7 +118,7 @@ def _hopper():
 
 
 SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
-                "ws-decode": "ws", "cluster-decode": "cluster"}
+                "ws-decode": "ws"}
 
 
 @pytest.mark.parametrize("config", list(SM90_CONFIGS))
@@ -137,8 +135,7 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
         def fn(a):
             if g.supports(a):
                 took["gluon"] += 1
-                extra = {spec: True} if spec in ("ws", "cluster") and fast is g.launch_decode else {}
-                fast(a, **kw, **extra)
+                fast(a, **kw, **({"ws": True} if spec == "ws" and fast is g.launch_decode else {}))
             else:
                 took["triton"] += 1
                 slow(a)
