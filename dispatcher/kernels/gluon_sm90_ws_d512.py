@@ -4,7 +4,8 @@
 slower than this kernel at D = 512 on an H200, where there are no rope lanes to buffer (S5-1 to
 S5-5, same runs; Nsight Compute in S5-4 shows its softmax warpgroups waiting longer for gathered
 stages, the cause not established). So ``gluon_sm90`` takes this one for D = 512 and that one
-for 512+64. What follows is this kernel's own description, as written in session 4.
+for 512+64. Since session 6 it takes its work items and launcher from ``gluon_sm90_ws`` (its
+SASS unchanged). What follows is this kernel's own description, as written in session 4.
 
 Sparse MLA attention for Hopper with warp specialisation: a loader, two scores+softmax warpgroups, P·V.
 
