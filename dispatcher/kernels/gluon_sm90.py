@@ -161,6 +161,17 @@ if HAVE_GLUON:
         return (slot >= 0) & (slot < skv)
 
     @gluon.jit
+    def _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB: gl.constexpr):
+        """Start the cp.async copy of q's 16 heads (512 lanes, then DB rope lanes) into shared memory."""
+        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(1, cp))
+        q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
+        cp_async(qa_smem, q_row + gl.arange(0, 512, gl.SliceLayout(0, cp))[None, :], mask=(offs_h < H)[:, None])
+        if DB > 0:
+            cp_async(qb_smem, q_row + (512 + gl.arange(0, DB, gl.SliceLayout(0, cp)))[None, :],
+                     mask=(offs_h < H)[:, None])
+
+    @gluon.jit
     def _stamp(trace_ptr, slot, TRACE: gl.constexpr):
         """With TRACE (timing experiments only), the SM's cycle counter into ``trace_ptr[slot]``."""
         if TRACE:
@@ -204,12 +215,7 @@ if HAVE_GLUON:
         # cp.async ahead of the first gathers, in their commit group: a plain load is scheduled after
         # the gathers' issue and queues behind every program's gathers (S5-1: 17% of the decode's time
         # went to waiting for it).
-        offs_h = h0 + gl.arange(0, 16, rows_cp)
-        q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
-        cp_async(qa_smem, q_row + gl.arange(0, 512, gl.SliceLayout(0, cp))[None, :], mask=(offs_h < H)[:, None])
-        if DB > 0:
-            cp_async(qb_smem, q_row + (512 + gl.arange(0, DB, gl.SliceLayout(0, cp)))[None, :],
-                     mask=(offs_h < H)[:, None])
+        _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
         m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
         l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums: reduced once, at the end
         o = gl.zeros([512, 16], gl.float32, mma)

@@ -47,8 +47,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import (_final_scale, _gather, _load_slots, _p_view, _row_len, _row_span, _store_t, _valid,
-                              cp_async)
+    from .gluon_sm90 import _copy_q, _final_scale, _gather, _load_slots, _p_view, _row_len, _row_span, _store_t, _valid
 
     STAGES = 3
     # Timing experiments only (scripts/gpu/decode_trace.py --ws sets it before the first compile, in its own
@@ -129,8 +128,6 @@ if HAVE_GLUON:
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
         dt: gl.constexpr = kv_a.dtype
         mma: gl.constexpr = MMA
-        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
         s0 = gl.zeros([64, 16], gl.float32, mma)
@@ -145,12 +142,7 @@ if HAVE_GLUON:
             if par == 0:  # this item's q, once both warpgroups' scores of the previous item are done with the last
                 # one: copied by cp.async, which arrives on Q_READY, so its latency overlaps the count below
                 mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
-                offs_h = h0 + gl.arange(0, 16, rows_cp)
-                q_row = q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1
-                cp_async(qa_smem, q_row + gl.arange(0, 512, gl.SliceLayout(0, cp))[None, :], mask=(offs_h < H)[:, None])
-                if DB > 0:
-                    cp_async(qb_smem, q_row + (512 + gl.arange(0, DB, gl.SliceLayout(0, cp)))[None, :],
-                             mask=(offs_h < H)[:, None])
+                _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
                 async_copy.mbarrier_arrive(q_ready.index(0), increment_count=False)
             # The row's length (one load up to 2048 indices): only the softmax masks need it.
             n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 2048)
