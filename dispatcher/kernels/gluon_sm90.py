@@ -341,25 +341,21 @@ if HAVE_GLUON:
         gl.store(ptrs, val, mask=(offs_f < o_ld)[:, None] & hmask_r[None, :])
 
     @gluon.jit
-    def _arrive_and_wait(sem, split, splits, trace_ptr, TRACE: gl.constexpr):
+    def _arrive_and_wait(sem, splits, trace_ptr, TRACE: gl.constexpr):
         """Count this program into its (row, head block)'s semaphore and wait for every split's partial.
 
         CUTLASS's semaphore pattern: a CTA barrier orders every warp's partial stores before one
-        release-ordered increment; the wait spins on acquire-ordered reads. The counter is never
-        reset: a call's arrivals add exactly 2**16 between them (split 0 adds 2**16 - splits + 1,
-        the others 1), so it is a multiple of 2**16 between calls, stays below the next multiple
-        while any split is missing, and reaches it when all have arrived: a program is done waiting
-        when the counter's top 16 bits differ from those its own increment saw. Calls on one stream
-        follow each other, and CUDA-graph replay needs nothing reset.
+        release-ordered increment; the wait spins on acquire-ordered reads. The count climbs to
+        ``splits`` (all arrived), then to 2 x ``splits`` as the programs leave the wait, and the last
+        to leave puts it back to 0 for the next call: no per-call reset, so CUDA-graph replay works.
         """
         cta_barrier()
-        add = gl.where(split == 0, 65537 - splits, 1)
-        seen = gl.atomic_add(sem, add, sem="acq_rel", scope="gpu")
-        base = seen & -65536
-        seen += add
-        while (seen & -65536) == base:
+        seen = gl.atomic_add(sem, 1, sem="acq_rel", scope="gpu") + 1
+        while seen < splits:
             seen = gl.atomic_add(sem, 0, sem="acquire", scope="gpu")
         _stamp(trace_ptr, 21, TRACE)  # every split's partial is visible
+        if gl.atomic_add(sem, 1, sem="relaxed", scope="gpu") == 2 * splits - 1:
+            gl.atomic_xchg(sem, 0, sem="relaxed", scope="gpu")
 
     @gluon.jit
     def _combine(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, h0, H, o_ld, has_sink, sink_s0,
@@ -370,14 +366,7 @@ if HAVE_GLUON:
         takes elements [split x per, (split + 1) x per) of them (``combine_blocks`` sizes ``per`` and
         CB on the host). Partials come from other multiprocessors, so the loads go to L2 (.cg).
         """
-        # 16-byte vectors along the elements; warps along the splits too where CB is narrow, so a
-        # thread holds S_BLOCK x CB / 128 values (64) and no element is held twice.
-        if CB >= 512:
-            lay: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 4], [1, 0])
-        elif CB == 256:
-            lay: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [2, 2], [1, 0])
-        else:
-            lay: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+        lay: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 4], [1, 0])
         items = 16 * o_ld
         per = gl.cdiv(gl.cdiv(items, splits), 64) * 64
         offs_s = gl.arange(0, S_BLOCK, gl.SliceLayout(1, lay))
@@ -474,7 +463,7 @@ if HAVE_GLUON:
         _store_partial(o_ptr, part, o_ld, hmask, o, inv)
         _stamp(trace_ptr, 20, TRACE)  # stores issued
         if FUSE:  # no reduce kernel: the row's splits combine the partials between them (launch_decode)
-            _arrive_and_wait(sem_ptr + row.to(gl.int64) * gl.num_programs(2) + gl.program_id(2), split, splits,
+            _arrive_and_wait(sem_ptr + row.to(gl.int64) * gl.num_programs(2) + gl.program_id(2), splits,
                              trace_ptr, TRACE)
             _combine(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, h0, H, o_ld, has_sink, sink_s0,
                      o_s0, o_s1, o_s2, S_BLOCK, CB)
@@ -569,7 +558,7 @@ def combine_blocks(splits: int, o_ld: int, values: int | None = None) -> tuple[i
     """(S_BLOCK, CB) for ``_combine``: every split in one load, CB elements of the program's share at a time."""
     s_block = max(2, next_pow2(splits))
     per = _cdiv(_cdiv(HEAD_BLOCK * o_ld, splits), 64) * 64  # as the kernel computes it
-    return s_block, max(128, min(next_pow2(per), (values or COMBINE_VALUES) // s_block))
+    return s_block, max(64, min(next_pow2(per), (values or COMBINE_VALUES) // s_block))
 
 
 def decode_plan(rows: int, head_blocks: int, width: int, sms: int, per_sm: int, splits: int | None = None,
@@ -615,8 +604,7 @@ def cooperative_supported() -> bool:
 def semaphores(device: torch.device, n: int) -> torch.Tensor:
     """``n`` zeroed int32 counters for the fused decode, one buffer per (device, stream), reused across calls.
 
-    A call leaves each counter at a multiple of 2**16 (``_arrive_and_wait``), so a buffer is zeroed
-    only when made. Calls on one
+    The kernel leaves them at 0 when it ends, so a buffer is zeroed only when made. Calls on one
     stream run in order and may share it; calls on different streams get their own. (A CUDA graph
     keeps the buffer of the stream it was captured on: two replays of graphs captured on one stream
     must not run at the same time on different streams.)

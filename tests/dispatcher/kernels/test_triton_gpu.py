@@ -194,7 +194,7 @@ def test_sm90_decode_replays_in_a_cuda_graph(compiled):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(captured.output, eager.output)
-    assert all(not (buf % 65536).any() for buf in g._SEMS.values())  # each call adds 2**16 to its counters
+    assert all(not buf.any() for buf in g._SEMS.values())
 
 
 @pytest.mark.parametrize(("rows", "heads", "layout", "splits"), [(16, 16, (512, 64), None), (2, 16, (512, 64), None),
@@ -226,7 +226,7 @@ def test_sm90_fused_decode_agrees_with_the_reduce_kernel(compiled, rows, heads, 
     assert torch.isfinite(outs[0]).all()
     assert rel(outs[0], outs[1]) < 5e-3 and rel(outs[0], ref.output) < 1e-2, (rel(outs[0], outs[1]),
                                                                               rel(outs[0], ref.output))
-    assert all(not (buf % 65536).any() for buf in g._SEMS.values())  # each call adds 2**16 to its counters
+    assert all(not buf.any() for buf in g._SEMS.values())
 
 
 def test_sm90_decode_trace_stamps_are_ordered_and_change_no_answer(compiled):
