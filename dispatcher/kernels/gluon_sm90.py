@@ -35,7 +35,7 @@ from typing import NamedTuple
 import torch
 
 from .common import KernelArgs
-from .triton_prefill import HEAD_BLOCK, count_block, next_pow2, pack
+from .triton_prefill import HEAD_BLOCK, count_block, pack
 
 try:  # Gluon and its Hopper ops: Triton >= 3.5 with the NVIDIA backend
     from triton.experimental import gluon
@@ -71,8 +71,6 @@ PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws
 DECODE_SM90 = Sm90Config(2)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
-DECODE_FUSED = True  # the split-K decode combines its partials in the partial kernel (no reduce launch)
-COMBINE_VALUES = 8192  # partial values one program loads at once when it combines its share
 
 
 def supports(args: KernelArgs) -> bool:
@@ -341,59 +339,6 @@ if HAVE_GLUON:
         gl.store(ptrs, val, mask=(offs_f < o_ld)[:, None] & hmask_r[None, :])
 
     @gluon.jit
-    def _arrive_and_wait(sem, splits, trace_ptr, TRACE: gl.constexpr):
-        """Count this program into its (row, head block)'s semaphore and wait for every split's partial.
-
-        CUTLASS's semaphore pattern: a CTA barrier orders every warp's partial stores before one
-        release-ordered increment; the wait spins on acquire-ordered reads. The count climbs to
-        ``splits`` (all arrived), then to 2 x ``splits`` as the programs leave the wait, and the last
-        to leave puts it back to 0 for the next call: no per-call reset, so CUDA-graph replay works.
-        """
-        cta_barrier()
-        seen = gl.atomic_add(sem, 1, sem="acq_rel", scope="gpu") + 1
-        while seen < splits:
-            seen = gl.atomic_add(sem, 0, sem="acquire", scope="gpu")
-        _stamp(trace_ptr, 21, TRACE)  # every split's partial is visible
-        if gl.atomic_add(sem, 1, sem="relaxed", scope="gpu") == 2 * splits - 1:
-            gl.atomic_xchg(sem, 0, sem="relaxed", scope="gpu")
-
-    @gluon.jit
-    def _combine(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, h0, H, o_ld, has_sink, sink_s0,
-                 o_s0, o_s1, o_s2, S_BLOCK: gl.constexpr, CB: gl.constexpr):
-        """This split's share of the row's output: the reduce's math over every split's partial.
-
-        The head block's partials are ``16 x o_ld`` contiguous floats per split; program ``split``
-        takes elements [split x per, (split + 1) x per) of them (``combine_blocks`` sizes ``per`` and
-        CB on the host). Partials come from other multiprocessors, so the loads go to L2 (.cg).
-        """
-        lay: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 4], [1, 0])
-        items = 16 * o_ld
-        per = gl.cdiv(gl.cdiv(items, splits), 64) * 64
-        offs_s = gl.arange(0, S_BLOCK, gl.SliceLayout(1, lay))
-        prow = (row.to(gl.int64) * splits + offs_s) * H + h0  # [S_BLOCK] each split's first partial row
-        smask = offs_s < splits
-        start = split * per
-        end = gl.minimum(start + per, items)
-        for c0 in range(start, end, CB):
-            e = c0 + gl.arange(0, CB, gl.SliceLayout(0, lay))
-            h = e // o_ld
-            emask = (e < end) & (h0 + h < H)
-            both = smask[:, None] & emask[None, :]
-            lse = gl.load(lse_ptr + prow[:, None] + h[None, :], mask=both, other=float("-inf"), cache_modifier=".cg")
-            part = gl.load(o_ptr + prow[:, None] * o_ld + e[None, :], mask=both, other=0.0, cache_modifier=".cg")
-            # Absent, the sink loads as -inf: it moves neither the max nor the total.
-            sink = gl.load(sink_ptr + (h0 + h) * sink_s0, mask=emask & ((h * 0 + has_sink) != 0), other=float("-inf"))
-            sink = sink.to(gl.float32) * 1.4426950408889634
-            big = gl.maximum(gl.max(lse, axis=0), sink)
-            big_safe = gl.where(big == float("-inf"), 0.0, big)
-            w = gl.exp2(lse - big_safe[None, :])
-            total = gl.sum(w, axis=0) + gl.exp2(sink - big_safe)
-            inv = gl.where(total > 0.0, 1.0 / gl.where(total > 0.0, total, 1.0), 0.0)
-            res = gl.sum(part * w, axis=0) * inv
-            ptrs = out_ptr + row.to(gl.int64) * o_s0 + (h0 + h) * o_s1 + (e - h * o_ld) * o_s2
-            gl.store(ptrs, res.to(out_ptr.dtype.element_ty), mask=emask)
-
-    @gluon.jit
     def _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
         """Each head's output factor: the sink joins the max and adds mass with no value, then 1/l; 0 if empty.
 
@@ -431,9 +376,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        trace_ptr=None, TRACE: gl.constexpr = False,
-                        sem_ptr=None, sink_ptr=None, out_ptr=None, has_sink=0, sink_s0=0, o_s0=0, o_s1=0, o_s2=1,
-                        FUSE: gl.constexpr = False, S_BLOCK: gl.constexpr = 2, CB: gl.constexpr = 64):
+                        trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -461,14 +404,8 @@ if HAVE_GLUON:
         part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
         gl.store(lse_ptr + part, lse, mask=hmask)
         _store_partial(o_ptr, part, o_ld, hmask, o, inv)
-        _stamp(trace_ptr, 20, TRACE)  # stores issued
-        if FUSE:  # no reduce kernel: the row's splits combine the partials between them (launch_decode)
-            _arrive_and_wait(sem_ptr + row.to(gl.int64) * gl.num_programs(2) + gl.program_id(2), splits,
-                             trace_ptr, TRACE)
-            _combine(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, h0, H, o_ld, has_sink, sink_s0,
-                     o_s0, o_s1, o_s2, S_BLOCK, CB)
-            _stamp(trace_ptr, 19, TRACE)  # its share of the output written
         if TRACE:
+            _stamp(trace_ptr, 20, TRACE)
             gl.store(trace_ptr + 23, gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
                                                                is_pure=False, pack=1))
 
@@ -521,113 +458,30 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
 
 
 def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
-                    config: Sm90Config, pdl: bool, trace: torch.Tensor | None = None, fused: bool = False,
-                    cooperative: bool = True) -> None:
+                    config: Sm90Config, pdl: bool, trace: torch.Tensor | None = None) -> None:
     """The split-K decode's partial pass on Hopper, into the layout ``triton_decode``'s reduce reads.
 
-    With ``fused`` the row's splits also combine the partials into ``args.output`` (no reduce to
-    launch): the grid must fit the GPU at once (``decode_plan`` says when), and it is launched as a
-    cooperative grid, which guarantees it, because each program waits for its row's other splits.
-    ``cooperative=False`` (timing experiments only) launches it as a plain grid, which is safe only
-    while nothing else holds the multiprocessors. ``trace`` (timing experiments only): int64, 24
-    per program, filled with cycle stamps (see _attend).
+    ``trace`` (timing experiments only): int64, 24 per program, filled with cycle stamps (see _attend).
     """
     q, kv = args.q, args.kv
     rows, heads, _ = q.shape
     p = pack(args)
-    head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
-    extra: dict = {}
-    if fused:
-        out = args.output
-        s_block, cb = combine_blocks(splits, part_o.stride(2))
-        extra = dict(sem_ptr=semaphores(q.device, rows * head_blocks), sink_ptr=p.sink, out_ptr=out,
-                     has_sink=p.has_sink, sink_s0=p.sink.stride(0) if p.has_sink else 0, o_s0=out.stride(0),
-                     o_s1=out.stride(1), o_s2=out.stride(2), FUSE=True, S_BLOCK=s_block, CB=cb,
-                     launch_cooperative_grid=bool(cooperative))
-        pdl = False  # nothing is launched after it
-    _partial_kernel[(rows, splits, head_blocks)](
+    _partial_kernel[(rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)](
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2),
         trace_ptr=trace, TRACE=trace is not None,
-        CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config), **extra,
+        CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config),
     )
 
 
-def combine_blocks(splits: int, o_ld: int, values: int | None = None) -> tuple[int, int]:
-    """(S_BLOCK, CB) for ``_combine``: every split in one load, CB elements of the program's share at a time."""
-    s_block = max(2, next_pow2(splits))
-    per = _cdiv(_cdiv(HEAD_BLOCK * o_ld, splits), 64) * 64  # as the kernel computes it
-    return s_block, max(64, min(next_pow2(per), (values or COMBINE_VALUES) // s_block))
-
-
-def decode_plan(rows: int, head_blocks: int, width: int, sms: int, per_sm: int, splits: int | None = None,
-                fuse: bool = False) -> tuple[int, bool]:
-    """(splits, fused) for a split-K decode call; pure, so tests can pin it.
-
-    Fused means the partial kernel combines the partials itself, which needs every program of the
-    grid resident at once (a program waits for its row's other splits): so only when the grid fits
-    ``sms`` x ``per_sm``, and the split count is chosen to fit when it is ours to choose. A single
-    split has nothing to combine and keeps the reduce.
-    """
-    from . import triton_decode
-
-    room = sms * per_sm
-    if splits is None:
-        cap = room // max(1, rows * head_blocks) if fuse else 0
-        splits = triton_decode.choose_splits(rows, head_blocks, width, BLOCK_N, sms, per_sm=per_sm,
-                                             max_splits=cap or None)
-    splits = max(1, min(int(splits), triton_decode.MAX_SPLITS))
-    return splits, bool(fuse) and splits > 1 and rows * head_blocks * splits <= room
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-_COOP: list[bool] = []
-_SEMS: dict[tuple, torch.Tensor] = {}
-
-
-def cooperative_supported() -> bool:
-    """Whether this Triton can launch a cooperative grid (``launch_cooperative_grid``, Triton >= 3.3)."""
-    if not _COOP:
-        try:
-            from triton.backends.nvidia.compiler import CUDAOptions
-
-            _COOP.append("launch_cooperative_grid" in CUDAOptions.__dataclass_fields__)
-        except Exception:  # noqa: BLE001 - no NVIDIA backend: no cooperative launch, no fused decode
-            _COOP.append(False)
-    return _COOP[0]
-
-
-def semaphores(device: torch.device, n: int) -> torch.Tensor:
-    """``n`` zeroed int32 counters for the fused decode, one buffer per (device, stream), reused across calls.
-
-    The kernel leaves them at 0 when it ends, so a buffer is zeroed only when made. Calls on one
-    stream run in order and may share it; calls on different streams get their own. (A CUDA graph
-    keeps the buffer of the stream it was captured on: two replays of graphs captured on one stream
-    must not run at the same time on different streams.)
-    """
-    key: tuple = (str(device), 0)  # off CUDA only launch test doubles see it
-    if device.type == "cuda":
-        idx = device.index if device.index is not None else torch.cuda.current_device()
-        key = (f"cuda:{idx}", torch.cuda.current_stream(idx).cuda_stream)
-    buf = _SEMS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = _SEMS[key] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-    return buf
-
-
 def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
-                  pdl: bool | None = None, ws: bool | None = None, fuse: bool | None = None) -> None:
-    """The split-K decode on Hopper: partials, then their combination. Call only where supports().
+                  pdl: bool | None = None, ws: bool | None = None) -> None:
+    """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
 
     The partials come from this module's one-warpgroup kernel by default (``DECODE_WARP_SPECIALISED``
     is False: faster at 2-16 rows, S4), from the warp-specialised kernel (``gluon_sm90_ws``, split
-    work items) with ``ws=True``; an explicit ``config`` always means this module's kernel. The
-    one-warpgroup kernel combines them itself where ``decode_plan`` allows (``DECODE_FUSED``, or
-    ``fuse``); otherwise ``triton_decode``'s reduce does, PDL-launched where ``pdl`` allows.
+    work items) with ``ws=True``; an explicit ``config`` always means this module's kernel.
     """
     from . import triton_decode
 
@@ -639,16 +493,16 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     cfg = config or DECODE_SM90
     p = pack(args)
     head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
-    want_fuse = (DECODE_FUSED if fuse is None else bool(fuse)) and not use_ws and cooperative_supported()
-    width = p.width if not p.ragged else -(-int(p.idx.numel()) // rows)
-    splits, fused = decode_plan(rows, head_blocks, width, triton_decode.sm_count(q.device),
-                                1 if use_ws else DECODE_PER_SM[cfg.stages], splits, want_fuse)
+    if splits is None:
+        width = p.width if not p.ragged else -(-int(p.idx.numel()) // rows)
+        splits = triton_decode.choose_splits(rows, head_blocks, width, BLOCK_N, triton_decode.sm_count(q.device),
+                                             per_sm=1 if use_ws else DECODE_PER_SM[cfg.stages])
+    splits = max(1, min(int(splits), triton_decode.MAX_SPLITS))
     use_pdl = triton_decode.pdl_supported(q.device) if pdl is None else bool(pdl)
     part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
     if use_ws:
         ws_module(args).launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
     else:
-        launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl, fused=fused)
-    if not fused:
-        triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)
+        launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
+    triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)

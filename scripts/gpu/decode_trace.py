@@ -12,12 +12,7 @@ flag TRACE set before anything compiles, in a Triton cache of its own): the load
 first copies, softmax warpgroup 0 the item's q, and P·V each tile's P arriving and its product
 done.
 
-With ``--fused`` the partial kernel combines the partials itself (``launch_partials(fused=True)``,
-no reduce kernel): each program also stamps when every split of its row has arrived and when
-its share of the output is written.
-
-Usage (device machine, repository root):
-    python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30] [--ws | --fused]
+Usage (device machine, repository root): python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30] [--ws]
 """
 
 from __future__ import annotations
@@ -53,7 +48,6 @@ WS_PHASES = [("start -> loader partition starts", 0, 19), ("start -> softmax war
              ("loader starts -> its first copies issued", 19, 1), ("start -> loader's first copies issued", 0, 1),
              ("first copies issued -> q ready", 1, 2), ("q ready -> tile 0's P ready", 2, 3)]
 WS = "--ws" in sys.argv
-FUSED = "--fused" in sys.argv
 
 
 def decode(a, splits, cfg, trace=None, rtrace=None):
@@ -63,9 +57,6 @@ def decode(a, splits, cfg, trace=None, rtrace=None):
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=DEV)
     if WS:
         gluon_sm90_ws.launch_partials_ws(a, part_o, part_lse, splits, pdl=True, trace=trace)
-    elif FUSED:
-        gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=cfg, pdl=False, trace=trace, fused=True)
-        return
     else:
         gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=cfg, pdl=True, trace=trace)
     triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, trace=rtrace)
@@ -80,7 +71,6 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 2])
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--ws", action="store_true", help="the warp-specialised kernel's partials")
-    ap.add_argument("--fused", action="store_true", help="the partial kernel combines the partials (no reduce)")
     opt = ap.parse_args()
     if opt.ws:
         from triton.experimental.gluon import language as gl
@@ -91,8 +81,7 @@ def main() -> None:
     warm_clocks(DEV, 2.0)
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=DEV)
     cfg = gluon_sm90.DECODE_SM90
-    result = {"device": torch.cuda.get_device_name(), "fused": FUSED,
-              "kernel": "gluon_sm90_ws" if opt.ws else "gluon_sm90",
+    result = {"device": torch.cuda.get_device_name(), "kernel": "gluon_sm90_ws" if opt.ws else "gluon_sm90",
               "runs": []}
     for rows in opt.rows:
         lay = Layout(512, 64)
@@ -137,10 +126,10 @@ def main() -> None:
             for r in call:
                 span_ns = r[23] - r[22]
                 if span_ns > 0:
-                    ghz.append((r[19 if FUSED else 20] - r[0]) / span_ns)
+                    ghz.append((r[20] - r[0]) / span_ns)
         clock = med(ghz)
         reduce_ = {"first start": [], "first released": [], "median released": [], "last released": [], "last end": []}
-        for call, rcall in zip(stamps, [] if FUSED else rstamps):  # the reduce against the partials' last end
+        for call, rcall in zip(stamps, rstamps):  # the reduce against the partials' last end
             t_end = max(r[23] for r in call)
             reduce_["first start"].append((min(r[0] for r in rcall) - t_end) / 1e3)
             reduce_["first released"].append((min(r[1] for r in rcall) - t_end) / 1e3)
@@ -152,16 +141,13 @@ def main() -> None:
             (f"tile {t} {landed} -> {done}", 3 + 2 * t, 4 + 2 * t) for t in range(tiles)]
         steps += [(f"tile {t} {done} -> tile {t + 1} {landed}", 4 + 2 * t, 5 + 2 * t) for t in range(tiles - 1)]
         steps += [(f"tile {tiles - 1} done -> stores done", 4 + 2 * (tiles - 1), 20), ("start -> stores done", 0, 20)]
-        if FUSED:
-            steps += [("stores done -> every split arrived", 20, 21), ("every split arrived -> share written", 21, 19),
-                      ("start -> share written", 0, 19)]
         for name, i0, i1 in steps:
             phases[name] = [(r[i1] - r[i0]) / clock / 1e3 for call in stamps for r in call]
         run = {"rows": rows, "splits": splits, "programs": programs, "rel_err": err, "sm_ghz": clock,
                "event_us": {k: med(v) for k, v in events.items()},
                "start_skew_us": {"median": med(starts), "max": max(starts)},
                "end_us": {"median": med(ends), "max": max(ends)},
-               "reduce_after_partials_end_us": {k: med(v) for k, v in reduce_.items() if v},
+               "reduce_after_partials_end_us": {k: med(v) for k, v in reduce_.items()},
                "phases_us": {k: {"median": med(v), "max": max(v)} for k, v in phases.items()}}
         result["runs"].append(run)
         print(f"\n{rows} rows, {splits} splits, {programs} programs, rel err {err:.1e}, SM clock {clock:.2f} GHz")
@@ -172,7 +158,7 @@ def main() -> None:
             print(f"  {k:40} median {v['median']:6.2f} us   max {v['max']:6.2f} us")
         for k, v in run["reduce_after_partials_end_us"].items():
             print(f"  reduce {k:33} {v:6.2f} us after the partials' last end (median over calls)")
-    (out / ("decode_trace_ws.json" if opt.ws else "decode_trace_fused.json" if FUSED else "decode_trace.json")).write_text(json.dumps(result, indent=1))
+    (out / ("decode_trace_ws.json" if opt.ws else "decode_trace.json")).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -58,9 +58,7 @@ def main(argv: list[str]) -> None:
                 print(f"ws DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch = (int(x) for x in spec.split(","))
-        fused = {"PDL": False, "TRACE": False, "FUSE": True, "S_BLOCK": 8, "CB": 1024}  # 16 rows: 8 splits
-        for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False}),
-                          (gluon_sm90._partial_kernel, fused)):
+        for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})):
             consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048, **extra}
             print(spec, fn.__name__, compile_one(fn, consts), flush=True)
 

@@ -56,8 +56,8 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     def pre(cfg):
         return lambda a: gluon_sm90.launch_prefill(a, config=cfg)
 
-    def dec(splits, cfg, pdl=None, ws=None, fuse=None):
-        return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl, ws=ws, fuse=fuse)
+    def dec(splits, cfg, pdl=None, ws=None):
+        return lambda a: gluon_sm90.launch_decode(a, splits=splits, config=cfg, pdl=pdl, ws=ws)
 
     if only in (None, "prefill"):
         for lay, tag in ((v32, "512+64"), (v0, "512+0")):
@@ -71,9 +71,9 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
             out.append(("prefill " + tag, "ws default, indices all -1", invalid(pre(None)), [16384], lay))
     if only in (None, "decode"):
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
-             ("one warpgroup + PDL reduce (session 6's)", dec(None, None, ws=False, fuse=False)),
-             ("default", dec(None, None)), ("fused, plain grid (not cooperative)", fused_plain),
-             ("default, topk_length given", with_len(dec(None, None))), ("ws + PDL reduce", dec(None, None, ws=True))]
+             ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
+             ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
+             ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
     return out
@@ -86,16 +86,20 @@ def ws_regs(regs):
     return lambda a: gluon_sm90_ws.launch_prefill_ws(a, worker_regs=regs)
 
 
-def fused_plain(a):
-    """The fused decode launched as a plain grid: what the cooperative launch itself costs."""
-    p = triton_prefill.pack(a)
-    rows, heads, _ = a.q.shape
-    splits, fused = gluon_sm90.decode_plan(rows, 1, p.width, triton_decode.sm_count(a.q.device), 1, fuse=True)
-    assert fused
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=a.q.device)
-    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
-    gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=gluon_sm90.DECODE_SM90, pdl=False, fused=True,
-                               cooperative=False)
+def ws_decode_with(partials):
+    """gluon_sm90.launch_decode(ws=True) with another partial pass: the same splits, buffers and reduce."""
+    def run(a):
+        p = triton_prefill.pack(a)
+        rows, heads, _ = a.q.shape
+        splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(a.q.device), per_sm=1)
+        part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=a.q.device)
+        part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
+        partials(a, part_o, part_lse, splits, pdl=True)
+        triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True)
+    return run
+
+
+ws4_decode = ws_decode_with(gluon_sm90_ws_d512.launch_partials_ws)
 
 
 def invalid(fn):
@@ -150,10 +154,7 @@ def main() -> None:
                          ("decode ws 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, ws=True)),
                          ("decode ws 7 splits", lambda b: gluon_sm90.launch_decode(b, splits=7, ws=True)),
                          ("prefill ws rope buffers", gluon_sm90_ws.launch_prefill_ws),
-                         ("prefill ws session 4's", gluon_sm90_ws_d512.launch_prefill_ws),
-                         ("decode + PDL reduce", lambda b: gluon_sm90.launch_decode(b, fuse=False)),
-                         ("decode fused 3 splits", lambda b: gluon_sm90.launch_decode(b, splits=3, fuse=True)),
-                         ("decode fused 2 splits", lambda b: gluon_sm90.launch_decode(b, splits=2, fuse=True))):
+                         ("prefill ws session 4's", gluon_sm90_ws_d512.launch_prefill_ws), ("decode ws session 4's", ws4_decode)):
             got = a._replace(output=torch.full_like(a.output, float("nan")))
             assert gluon_sm90.supports(got), "the smoke case should take the Hopper kernel"
             fn(got)

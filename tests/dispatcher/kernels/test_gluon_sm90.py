@@ -115,61 +115,9 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     assert kw["part_o_ptr"].shape == (16, 8, 16, 512) and kw["part_lse_ptr"].shape == (16, 8, 16)
     assert len(reduced) == 1 and reduced[0][4] == 8  # the reduce combines the 8 splits
     n = len(rec.calls)
-    monkeypatch.setattr(gluon_sm90, "launch_partials", lambda *a, **k: reduced.append(("one warpgroup", k["fused"])))
-    gluon_sm90.launch_decode(d, fuse=False)  # the one-warpgroup partials, the ws kernel untouched, then the reduce
-    assert len(rec.calls) == n and reduced[-2] == ("one warpgroup", False) and reduced[-1][4] == 8
-
-
-def test_decode_plan_fuses_only_grids_that_fit_at_once():
-    """Fused means every program resident at once (each waits for its row's other splits)."""
-    plan = gluon_sm90.decode_plan
-    assert plan(16, 1, 2048, 132, 1, fuse=True) == (8, True)  # 128 programs of 4 tiles
-    assert plan(2, 1, 2048, 132, 1, fuse=True) == (32, True)  # 64 programs of one tile
-    assert plan(16, 1, 2048, 132, 1, fuse=False) == (8, False)
-    assert plan(5, 1, 2048, 132, 1, fuse=True) == (16, True)  # balanced: 16 splits of 2 tiles, 80 programs
-    assert plan(40, 1, 2048, 132, 1, fuse=True) == (3, True)  # capped to fit: 120 programs
-    assert plan(40, 1, 2048, 132, 1, fuse=False) == (4, False)  # unfused it may take a second wave (160)
-    assert plan(40, 2, 2048, 132, 1, fuse=True) == (1, False)  # 2 splits would not fit; one has nothing to combine
-    assert plan(16, 1, 2048, 132, 1, splits=9, fuse=True) == (9, False)  # a forced 144 programs do not fit
-    assert plan(16, 1, 2048, 132, 1, splits=3, fuse=True) == (3, True)
-    assert plan(3, 1, 100, 132, 1, fuse=True) == (2, True)  # no more splits than tiles
-    assert plan(16, 1, 2048, 132, 1, splits=500, fuse=False) == (64, False)  # at most MAX_SPLITS
-
-
-def test_combine_blocks_cover_a_share_in_one_load_where_it_fits():
-    assert gluon_sm90.combine_blocks(8, 512) == (8, 1024)  # 16 x 512 elements over 8 splits: 1024 each, one load
-    assert gluon_sm90.combine_blocks(32, 512) == (32, 256)
-    assert gluon_sm90.combine_blocks(3, 448) == (4, 2048)  # 2,432 each: three loads of 2,048 (8,192 values)
-    assert gluon_sm90.combine_blocks(64, 512) == (64, 128)
-    assert gluon_sm90.combine_blocks(2, 64) == (2, 512)
-
-
-@needs_gluon
-def test_fused_decode_launches_one_cooperative_grid_and_no_reduce(monkeypatch):
-    """The default decode on Hopper: the partial kernel with FUSE, a zeroed semaphore per (row, head block),
-    launched as a cooperative grid (its programs wait for each other), and no reduce launch."""
-    from dispatcher.kernels import triton_decode
-
-    rec = RecordingLaunch(gluon_sm90._partial_kernel)
-    monkeypatch.setattr(gluon_sm90, "_partial_kernel", rec)
-    monkeypatch.setattr(gluon_sm90, "cooperative_supported", lambda: True)
-    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
-    reduced = []
-    monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: reduced.append(a))
-    d = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=8192,
-              heads=20)
-    gluon_sm90.launch_decode(d)
-    grid, kw = rec.calls[-1]
-    assert grid == (16, 4, 2) and kw["splits"] == 4  # 20 heads: two head blocks, 128 programs
-    assert kw["FUSE"] is True and kw["launch_cooperative_grid"] is True and kw["PDL"] is False
-    assert (kw["S_BLOCK"], kw["CB"]) == gluon_sm90.combine_blocks(4, 512)
-    assert kw["out_ptr"] is d.output and kw["sem_ptr"].dtype == torch.int32 and kw["sem_ptr"].numel() >= 32
-    assert not kw["sem_ptr"].any() and not reduced
-    gluon_sm90.launch_decode(d, splits=1)  # nothing to combine: the partial kernel unfused, then the reduce
-    assert rec.calls[-1][1].get("FUSE", False) is False and len(reduced) == 1
-    monkeypatch.setattr(gluon_sm90, "cooperative_supported", lambda: False)  # no way to guarantee residency
-    gluon_sm90.launch_decode(d)
-    assert rec.calls[-1][1].get("FUSE", False) is False and len(reduced) == 2
+    monkeypatch.setattr(gluon_sm90, "launch_partials", lambda *a, **k: reduced.append("one warpgroup"))
+    gluon_sm90.launch_decode(d)  # the default: the one-warpgroup partials, the ws kernel untouched
+    assert len(rec.calls) == n and reduced[-2] == "one warpgroup"
 
 
 @needs_gluon
@@ -207,7 +155,7 @@ COMPILE = textwrap.dedent("""
 
     PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*bf16", "indptr_ptr": "*bf16",
             "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
-            "part_lse_ptr": "*fp32", "sem_ptr": "*i32"}
+            "part_lse_ptr": "*fp32"}
     tools = Path(triton.__file__).parent / "backends/nvidia/bin"
     from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512
 
@@ -218,8 +166,7 @@ COMPILE = textwrap.dedent("""
             cfg = gluon_sm90.DECODE_SM90 if fn is gluon_sm90._partial_kernel else gluon_sm90.PREFILL_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
                       "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
-                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS),
-                      "FUSE": gluon_sm90.DECODE_FUSED, "S_BLOCK": 8, "CB": 1024}  # the decode's build at 16 rows
+                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS)}
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}
             for i, name in enumerate(fn.arg_names):
