@@ -76,6 +76,13 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
              ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
+        # Where the floor is (answers wrong, timings real): each half of the work taken out in turn, then both.
+        for name, cfg in (("products only (tiles after the first stale)", Sm90Config(2, ablate=1)),
+                          ("gathers only (no products)", Sm90Config(2, ablate=2))):
+            out.append(("decode 512+64", name, dec(None, cfg, ws=False), [2, 16], v32))
+        out.append(("decode 512+64", "neither: no products, indices all -1", invalid(dec(None, Sm90Config(2, ablate=2),
+                                                                                          ws=False)), [2, 16], v32))
+        out.append(("decode 512+64", "partials only (no reduce launch)", partials_only, [2, 16], v32))
     return out
 
 
@@ -100,6 +107,16 @@ def ws_decode_with(partials):
 
 
 ws4_decode = ws_decode_with(gluon_sm90_ws_d512.launch_partials_ws)
+
+
+def partials_only(a):
+    """The default decode's partial pass alone: what the reduce adds is the default's time minus this."""
+    p = triton_prefill.pack(a)
+    rows, heads, _ = a.q.shape
+    splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(a.q.device), per_sm=1)
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=a.q.device)
+    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
+    gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=gluon_sm90.DECODE_SM90, pdl=False)
 
 
 def invalid(fn):
