@@ -6,6 +6,9 @@
    elsewhere (the log says how many cases each took).
 3. Timing, side by side in this run: the prefill at 16,384 rows and the split-K decode at 2 and
    16 rows (bf16, H=16, top-k 2048), eager and CUDA-graph replayed, with the sweep's GpuTimer.
+   Beside the real kernels, rows with parts of the work taken out (every index -1, no products,
+   only the first tile gathered, the partial pass without its reduce) place the floors; their
+   answers are wrong on purpose, their timings are real (docs/benchmarks.md, S7-3).
 
 Writes $OUT/sm90_lab.json. Usage (device machine, repository root):
     python3 scripts/gpu/sm90_lab.py [--skip-checks] [--only prefill|decode] [--repeats N]
