@@ -180,7 +180,9 @@ def accuracy(calls: list, *, policy: Policy, repeats: int, hold_us: float = 0.0)
     tel.drain_samples()
     rows_of: list[int] = []
     cycles = int(hold_us * 1e-6 * _sm_clock_hz()) if hold_us > 0 else 0
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    # CUPTI's kernel records need CUDA; without it (the CPU test of this script) only CPU activity is asked for.
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
         for _ in range(repeats):
             for args, kw in calls:
                 if cycles:
