@@ -96,30 +96,25 @@ def ws_regs(regs):
     return lambda a: gluon_sm90_ws.launch_prefill_ws(a, worker_regs=regs)
 
 
-def ws_decode_with(partials):
-    """gluon_sm90.launch_decode(ws=True) with another partial pass: the same splits, buffers and reduce."""
+def decode_with(partials, *, reduce: bool = True):
+    """A split-K decode with another partial pass: the default's splits (one program per SM) and buffers,
+    then Triton's PDL-launched reduce, or (``reduce=False``) the partial pass alone."""
     def run(a):
         p = triton_prefill.pack(a)
         rows, heads, _ = a.q.shape
         splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(a.q.device), per_sm=1)
         part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=a.q.device)
         part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
-        partials(a, part_o, part_lse, splits, pdl=True)
-        triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True)
+        partials(a, part_o, part_lse, splits, pdl=reduce)
+        if reduce:
+            triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True)
     return run
 
 
-ws4_decode = ws_decode_with(gluon_sm90_ws_d512.launch_partials_ws)
-
-
-def partials_only(a):
-    """The default decode's partial pass alone: what the reduce adds is the default's time minus this."""
-    p = triton_prefill.pack(a)
-    rows, heads, _ = a.q.shape
-    splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(a.q.device), per_sm=1)
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=a.q.device)
-    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
-    gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=gluon_sm90.DECODE_SM90, pdl=False)
+ws4_decode = decode_with(gluon_sm90_ws_d512.launch_partials_ws)
+# The default decode's partial pass alone: what the reduce adds is the default's time minus this.
+partials_only = decode_with(lambda a, po, pl, splits, pdl: gluon_sm90.launch_partials(
+    a, po, pl, splits, config=gluon_sm90.DECODE_SM90, pdl=pdl), reduce=False)
 
 
 def invalid(fn):
