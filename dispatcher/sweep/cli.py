@@ -18,7 +18,7 @@ from .grid import (
 )
 from .analysis import TOLERANCE
 from .report import device_name, document, print_tables, write_all
-from .runner import KernelFailed, SweepPlan, run_sweep
+from .runner import KernelFailed, SweepPlan, check_timer, run_sweep
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -40,7 +40,7 @@ def pick_device(name: str) -> torch.device:
 
 
 def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layout: str, device: str, dtype: str,
-               heads: int, repeats: int | None, warmup: int, kv_len: int | None) -> SweepPlan:
+               heads: int, repeats: int | None, warmup: int, kv_len: int | None, timer: str = "events") -> SweepPlan:
     """Parse and check every option; GPU and CPU get their own defaults."""
     dev = pick_device(device)
     gpu = dev.type == "cuda"
@@ -54,6 +54,7 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
         raise SweepArgError(f"--warmup must be between 0 and 1000; got {warmup}")
     if kv_len is not None and kv_len < 1:
         raise SweepArgError(f"--kv-len must be positive; got {kv_len}")
+    check_timer(timer, dev.type)
     registry = default_registry()
     known = {k: [i.impl for i in registry.impls(k)] for k in Kernel}
     return SweepPlan(
@@ -63,7 +64,7 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
         layouts=parse_layouts(layout),
         device=dev, dtype=DTYPES[dtype], heads=heads,
         repeats=repeats if repeats is not None else (30 if gpu else 5),
-        warmup=warmup, kv_len=kv_len, registry=registry,
+        warmup=warmup, kv_len=kv_len, timer=timer, registry=registry,
     )
 
 
@@ -74,7 +75,8 @@ def replay_command(plan: SweepPlan, out: Path, tolerance: float = TOLERANCE) -> 
         "--rows", ",".join(map(str, plan.rows)), "--topk", ",".join(map(str, plan.topk)),
         "--layout", ",".join(map(str, plan.layouts)), "--heads", str(plan.heads),
         "--dtype", str(plan.dtype).removeprefix("torch."), "--repeats", str(plan.repeats),
-        "--warmup", str(plan.warmup), "--device", plan.device.type, "--tolerance", f"{tolerance:g}", "--out", str(out),
+        "--warmup", str(plan.warmup), "--timer", plan.timer, "--device", plan.device.type,
+        "--tolerance", f"{tolerance:g}", "--out", str(out),
     ]
     if plan.kv_len:
         parts += ["--kv-len", str(plan.kv_len)]
@@ -94,6 +96,9 @@ def sweep_command(
     dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32")] = "bfloat16",
     kv_len: Annotated[Optional[int], typer.Option(help="KV pool rows (default max(rows, 4 x top-k))")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    timer: Annotated[str, typer.Option(help="GPU clock: events (a CUDA event pair around each call, its own "
+                                            "~3 µs included) or cupti (the call's kernel time, first kernel "
+                                            "start to last kernel end)")] = "events",
     tolerance: Annotated[float, typer.Option(help="A/B ratios up to 1 + this count as A no slower when placing "
                                                    "the gate")] = TOLERANCE,
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON document instead of tables")] = False,
@@ -103,7 +108,7 @@ def sweep_command(
         raise _fail(f"--tolerance must be in [0, 1), got {tolerance}")
     try:
         plan = build_plan(kernels=kernels, rows=rows, topk=topk, layout=layout, device=device, dtype=dtype,
-                          heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len)
+                          heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len, timer=timer)
     except SweepArgError as exc:
         raise _fail(str(exc)) from None
     from rich.console import Console

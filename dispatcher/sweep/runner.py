@@ -12,9 +12,10 @@ from ..kernels.registry import KernelImpl, KernelRegistry, default_registry
 from .analysis import Result
 from .grid import HEADS, KernelSpec, Layout, SweepArgError, default_kv_len
 from .inputs import make_sets
-from .timing import GpuTimer, HostTimer, Timing
+from .timing import GpuTimer, HostTimer, KernelTimer, Timing
 
 Step = Callable[[str], None]
+TIMERS = ("events", "cupti")  # a CUDA event pair around each call; the call's kernel time from CUPTI
 
 
 class KernelFailed(RuntimeError):
@@ -35,6 +36,7 @@ class SweepPlan:
     repeats: int = 30
     warmup: int = 3
     kv_len: int | None = None  # None: default_kv_len(rows, topk)
+    timer: str = "events"  # one of TIMERS; the CPU has only the host clock
     registry: KernelRegistry = field(default_factory=default_registry)
 
     @property
@@ -54,13 +56,30 @@ def resolve_impl(registry: KernelRegistry, spec: KernelSpec, device_type: str) -
     raise SweepArgError(f"{spec}: no such implementation registered")
 
 
+def check_timer(timer: str, device_type: str) -> None:
+    """Refuse a timer this device cannot run: CUPTI's kernel time needs CUDA; a CPU has the host clock."""
+    if timer not in TIMERS:
+        raise SweepArgError(f"--timer must be one of {', '.join(TIMERS)}; got {timer!r}")
+    if timer != "events" and device_type != "cuda":
+        raise SweepArgError(f"--timer {timer} needs a CUDA device (kernel time comes from CUPTI); "
+                            f"on {device_type} the host clock times")
+
+
+def make_timer(plan: SweepPlan) -> GpuTimer | HostTimer:
+    """The plan's GPU timer; the host clock on a CPU (its kernels are synchronous)."""
+    check_timer(plan.timer, plan.device.type)
+    if plan.device.type != "cuda":
+        return HostTimer()
+    return KernelTimer(plan.device) if plan.timer == "cupti" else GpuTimer(plan.device)
+
+
 def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
     """Time each kernel at each (layout, top-k, rows) point; inputs are built once per point and shared."""
     impls = [resolve_impl(plan.registry, s, plan.device.type) for s in plan.kernels]
     labels = [f"{i.kernel.value}:{i.impl}" for i in impls]
     if len(set(labels)) != len(labels):
         raise SweepArgError(f"--kernels resolve to the same implementation twice here: {', '.join(labels)}")
-    timer = GpuTimer(plan.device) if plan.device.type == "cuda" else HostTimer()
+    timer = make_timer(plan)
     dtype_name = str(plan.dtype).removeprefix("torch.")
     results: list[Result] = []
     for layout in plan.layouts:

@@ -32,7 +32,7 @@ from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E4
 from dispatcher.kernels.triton_prefill import TileConfig  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
-from dispatcher.sweep.timing import GpuTimer  # noqa: E402
+from dispatcher.sweep.timing import GpuTimer, KernelTimer  # noqa: E402
 
 V32 = Layout(512, 64)
 SESSION1 = dict(pdl=False)  # session 1's decode launched its reduce without PDL
@@ -157,7 +157,7 @@ def _touch(p, PDL: tl.constexpr, WAIT: tl.constexpr):
 
 @torch.no_grad()
 def floor(timers: dict[str, GpuTimer], repeats: int) -> list[dict]:
-    """What an empty call costs between the timer's events: one tiny Triton launch, and two (with and without PDL)."""
+    """What an empty call costs: one tiny Triton launch, and two (with and without PDL), by each timer given."""
     buf = torch.zeros(1024, device="cuda")
     one = lambda a: _touch[(132,)](buf, PDL=False, WAIT=False)  # noqa: E731
     two = lambda a: (_touch[(132,)](buf, PDL=False, WAIT=False), _touch[(132,)](buf, PDL=False, WAIT=False))  # noqa: E731
@@ -207,7 +207,8 @@ def main() -> None:
     warm_clocks(dev, opt.warm_s)
     found: list[dict] = []
     if opt.only in (None, "floor"):
-        found += floor({"eager": timer, "graph": GpuTimer(dev, graphs=True)}, opt.repeats)
+        floors = {"eager": timer, "graph": GpuTimer(dev, graphs=True), "kernel": KernelTimer(dev)}
+        found += floor(floors, opt.repeats)
         for r in found:
             log(f"floor   {r['name']:32} {r['median_us']:9.1f} us")
     if opt.only in (None, "decode"):

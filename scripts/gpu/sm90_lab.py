@@ -5,7 +5,9 @@
    through launchers that take the Hopper kernel where ``gluon_sm90.supports()`` and Triton
    elsewhere (the log says how many cases each took).
 3. Timing, side by side in this run: the prefill at 16,384 rows and the split-K decode at 2 and
-   16 rows (bf16, H=16, top-k 2048), eager and CUDA-graph replayed, with the sweep's GpuTimer.
+   16 rows (bf16, H=16, top-k 2048), eager and CUDA-graph replayed, with the sweep's GpuTimer, and
+   by kernel time (the sweep's KernelTimer: CUPTI, first kernel start to last kernel end, with the
+   event pair of the same profiled calls beside it as "eager-profiled").
    Beside the real kernels, rows with parts of the work taken out (every index -1, no products,
    only the first tile gathered, the partial pass without its reduce) place the floors; their
    answers are wrong on purpose, their timings are real (docs/benchmarks.md, S7-3).
@@ -31,7 +33,7 @@ from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E4
 from dispatcher.sweep.correctness import run_checks  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
-from dispatcher.sweep.timing import GpuTimer  # noqa: E402
+from dispatcher.sweep.timing import GpuTimer, KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, rel_err, warm_clocks  # noqa: E402
@@ -196,7 +198,7 @@ def main() -> None:
 
     # 3. timing
     warm_clocks(DEV, opt.warm_s)
-    timers = {"eager": GpuTimer(DEV), "graph": GpuTimer(DEV, graphs=True)}
+    timers = {"eager": GpuTimer(DEV), "graph": GpuTimer(DEV, graphs=True), "kernel": KernelTimer(DEV)}
     timed = []
     cache: dict = {}
     for group, name, fn, rows_list, lay in variants(opt.only):
@@ -220,11 +222,15 @@ def main() -> None:
                 if how == "graph" and r > 4096:
                     continue
                 reps = opt.repeats if r < 4096 else max(10, opt.repeats // 5)
-                t = timer.time(fn, sets, warmup=3, repeats=reps)
-                timed.append(dict(group=group, name=name, rows=r, timer=how, median_us=t.median_us, p20_us=t.p20_us,
-                                  p80_us=t.p80_us, rel_err=err))
-                log(f"{group:14} {r:6} rows {how:5} {name:32} {t.median_us:9.1f} us (p20 {t.p20_us:.1f}, "
-                    f"p80 {t.p80_us:.1f}) err {err:.1e}")
+                if isinstance(timer, KernelTimer):  # CUPTI's kernel time, and the event pair of the same calls
+                    got = dict(zip((how, "eager-profiled"), timer.paired(fn, sets, warmup=3, repeats=reps)))
+                else:
+                    got = {how: timer.time(fn, sets, warmup=3, repeats=reps)}
+                for clock, t in got.items():
+                    timed.append(dict(group=group, name=name, rows=r, timer=clock, median_us=t.median_us,
+                                      p20_us=t.p20_us, p80_us=t.p80_us, rel_err=err))
+                    log(f"{group:14} {r:6} rows {clock:14} {name:32} {t.median_us:9.1f} us (p20 {t.p20_us:.1f}, "
+                        f"p80 {t.p80_us:.1f}) err {err:.1e}")
         result["timed"] = timed
         (out / "sm90_lab.json").write_text(json.dumps(result, indent=1))
     (out / "sm90_lab.json").write_text(json.dumps(result, indent=1))

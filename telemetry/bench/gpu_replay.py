@@ -10,8 +10,9 @@ Three phases on one GPU, the same mixed prefill/decode calls through the real di
    is host-bound, interference on the host moves the comparison by several percent (S4-12/13 in
    docs/benchmarks.md), and the control says how much a reading can be trusted;
 2. accuracy: every call timed (sample_every=1) under torch.profiler with CUDA activity;
-   per call, telemetry's event time vs the CUPTI kernel time summed over the call's
-   ``record_function`` range; median error per rows size;
+   per call, telemetry's event time vs the call's CUPTI kernel time (its ``record_function``
+   range on the GPU: first kernel start to last kernel end, ``dispatcher.sweep.cupti``); median
+   error per rows size;
 3. graph capture: one decode call captured in a CUDA graph with telemetry on; the call is
    counted as captured and no event is recorded (replays run without Python).
 """
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 
 from dispatcher import Dispatcher, Policy, detect
+from dispatcher.sweep.cupti import call_name, call_seconds, spans
 from dispatcher.types import GuardMode
 
 from ..config import TelemetryConfig
@@ -116,49 +118,6 @@ def throughput(calls: list, *, policy: Policy, blocks: int, iters: int, aa: bool
     }
 
 
-def _cupti_call_seconds(events: Any) -> dict[int, float]:
-    """GPU seconds of each annotated call from the CUPTI trace: first kernel start to last kernel end.
-
-    ``record_function`` leaves a GPU-side annotation (device type CUDA) spanning the call's
-    kernels; where a torch build lacks it, kernels are assigned to the CPU-side annotation
-    whose launch window contains their correlated CPU launch.
-    """
-    cpu = torch.autograd.DeviceType.CPU
-    gpu_spans: dict[int, float] = {}
-    kernels: list[tuple[float, float]] = []
-    cpu_ranges: list[tuple[float, float, int]] = []
-    for ev in events:
-        name = ev.name
-        is_cpu = getattr(ev, "device_type", cpu) == cpu
-        tr = ev.time_range
-        if name.startswith("rs_call_"):
-            i = int(name[len("rs_call_"):])
-            if is_cpu:
-                cpu_ranges.append((tr.start, tr.end, i))
-            else:
-                gpu_spans[i] = (tr.end - tr.start) / 1e6
-        elif not is_cpu:
-            kernels.append((tr.start, tr.end))
-    if gpu_spans:
-        return gpu_spans
-    out: dict[int, list[float]] = {}
-    for ev in events:  # fallback: a CPU annotation's kernels via their launch events' children
-        if ev.name.startswith("rs_call_") and getattr(ev, "device_type", cpu) == cpu:
-            spans = [(k.time_range.start, k.time_range.end) for c in _walk(ev) for k in getattr(c, "kernels", [])]
-            if spans:
-                out[int(ev.name[len("rs_call_"):])] = [min(a for a, _ in spans), max(b for _, b in spans)]
-    return {i: (b - a) / 1e6 for i, (a, b) in out.items()}
-
-
-def _walk(ev: Any) -> list:
-    stack, seen = [ev], []
-    while stack:
-        e = stack.pop()
-        seen.append(e)
-        stack.extend(getattr(e, "cpu_children", []) or [])
-    return seen
-
-
 def accuracy(calls: list, *, policy: Policy, repeats: int, hold_us: float = 0.0) -> dict[str, Any]:
     """Each call timed by telemetry's events and by CUPTI; ``hold_us`` > 0 keeps the GPU busy before each call.
 
@@ -187,13 +146,13 @@ def accuracy(calls: list, *, policy: Policy, repeats: int, hold_us: float = 0.0)
             for args, kw in calls:
                 if cycles:
                     torch.cuda._sleep(cycles)
-                with record_function(f"rs_call_{len(rows_of)}"):
+                with record_function(call_name(len(rows_of))):
                     d(*args, **kw)
                 rows_of.append(int(args[0].shape[0]))
         torch.cuda.synchronize()
     samples = tel.drain_samples()
     tel.close()
-    cupti = _cupti_call_seconds(prof.events())
+    cupti = call_seconds(spans(prof.events()))
     per_size: dict[int, list[tuple[float, float]]] = {}
     if len(samples) == len(rows_of):
         for i, s in enumerate(samples):

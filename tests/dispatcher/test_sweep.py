@@ -229,6 +229,7 @@ def test_sweep_end_to_end_on_a_tiny_cpu_grid(tmp_path):
     assert {"device", "results", "ratios", "crossover", "recommendation", "command"} <= set(doc)
     assert doc["command"].startswith("routescope sweep --kernels intree.ragged_prefill:torch,intree.sparse_decode:torch")
     assert "--tolerance 0.05" in doc["command"] and doc["tolerance"] == 0.05
+    assert "--timer events" in doc["command"] and {x["timer"] for x in doc["results"]} == {"host"}
     assert len(doc["ratios"]) == 4
 
 
@@ -251,6 +252,7 @@ def test_sweep_json_flag_prints_the_document(tmp_path):
     (["--heads", "0"], "--heads"),
     (["--tolerance", "1.5"], "--tolerance"),
     (["--tolerance", "-0.1"], "--tolerance"),
+    (["--timer", "wallclock"], "--timer must be one of events, cupti"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, match, tmp_path):
     r = _cli(*args, "--out", str(tmp_path))
@@ -262,6 +264,12 @@ def test_bad_arguments_exit_2_with_a_message(args, match, tmp_path):
 def test_asking_for_cuda_without_one_exits_2(tmp_path):
     r = _cli("--device", "cuda", "--out", str(tmp_path))
     assert r.exit_code == 2 and "no CUDA" in r.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_kernel_time_needs_cuda(tmp_path):
+    r = _cli("--timer", "cupti", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "--timer cupti needs a CUDA device" in r.output
 
 
 def test_routescope_lists_sweep():

@@ -1,0 +1,67 @@
+"""Kernel time from CUPTI (dispatcher/sweep/cupti.py and the sweep's KernelTimer)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from dispatcher.sweep.cupti import CALL_PREFIX, Span, call_name, call_seconds, spans
+
+HAVE_CUDA = torch.cuda.is_available()
+
+
+def test_a_call_is_timed_by_its_gpu_range_alone():
+    found = [Span(call_name(0), False, 0.0, 50.0),  # the host's time in the call: not kernel time
+             Span(call_name(0), True, 10.0, 22.5), Span("spin_kernel", True, 0.0, 9.0),
+             Span(call_name(1), True, 30.0, 34.0)]
+    assert call_seconds(found) == pytest.approx({0: 12.5e-6, 1: 4.0e-6})
+
+
+def test_a_call_seen_in_several_gpu_ranges_spans_them_all():
+    found = [Span(call_name(3), True, 10.0, 12.0), Span(call_name(3), True, 15.0, 19.0)]
+    assert call_seconds(found) == pytest.approx({3: 9.0e-6})
+
+
+def test_other_names_and_a_call_without_kernels_are_absent():
+    found = [Span(CALL_PREFIX + "x", True, 0.0, 1.0), Span("rs_callx_1", True, 0.0, 1.0),
+             Span(call_name(2), False, 0.0, 5.0)]
+    assert call_seconds(found) == {}
+    assert call_seconds([Span("mine_4", True, 1.0, 3.0)], prefix="mine_") == pytest.approx({4: 2.0e-6})
+
+
+def test_call_names_are_counted_from_zero():
+    assert call_name(7) == CALL_PREFIX + "7"
+    with pytest.raises(ValueError, match=">= 0"):
+        call_name(-1)
+
+
+def test_spans_read_a_real_profile():
+    """A CPU-only profile: the call's range is there, on the host, so it has no kernel time."""
+    x = torch.ones(64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function(call_name(0)):
+            (x * 2).sum()
+    found = spans(prof.events())
+    mine = [s for s in found if s.name == call_name(0)]
+    assert len(mine) == 1 and not mine[0].on_gpu and mine[0].end_us >= mine[0].start_us
+    assert any(s.name.startswith("aten::") for s in found)
+    assert call_seconds(found) == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA device")
+def test_kernel_time_spans_a_calls_kernels_and_leaves_out_the_events():
+    """Real CUPTI: one spin kernel, then two in a row; the event pair around the same calls reads more."""
+    from dispatcher.sweep.timing import KernelTimer
+
+    cycles = 100_000
+    dev = torch.device("cuda")
+    timer = KernelTimer(dev)
+    one, one_ev = timer.paired(lambda a: torch.cuda._sleep(cycles), [None], warmup=2, repeats=20)
+    two, _ = timer.paired(lambda a: (torch.cuda._sleep(cycles), torch.cuda._sleep(cycles)), [None], warmup=2,
+                          repeats=20)
+    assert one.timer == "cupti" and one_ev.timer == "cuda-events" and one.repeats == 20
+    assert 30 < one.median_us < 200  # 100,000 cycles: 48-100 µs at 1-2.1 GHz
+    assert 1.7 < two.median_us / one.median_us < 2.3  # first kernel's start to the second's end
+    assert one.median_us < one_ev.median_us  # the events' own cost is not in kernel time
