@@ -321,7 +321,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _store_partial(o_ptr, part, o_ld, hmask, o, inv):
-        """The split-K partial Oᵀ · inv into fp32 rows ``part`` (16 heads) of ``o_ld`` lanes, 16-byte stores.
+        """The split-K partial Oᵀ · inv into rows ``part`` (16 heads) of ``o_ld`` lanes (fp32 in production), 16-byte stores.
 
         ``o_ld`` (the partials' row length, the output's lanes) is a specialised argument: known to be
         a multiple of 16, it lets the stores be 16-byte vectors.
@@ -331,7 +331,7 @@ if HAVE_GLUON:
         warp writes 128 lanes of one head at once.
         """
         rows: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])  # lanes fastest, 4 per thread
-        val = gl.convert_layout(o * inv[None, :], rows)
+        val = gl.convert_layout(o * inv[None, :], rows).to(o_ptr.dtype.element_ty)
         offs_f = gl.arange(0, 512, gl.SliceLayout(1, rows))
         part_r = gl.convert_layout(part, gl.SliceLayout(0, rows))
         hmask_r = gl.convert_layout(hmask, gl.SliceLayout(0, rows))

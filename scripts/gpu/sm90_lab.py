@@ -88,6 +88,11 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         out.append(("decode 512+64", "neither: no products, indices all -1", invalid(dec(None, Sm90Config(2, ablate=2),
                                                                                           ws=False)), [2, 16], v32))
         out.append(("decode 512+64", "partials only (no reduce launch)", partials_only, [2, 16], v32))
+        for values in (1024, 2048, 8192):  # the reduce's program size (default triton_decode.REDUCE_VALUES)
+            out.append(("decode 512+64", f"reduce programs of {values} values", decode_with(
+                default_partials, reduce_values=values), [2, 16], v32))
+        out.append(("decode 512+64", "bf16 partials", decode_with(default_partials, part_dtype=torch.bfloat16),
+                    [2, 16], v32))
     return out
 
 
@@ -98,25 +103,30 @@ def ws_regs(regs):
     return lambda a: gluon_sm90_ws.launch_prefill_ws(a, worker_regs=regs)
 
 
-def decode_with(partials, *, reduce: bool = True):
+def decode_with(partials, *, reduce: bool = True, part_dtype: torch.dtype = torch.float32,
+                reduce_values: int | None = None):
     """A split-K decode with another partial pass: the default's splits (one program per SM) and buffers,
-    then Triton's PDL-launched reduce, or (``reduce=False``) the partial pass alone."""
+    then Triton's PDL-launched reduce, or (``reduce=False``) the partial pass alone. ``part_dtype`` and
+    ``reduce_values`` (the reduce's program size) vary what the default fixes (fp32, REDUCE_VALUES)."""
     def run(a):
         p = triton_prefill.pack(a)
         rows, heads, _ = a.q.shape
         splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(a.q.device), per_sm=1)
-        part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=a.q.device)
+        part_o = torch.empty((rows, splits, heads, p.lanes), dtype=part_dtype, device=a.q.device)
         part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
         partials(a, part_o, part_lse, splits, pdl=reduce)
         if reduce:
-            triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True)
+            triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, reduce_values)
     return run
+
+
+def default_partials(a, part_o, part_lse, splits, pdl):
+    gluon_sm90.launch_partials(a, part_o, part_lse, splits, config=gluon_sm90.DECODE_SM90, pdl=pdl)
 
 
 ws4_decode = decode_with(gluon_sm90_ws_d512.launch_partials_ws)
 # The default decode's partial pass alone: what the reduce adds is the default's time minus this.
-partials_only = decode_with(lambda a, po, pl, splits, pdl: gluon_sm90.launch_partials(
-    a, po, pl, splits, config=gluon_sm90.DECODE_SM90, pdl=pdl), reduce=False)
+partials_only = decode_with(default_partials, reduce=False)
 
 
 def invalid(fn):
