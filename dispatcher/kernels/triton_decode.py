@@ -118,37 +118,39 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
 
 @triton.jit(do_not_specialize=_FLAGS)
 def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2,
-                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr,
+                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr = 1,
                    trace_ptr=None, TRACE: tl.constexpr = False):
+    """One program: ``HB`` heads × ``L_BLOCK`` lanes of a row, every split of it loaded at once."""
     if TRACE:  # timing experiments only: %globaltimer at the start, after gdc_wait and at the end
         trace_ptr += ((tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2)
                       + tl.program_id(2)) * 4
         tl.store(trace_ptr, _globaltimer())
     row = tl.program_id(0)
-    h = tl.program_id(1)
+    offs_h = tl.program_id(1) * HB + tl.arange(0, HB)
+    hmask = offs_h < H
     offs_l = tl.program_id(2) * L_BLOCK + tl.arange(0, L_BLOCK)
     lmask = offs_l < lanes
     offs_s = tl.arange(0, S_BLOCK)
-    smask = offs_s < splits
-    part = (row.to(tl.int64) * splits + offs_s) * H + h  # [S_BLOCK]
+    smask = (offs_s < splits)[:, None] & hmask[None, :]
+    part = (row.to(tl.int64) * splits + offs_s[:, None]) * H + offs_h[None, :]  # [S_BLOCK, HB]
     # Absent, the sink loads as -inf: it moves neither the max nor the total.
-    first = (offs_s == 0) & ((offs_s * 0 + has_sink) != 0)
-    sink = tl.load(sink_ptr + h * sink_s0 + offs_s * 0, mask=first, other=float("-inf")).to(tl.float32)
-    sink = tl.max(sink, axis=0) * 1.4426950408889634
+    sink = tl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
+    sink = sink.to(tl.float32) * 1.4426950408889634
     if PDL:
         gdc_wait()  # launched early: wait here until every partial is written
     if TRACE:
         tl.store(trace_ptr + 1, _globaltimer())
     lse = tl.load(lse_ptr + part, mask=smask, other=float("-inf"))
-    big = tl.maximum(tl.max(lse, axis=0), sink)
+    o = tl.load(o_ptr + part[:, :, None] * lanes + offs_l[None, None, :], mask=smask[:, :, None] & lmask[None, None, :],
+                other=0.0).to(tl.float32)
+    big = tl.maximum(tl.max(lse, axis=0), sink)  # [HB]
     big_safe = tl.where(big == float("-inf"), 0.0, big)
-    w = tl.exp2(lse - big_safe)
+    w = tl.exp2(lse - big_safe[None, :])
     total = tl.sum(w, axis=0) + tl.exp2(sink - big_safe)
     inv = tl.where(total > 0.0, 1.0 / tl.where(total > 0.0, total, 1.0), 0.0)
-    o = tl.load(o_ptr + part[:, None] * lanes + offs_l[None, :], mask=smask[:, None] & lmask[None, :], other=0.0)
-    res = tl.sum(o * w[:, None], axis=0) * inv
-    out_row = out_ptr + row.to(tl.int64) * o_s0 + h * o_s1
-    tl.store(out_row + offs_l * o_s2, res.to(out_ptr.dtype.element_ty), mask=lmask)
+    res = tl.sum(o * w[:, :, None], axis=0) * inv[:, None]  # [HB, L_BLOCK]
+    out_rows = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
+    tl.store(out_rows + offs_l[None, :] * o_s2, res.to(out_ptr.dtype.element_ty), mask=hmask[:, None] & lmask[None, :])
     if TRACE:
         tl.store(trace_ptr + 2, _globaltimer())
 
@@ -158,14 +160,15 @@ def _globaltimer():
     return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
-def reduce_blocks(splits: int, lanes: int, values: int | None = None) -> tuple[int, int]:
-    """(S_BLOCK, L_BLOCK): every split of a row in one load, lanes blocked to keep a program near ``values``."""
+def reduce_blocks(splits: int, lanes: int, values: int | None = None, heads: int = 1) -> tuple[int, int]:
+    """(S_BLOCK, L_BLOCK): every split of a row in one load, lanes blocked to keep a program of ``heads``
+    heads near ``values``."""
     s_block = max(2, next_pow2(splits))
-    return s_block, min(max(16, next_pow2(lanes)), max(16, (values or REDUCE_VALUES) // s_block))
+    return s_block, min(max(16, next_pow2(lanes)), max(16, (values or REDUCE_VALUES) // (s_block * heads)))
 
 
 def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
-           reduce_values: int | None = None, pdl: bool | None = None) -> None:
+           reduce_values: int | None = None, reduce_heads: int = 1, pdl: bool | None = None) -> None:
     """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not.
 
     The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
@@ -195,20 +198,27 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
         CNT_BLOCK=count_block(p.width), PDL=use_pdl, **tile_constants(p, head_dim, cfg),
         **cfg.launch_options(),
     )
-    reduce_partials(part_o, part_lse, p, out, splits, use_pdl, reduce_values)
+    reduce_partials(part_o, part_lse, p, out, splits, use_pdl, reduce_values, heads_per_program=reduce_heads)
 
 
 def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out: torch.Tensor, splits: int,
-                    use_pdl: bool, reduce_values: int | None = None, trace: torch.Tensor | None = None) -> None:
+                    use_pdl: bool, reduce_values: int | None = None, trace: torch.Tensor | None = None,
+                    heads_per_program: int = 1) -> None:
     """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials).
 
+    ``part_o`` may be fp32 or 16-bit; the reduce computes in fp32. ``heads_per_program`` (a power of
+    two) heads share a program, which then loads ``reduce_values`` values for all of them.
     ``trace`` (timing experiments only, NVIDIA): int64, 4 per program, filled with %globaltimer stamps.
     """
     rows, _, heads, _ = part_o.shape
-    s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values)
+    hb = int(heads_per_program)
+    if hb < 1 or hb & (hb - 1):
+        raise ValueError(f"heads_per_program must be a power of two, got {heads_per_program}")
+    s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values, hb)
     extra = {"launch_pdl": True} if use_pdl else {}
-    _reduce_kernel[(rows, heads, triton.cdiv(p.lanes, l_block))](
+    _reduce_kernel[(rows, triton.cdiv(heads, hb), triton.cdiv(p.lanes, l_block))](
         part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, num_warps=4, trace_ptr=trace, TRACE=trace is not None, **extra,
+        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, HB=hb, num_warps=4, trace_ptr=trace,
+        TRACE=trace is not None, **extra,
     )

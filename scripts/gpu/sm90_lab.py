@@ -88,11 +88,14 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         out.append(("decode 512+64", "neither: no products, indices all -1", invalid(dec(None, Sm90Config(2, ablate=2),
                                                                                           ws=False)), [2, 16], v32))
         out.append(("decode 512+64", "partials only (no reduce launch)", partials_only, [2, 16], v32))
-        for values in (1024, 2048, 8192):  # the reduce's program size (default triton_decode.REDUCE_VALUES)
-            out.append(("decode 512+64", f"reduce programs of {values} values", decode_with(
-                default_partials, reduce_values=values), [2, 16], v32))
-        out.append(("decode 512+64", "bf16 partials", decode_with(default_partials, part_dtype=torch.bfloat16),
-                    [2, 16], v32))
+        # The reduce's shape: values a program loads (default triton_decode.REDUCE_VALUES) and heads it takes;
+        # then the partials in 16 bits. (S8-2 timed 1024, 2048 and 8192 values at one head: none faster.)
+        for heads, values in ((2, 4096), (2, 8192), (4, 16384)):
+            out.append(("decode 512+64", f"reduce {heads} heads a program, {values} values", decode_with(
+                default_partials, reduce_values=values, reduce_heads=heads), [2, 16], v32))
+        for heads, values in ((1, None), (2, 8192)):
+            out.append(("decode 512+64", f"bf16 partials, reduce {heads} heads a program", decode_with(
+                default_partials, part_dtype=torch.bfloat16, reduce_values=values, reduce_heads=heads), [2, 16], v32))
     return out
 
 
@@ -104,10 +107,11 @@ def ws_regs(regs):
 
 
 def decode_with(partials, *, reduce: bool = True, part_dtype: torch.dtype = torch.float32,
-                reduce_values: int | None = None):
+                reduce_values: int | None = None, reduce_heads: int = 1):
     """A split-K decode with another partial pass: the default's splits (one program per SM) and buffers,
-    then Triton's PDL-launched reduce, or (``reduce=False``) the partial pass alone. ``part_dtype`` and
-    ``reduce_values`` (the reduce's program size) vary what the default fixes (fp32, REDUCE_VALUES)."""
+    then Triton's PDL-launched reduce, or (``reduce=False``) the partial pass alone. ``part_dtype``,
+    ``reduce_values`` and ``reduce_heads`` (the reduce's program size and heads a program) vary what the
+    default fixes."""
     def run(a):
         p = triton_prefill.pack(a)
         rows, heads, _ = a.q.shape
@@ -116,7 +120,8 @@ def decode_with(partials, *, reduce: bool = True, part_dtype: torch.dtype = torc
         part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
         partials(a, part_o, part_lse, splits, pdl=reduce)
         if reduce:
-            triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, reduce_values)
+            triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, reduce_values,
+                                          heads_per_program=reduce_heads)
     return run
 
 

@@ -40,9 +40,10 @@ def check(case: Case, got: torch.Tensor, dtype: torch.dtype) -> None:
 ONE_CHAIN = (16, 4, 2, 1)  # block_n 16, the head block as one MMA chain (the default cuts it in up to 4)
 KERNELS = [("prefill", {}), ("decode", {}), ("decode", {"splits": 3}), ("decode", {"splits": 1}),
            ("prefill", {"config": ONE_CHAIN}),
-           ("decode", {"config": ONE_CHAIN, "splits": 3, "reduce_values": 32})]
+           ("decode", {"config": ONE_CHAIN, "splits": 3, "reduce_values": 32}),
+           ("decode", {"splits": 3, "reduce_heads": 4, "reduce_values": 128})]
 KERNEL_IDS = ["prefill", "decode", "decode-3splits", "decode-1split", "prefill-one-chain",
-              "decode-one-chain-3splits-16lanes"]
+              "decode-one-chain-3splits-16lanes", "decode-3splits-4heads-reduced-together"]
 
 
 @pytest.mark.parametrize(("which", "kw"), KERNELS, ids=KERNEL_IDS)
@@ -137,6 +138,16 @@ def test_reduce_blocks_cover_every_split_and_lane(interp):
     assert decode.reduce_blocks(64, 512, 2048) == (64, 32)
     assert decode.reduce_blocks(3, 24, 32) == (4, 16)  # several lane blocks for a 24-lane output
     assert decode.reduce_blocks(1, 576, 4096) == (2, 1024)
+    assert decode.reduce_blocks(8, 512, 8192, heads=2) == (8, 512)  # two heads' 512 lanes in one program
+    assert decode.reduce_blocks(8, 512, 4096, heads=4) == (8, 128)
+
+
+@pytest.mark.parametrize("heads", [0, 3])
+def test_reduce_heads_per_program_must_be_a_power_of_two(interp, heads):
+    _, decode = interp
+    case = make_case(2)
+    with pytest.raises(ValueError, match="power of two"):
+        decode.launch(case.fresh_output(), splits=2, reduce_heads=heads)
 
 
 def test_head_dim_split(interp):
