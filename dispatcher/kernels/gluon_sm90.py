@@ -22,7 +22,8 @@ prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup 
 the softmax with the tensor cores, so the prefill's default is a warp-specialised, persistent
 kernel: ``gluon_sm90_ws`` at 512+64 (5.48-5.60 ms against 6.97), ``gluon_sm90_ws_d512`` at
 D = 512 (4.89 against 6.62 at 512+0); ``ws_module`` picks (S4, S5). The split-K decode's
-partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones.
+partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
+and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8).
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -71,6 +72,10 @@ PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws
 DECODE_SM90 = Sm90Config(2)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
+# The decode's partials in q's dtype (fp16/bf16), as FlashInfer keeps its split-KV states: the reduce
+# reads half the bytes. Kernel time 15.5 -> 15.1 µs at 16 rows, 9.1-9.4 -> 8.8-8.9 at 2 (S8-2, S8-3);
+# rel err 2.2e-3 against 1.9e-3 (each partial is a convex mix of v, so it stays in v's range).
+DECODE_PARTIALS_16BIT = True
 
 
 def supports(args: KernelArgs) -> bool:
@@ -321,10 +326,10 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _store_partial(o_ptr, part, o_ld, hmask, o, inv):
-        """The split-K partial Oᵀ · inv into rows ``part`` (16 heads) of ``o_ld`` lanes (fp32 in production), 16-byte stores.
+        """The split-K partial Oᵀ · inv into rows ``part`` (16 heads) of ``o_ld`` lanes, in the buffer's dtype.
 
         ``o_ld`` (the partials' row length, the output's lanes) is a specialised argument: known to be
-        a multiple of 16, it lets the stores be 16-byte vectors.
+        a multiple of 16, it lets the stores be vectors of 4 lanes (8 bytes in 16 bits, 16 in fp32).
 
         The accumulator's layout gives each thread two heads of a lane, so a direct store writes 4
         bytes per 32-byte sector; through shared memory (the tiles' buffers are dead by now) each
@@ -475,6 +480,11 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
     )
 
 
+def partial_dtype(q_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the decode keeps its split-K partials in: q's (16 bits) or fp32 (``DECODE_PARTIALS_16BIT``)."""
+    return q_dtype if DECODE_PARTIALS_16BIT else torch.float32
+
+
 def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
                   pdl: bool | None = None, ws: bool | None = None) -> None:
     """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
@@ -499,7 +509,7 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
                                              per_sm=1 if use_ws else DECODE_PER_SM[cfg.stages])
     splits = max(1, min(int(splits), triton_decode.MAX_SPLITS))
     use_pdl = triton_decode.pdl_supported(q.device) if pdl is None else bool(pdl)
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=partial_dtype(q.dtype), device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
     if use_ws:
         ws_module(args).launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)

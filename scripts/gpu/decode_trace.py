@@ -53,7 +53,7 @@ WS = "--ws" in sys.argv
 def decode(a, splits, cfg, trace=None, rtrace=None):
     p = pack(a)
     rows, heads, _ = a.q.shape
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=DEV)
+    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=gluon_sm90.partial_dtype(a.q.dtype), device=DEV)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=DEV)
     if WS:
         gluon_sm90_ws.launch_partials_ws(a, part_o, part_lse, splits, pdl=True, trace=trace)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_check import PTRS, sass_loop, signature  # noqa: E402
 
-PTRS = {**PTRS, "trace_ptr": "*i64"}  # the partial kernel's cycle stamps (TRACE; off here)
+PTRS = {**PTRS, "trace_ptr": "*i64", "o_ptr": "*bf16"}  # cycle stamps (TRACE; off here); 16-bit partials
 from dispatcher.kernels import gluon_sm90  # noqa: E402
 
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"

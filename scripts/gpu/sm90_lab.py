@@ -88,14 +88,11 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         out.append(("decode 512+64", "neither: no products, indices all -1", invalid(dec(None, Sm90Config(2, ablate=2),
                                                                                           ws=False)), [2, 16], v32))
         out.append(("decode 512+64", "partials only (no reduce launch)", partials_only, [2, 16], v32))
-        # The reduce's shape: values a program loads (default triton_decode.REDUCE_VALUES) and heads it takes;
-        # then the partials in 16 bits. (S8-2 timed 1024, 2048 and 8192 values at one head: none faster.)
-        for heads, values in ((2, 4096), (2, 8192), (4, 16384)):
-            out.append(("decode 512+64", f"reduce {heads} heads a program, {values} values", decode_with(
-                default_partials, reduce_values=values, reduce_heads=heads), [2, 16], v32))
-        for heads, values in ((1, None), (2, 8192)):
-            out.append(("decode 512+64", f"bf16 partials, reduce {heads} heads a program", decode_with(
-                default_partials, part_dtype=torch.bfloat16, reduce_values=values, reduce_heads=heads), [2, 16], v32))
+        # fp32 partials (the default until S8), and the reduce two heads a program (S8-3: no faster).
+        out.append(("decode 512+64", "fp32 partials", decode_with(default_partials, part_dtype=torch.float32),
+                    [2, 16], v32))
+        out.append(("decode 512+64", "reduce 2 heads a program, 8192 values", decode_with(
+            default_partials, reduce_values=8192, reduce_heads=2), [2, 16], v32))
     return out
 
 
@@ -106,7 +103,7 @@ def ws_regs(regs):
     return lambda a: gluon_sm90_ws.launch_prefill_ws(a, worker_regs=regs)
 
 
-def decode_with(partials, *, reduce: bool = True, part_dtype: torch.dtype = torch.float32,
+def decode_with(partials, *, reduce: bool = True, part_dtype: torch.dtype | None = None,
                 reduce_values: int | None = None, reduce_heads: int = 1):
     """A split-K decode with another partial pass: the default's splits (one program per SM) and buffers,
     then Triton's PDL-launched reduce, or (``reduce=False``) the partial pass alone. ``part_dtype``,
@@ -116,7 +113,8 @@ def decode_with(partials, *, reduce: bool = True, part_dtype: torch.dtype = torc
         p = triton_prefill.pack(a)
         rows, heads, _ = a.q.shape
         splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(a.q.device), per_sm=1)
-        part_o = torch.empty((rows, splits, heads, p.lanes), dtype=part_dtype, device=a.q.device)
+        dtype = part_dtype or gluon_sm90.partial_dtype(a.q.dtype)  # the default's unless told
+        part_o = torch.empty((rows, splits, heads, p.lanes), dtype=dtype, device=a.q.device)
         part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=a.q.device)
         partials(a, part_o, part_lse, splits, pdl=reduce)
         if reduce:

@@ -106,7 +106,7 @@ def main() -> None:
             p = pack(a)
             splits = triton_decode.choose_splits(rows, 1, p.width, 64, triton_decode.sm_count(DEV),
                                                  per_sm=gluon_sm90.DECODE_PER_SM[2])
-            po = torch.empty((rows, splits, 16, p.lanes), dtype=torch.float32, device=DEV)
+            po = torch.empty((rows, splits, 16, p.lanes), dtype=gluon_sm90.partial_dtype(a.q.dtype), device=DEV)
             pl = torch.empty((rows, splits, 16), dtype=torch.float32, device=DEV)
             timed(group, f"partials only ({splits} splits)",
                   lambda b: gluon_sm90.launch_partials(b, po, pl, splits, config=gluon_sm90.DECODE_SM90, pdl=False),

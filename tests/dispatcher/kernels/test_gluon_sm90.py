@@ -113,6 +113,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     assert kw["splits"] == 8 and kw["n_items"] == 16 * 8 and grid == (128,)  # one program per SM: 8 splits of 4 tiles
     assert kw["partial"] == 1 and kw["PDL"] is True
     assert kw["part_o_ptr"].shape == (16, 8, 16, 512) and kw["part_lse_ptr"].shape == (16, 8, 16)
+    assert kw["part_o_ptr"].dtype == torch.bfloat16 and kw["part_lse_ptr"].dtype == torch.float32  # 16-bit partials
     assert len(reduced) == 1 and reduced[0][4] == 8  # the reduce combines the 8 splits
     n = len(rec.calls)
     monkeypatch.setattr(gluon_sm90, "launch_partials", lambda *a, **k: reduced.append("one warpgroup"))
@@ -154,7 +155,7 @@ COMPILE = textwrap.dedent("""
     from dispatcher.kernels import gluon_sm90
 
     PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*bf16", "indptr_ptr": "*bf16",
-            "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
+            "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*bf16", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
             "part_lse_ptr": "*fp32"}
     tools = Path(triton.__file__).parent / "backends/nvidia/bin"
     from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512

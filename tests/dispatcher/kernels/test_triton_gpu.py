@@ -208,7 +208,7 @@ def test_sm90_decode_trace_stamps_are_ordered_and_change_no_answer(compiled):
     outs = []
     for traced in (False, True):
         a = args._replace(output=torch.full_like(args.output, float("nan")))
-        part_o = torch.empty((rows, splits, 16, p.lanes), dtype=torch.float32, device="cuda")
+        part_o = torch.empty((rows, splits, 16, p.lanes), dtype=g.partial_dtype(a.q.dtype), device="cuda")
         part_lse = torch.empty((rows, splits, 16), dtype=torch.float32, device="cuda")
         trace = torch.zeros((rows * splits, 24), dtype=torch.int64, device="cuda") if traced else None
         blocks = -(-p.lanes // triton_decode.reduce_blocks(splits, p.lanes)[1])
