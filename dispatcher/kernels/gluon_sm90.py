@@ -73,7 +73,7 @@ DECODE_SM90 = Sm90Config(2)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 # The decode's partials in q's dtype (fp16/bf16), as FlashInfer keeps its split-KV states: the reduce
-# reads half the bytes. Kernel time 15.5 -> 15.1 µs at 16 rows, 9.1-9.4 -> 8.8-8.9 at 2 (S8-2, S8-3);
+# reads half the bytes. Kernel time 15.4-15.5 -> 15.0-15.1 µs at 16 rows, 9.1-9.5 -> 8.8-8.9 at 2 (S8-2..S8-4);
 # rel err 2.2e-3 against 1.9e-3 (each partial is a convex mix of v, so it stays in v's range).
 DECODE_PARTIALS_16BIT = True
 

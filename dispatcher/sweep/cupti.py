@@ -4,8 +4,8 @@ A call run inside ``record_function(name)`` under a profiler that records CUDA a
 ranges: one on the CPU (the host's time in the call) and one on the GPU, from the start of the
 call's first kernel to the end of its last (``gpu_user_annotation`` in a trace). The GPU range is
 the kernel time of the call: launch gaps between its own kernels count, the cost of timing it
-does not. A CUDA event pair around the same call reads 3 to 3.7 µs more on an H200
-(docs/benchmarks.md, "event timing against CUPTI").
+does not. A CUDA event pair around the same call reads about 3-4 µs more on an H200
+(docs/benchmarks.md: "event timing against CUPTI", and session 8).
 
 ``spans`` reads the profiler's events into plain records; ``call_seconds`` is the pure part.
 """
