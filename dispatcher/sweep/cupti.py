@@ -8,6 +8,9 @@ does not. A CUDA event pair around the same call reads about 3-4 µs more on an 
 (docs/benchmarks.md: "event timing against CUPTI", and session 8).
 
 ``spans`` reads the profiler's events into plain records; ``call_seconds`` is the pure part.
+
+Measured on CUDA (an H200). ROCm's profiler (roctracer) was not tried: where it leaves no GPU
+ranges, ``KernelTimer`` raises and the sweep exits with that message.
 """
 
 from __future__ import annotations
