@@ -65,7 +65,6 @@ class Sm90Config(NamedTuple):
     rope1: bool = False  # one rope-lane buffer instead of one per stage: 3 stages fit at 512+64
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
-    under: bool = False  # the next tile's gathers issued once the scores are on the tensor cores, not before
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
@@ -187,8 +186,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                ABLATE: gl.constexpr, CHAINS: gl.constexpr, UNDER: gl.constexpr = False, trace_ptr=None,
-                TRACE: gl.constexpr = False):
+                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
@@ -199,10 +197,6 @@ if HAVE_GLUON:
         the next tile as soon as this tile's scores are done; that is what lets three stages fit in
         shared memory at 512+64. ABLATE (timing experiments only; wrong answers): 1 gathers only the
         prologue's tiles and computes on stale data, 2 gathers and skips the products.
-
-        UNDER issues the next tile's gathers after this tile's scores, so that their issue (36
-        ``cp.async`` a thread, through the load/store pipe) runs while the tensor cores work rather
-        than ahead of them. The stage they fill was freed by the previous tile's P·V either way.
         """
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
@@ -254,9 +248,14 @@ if HAVE_GLUON:
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
             if not LATE:  # refill the stage tile t - 1 used
-                if not UNDER:
-                    slots = _refill(kv_ptr, kv_s0, slots, skv, kv_a, kv_b, idx_ptr, base, idx_s1, lo, hi, t, n_tiles,
-                                    DB, STAGES, ABLATE, cp)
+                if ABLATE != 1:
+                    if t + STAGES - 1 < n_tiles:
+                        g = (t + STAGES - 1) % STAGES
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), 0, 512, cp)
+                        if DB > 0:
+                            _gather(kv_ptr, kv_s0, slots, skv, kv_b.index(g), 512, DB, cp)
+                async_copy.commit_group()
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
 
             ka = kv_a.index(stage)
             if ABLATE != 2:
@@ -269,11 +268,6 @@ if HAVE_GLUON:
                                        s0, use_acc=False, is_async=True)
                 if DB > 0:
                     s = warpgroup_mma(kv_b.index(t % RB), qb_smem.permute((1, 0)), s, is_async=True)
-            if not LATE:
-                if UNDER:  # the scores are on the tensor cores: issue the next gathers beside them
-                    slots = _refill(kv_ptr, kv_s0, slots, skv, kv_a, kv_b, idx_ptr, base, idx_s1, lo, hi, t, n_tiles,
-                                    DB, STAGES, ABLATE, cp)
-            if ABLATE != 2:
                 if CHAINS == 1:
                     s = warpgroup_mma_wait(0, deps=(s,))
                 else:
@@ -308,19 +302,6 @@ if HAVE_GLUON:
             ok = ok_next
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
-
-    @gluon.jit
-    def _refill(kv_ptr, kv_s0, slots, skv, kv_a, kv_b, idx_ptr, base, idx_s1, lo, hi, t, n_tiles,
-                DB: gl.constexpr, STAGES: gl.constexpr, ABLATE: gl.constexpr, cp: gl.constexpr):
-        """Gather tile t + STAGES - 1 into the stage tile t - 1 used (one commit group); the slots of the tile after."""
-        if ABLATE != 1:
-            if t + STAGES - 1 < n_tiles:
-                g = (t + STAGES - 1) % STAGES
-                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), 0, 512, cp)
-                if DB > 0:
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_b.index(g), 512, DB, cp)
-        async_copy.commit_group()
-        return _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, gl.SliceLayout(1, cp))
 
     if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
 
@@ -381,14 +362,14 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, UNDER: gl.constexpr = False):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                           q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                          DB, STAGES, ROPE1, ABLATE, CHAINS, UNDER)
+                          DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
@@ -400,7 +381,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        UNDER: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
+                        trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -420,7 +401,7 @@ if HAVE_GLUON:
         hi = gl.minimum(lo + chunk, seg)
         m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                           q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                          DB, STAGES, ROPE1, ABLATE, CHAINS, UNDER, trace_ptr, TRACE)
+                          DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -436,7 +417,7 @@ if HAVE_GLUON:
 
 def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "UNDER": cfg.under, "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "num_warps": 4}
 
 
 def ws_module(args: KernelArgs):

@@ -77,7 +77,6 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
     if only in (None, "decode"):
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
              ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
-             ("gathers issued under the scores", dec(None, gluon_sm90.Sm90Config(2, under=True), ws=False)),
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
              ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
@@ -163,7 +162,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["prefill", "decode"])
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--check-decode", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                    help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2 or 2,0,0,1,1 (under)")
+                    help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--warm-s", type=float, default=2.0)
     opt = ap.parse_args()
