@@ -65,6 +65,7 @@ class Sm90Config(NamedTuple):
     rope1: bool = False  # one rope-lane buffer instead of one per stage: 3 stages fit at 512+64
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
+    pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe; 3 stages, D = 512 only)
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
@@ -303,6 +304,99 @@ if HAVE_GLUON:
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
 
+    @gluon.jit
+    def _softmax_tile(s, ok, m, l_acc, sm_scale2):
+        """One tile's online-softmax step on Sᵀ [64 slots, 16 heads]: (m, l_acc, alpha, P), base 2."""
+        s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))
+        m_new = gl.maximum(m, gl.max(s, axis=0))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m - m_safe)
+        p = gl.exp2(s - m_safe[None, :])
+        return m_new, l_acc * alpha[None, :] + p, alpha, p
+
+    @gluon.jit
+    def _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp: gl.constexpr):
+        """Tile t + 1 into the stage tile t - 2 used (one commit group); the slots of tile t + 2."""
+        if t + 1 < n_tiles:
+            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index((t + 1) % 3), 0, 512, cp)
+        async_copy.commit_group()
+        return _load_slots(idx_ptr, base, idx_s1, lo + (t + 2) * 64, hi, gl.SliceLayout(1, cp))
+
+    @gluon.jit
+    def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
+                     q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
+                     trace_ptr=None, TRACE: gl.constexpr = False):
+        """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
+
+        Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
+        one tile ahead as in ``_attend``). Per tile: the scores are issued, then the previous tile's
+        P·V; the scores' wait leaves P·V running under the exponentials; then P·V's wait, Oᵀ's
+        rescale and P's store into the other of two P buffers. Three 512-lane stages fit in shared
+        memory only without rope lanes (D = 512).
+        """
+        gl.static_assert(DB == 0, "three stages of 576 lanes do not fit in shared memory")
+        dt: gl.constexpr = kv_ptr.dtype.element_ty
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        rows_s: gl.constexpr = gl.SliceLayout(1, mma)
+        kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
+        p_smem = gl.allocate_shared_memory(dt, [2, 64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
+        qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
+        _copy_q(qa_smem, qa_smem, q_ptr, q_s0, q_s1, H, row, h0, 0)
+        m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
+        l_acc = gl.zeros([64, 16], gl.float32, mma)
+        o = gl.zeros([512, 16], gl.float32, mma)
+        s0 = gl.zeros([64, 16], gl.float32, mma)
+        n_tiles = gl.maximum(gl.cdiv(hi - lo, 64), 1)  # an empty split runs one masked tile: m -inf, l 0, Oᵀ 0
+
+        _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, kv_a.index(0), 0, 512, cp)
+        async_copy.commit_group()
+        _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
+        slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
+        n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+        lim = gl.minimum(hi, n)
+        ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
+        _stamp(trace_ptr, 2, TRACE)  # the row's length known
+        # Tile 0: its scores and softmax, nothing before it to overlap.
+        ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
+        async_copy.wait_group(0)
+        fence_async_shared()
+        cta_barrier()
+        _stamp(trace_ptr, 3, TRACE)  # tile 0 landed
+        slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, 0, n_tiles, cp)
+        s = warpgroup_mma(kv_a.index(0), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
+        p_smem.index(0).store(p.to(dt))
+        fence_async_shared()
+        _stamp(trace_ptr, 4, TRACE)  # tile 0's scores and softmax done
+        ok = ok_next
+        for t in range(1, n_tiles):
+            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)
+            async_copy.wait_group(0)  # this thread's copies of tile t have landed
+            fence_async_shared()
+            cta_barrier()  # tile t landed everywhere; P(t - 1) written; tile t - 2's P·V done in every warp
+            _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
+            slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
+            s = warpgroup_mma(kv_a.index(t % 3), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
+            # tile t - 1's P·V, queued behind the scores: it runs under this tile's softmax
+            o = warpgroup_mma(kv_a.index((t + 2) % 3).permute((1, 0)), p_smem.index((t + 1) % 2), o, is_async=True)
+            s = warpgroup_mma_wait(1, deps=(s,))
+            m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
+            o = warpgroup_mma_wait(0, deps=(o,))
+            o = o * alpha[None, :]
+            p_smem.index(t % 2).store(p.to(dt))
+            fence_async_shared()
+            _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's scores and softmax done
+            ok = ok_next
+        cta_barrier()  # the last P written everywhere
+        last = n_tiles - 1
+        o = warpgroup_mma(kv_a.index(last % 3).permute((1, 0)), p_smem.index(last % 2), o, is_async=True)
+        o = warpgroup_mma_wait(0, deps=(o,))
+        async_copy.wait_group(0)
+        return m, gl.sum(l_acc, axis=0), o
+
     if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
 
         @gluon.jit
@@ -362,14 +456,18 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
-        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                          DB, STAGES, ROPE1, ABLATE, CHAINS)
+        if PIPE:
+            m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
+        else:
+            m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
+                              q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
+                              DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
@@ -381,7 +479,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        trace_ptr=None, TRACE: gl.constexpr = False):
+                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -399,9 +497,14 @@ if HAVE_GLUON:
         chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width: no count before the gathers
         lo = split * chunk
         hi = gl.minimum(lo + chunk, seg)
-        m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
-                          q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                          DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
+        if PIPE:
+            m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
+                                   trace_ptr, TRACE)
+        else:
+            m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
+                              q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
+                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -416,8 +519,11 @@ if HAVE_GLUON:
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
+    if cfg.pipe and (cfg.stages != 3 or int(args.q.shape[2]) != LANES_A):
+        raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
+                         f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": cfg.pipe, "num_warps": 4}
 
 
 def ws_module(args: KernelArgs):

@@ -80,6 +80,10 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
              ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
+        # D = 512 (GLM's layout), where three 512-lane stages fit: P·V of tile t - 1 under tile t's softmax.
+        out += [("decode 512+0", "default", dec(None, None), [2, 16], v0),
+                ("decode 512+0", "P·V under the next softmax, 3 stages", dec(None, Sm90Config(3, pipe=True), ws=False),
+                 [2, 16], v0)]
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
         # Where the floor is (answers wrong, timings real): each half of the work taken out in turn, then both.
         for name, cfg in (("products only (tiles after the first stale)", Sm90Config(2, ablate=1)),
@@ -162,7 +166,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["prefill", "decode"])
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--check-decode", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                    help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2")
+                    help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2 or 3,0,0,1,1 (pipe)")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--warm-s", type=float, default=2.0)
     opt = ap.parse_args()
@@ -197,7 +201,12 @@ def main() -> None:
                             "decode": either(gluon_sm90.launch_decode, triton_decode.launch)},
                            (torch.bfloat16, torch.float16), DEV, big=True)
         if opt.check_decode:  # the decode's checks again, with the partial kernel under trial
-            one = either(lambda b: gluon_sm90.launch_decode(b, config=Sm90Config(*opt.check_decode)), triton_decode.launch)
+            trial = Sm90Config(*opt.check_decode)
+
+            def one_config(b):  # a pipelined trial serves D = 512 only; the default takes the rest
+                rope = b.q.shape[2] != gluon_sm90.LANES_A
+                gluon_sm90.launch_decode(b, config=None if (trial.pipe and rope) else trial)
+            one = either(one_config, triton_decode.launch)
             found += [c._replace(kernel="decode*") for c in run_checks({"decode": one}, (torch.bfloat16, torch.float16),
                                                                        DEV, big=True) if c.kernel == "decode"]
         rows = [{**c._asdict(), "ok": c.ok} for c in found]
