@@ -65,7 +65,7 @@ class Sm90Config(NamedTuple):
     rope1: bool = False  # one rope-lane buffer instead of one per stage: 3 stages fit at 512+64
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
-    pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe; 3 stages, D = 512 only)
+    pipe: int = 0  # tile t - 1's P·V under tile t's softmax (_attend_pipe; 3 stages, D = 512 only): 1-3, orders
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
@@ -325,7 +325,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                      q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
-                     trace_ptr=None, TRACE: gl.constexpr = False):
+                     ORDER: gl.constexpr = 1, trace_ptr=None, TRACE: gl.constexpr = False):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
         Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
@@ -378,16 +378,23 @@ if HAVE_GLUON:
             fence_async_shared()
             cta_barrier()  # tile t landed everywhere; P(t - 1) written; tile t - 2's P·V done in every warp
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
-            slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
+            if ORDER < 3:
+                slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
             s = warpgroup_mma(kv_a.index(t % 3), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             # tile t - 1's P·V, queued behind the scores: it runs under this tile's softmax
             o = warpgroup_mma(kv_a.index((t + 2) % 3).permute((1, 0)), p_smem.index((t + 1) % 2), o, is_async=True)
+            if ORDER == 3:  # the next gathers issued with both products on the tensor cores
+                slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
             s = warpgroup_mma_wait(1, deps=(s,))
             m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
+            if ORDER >= 2:  # P into the other buffer before P·V's wait, so the exponentials run under it too
+                p_smem.index(t % 2).store(p.to(dt))
+                fence_async_shared()
             o = warpgroup_mma_wait(0, deps=(o,))
             o = o * alpha[None, :]
-            p_smem.index(t % 2).store(p.to(dt))
-            fence_async_shared()
+            if ORDER < 2:
+                p_smem.index(t % 2).store(p.to(dt))
+                fence_async_shared()
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's scores and softmax done
             ok = ok_next
         cta_barrier()  # the last P written everywhere
@@ -456,14 +463,14 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = 0):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
-                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB, PIPE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
@@ -479,7 +486,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
+                        PIPE: gl.constexpr = 0, trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -500,7 +507,7 @@ if HAVE_GLUON:
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                                    q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   trace_ptr, TRACE)
+                                   PIPE, trace_ptr, TRACE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
@@ -523,7 +530,7 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
         raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
                          f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": cfg.pipe, "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": int(cfg.pipe), "num_warps": 4}
 
 
 def ws_module(args: KernelArgs):

@@ -165,7 +165,7 @@ COMPILE = textwrap.dedent("""
         d512 = (gluon_sm90_ws_d512._ws_kernel,) if db == 0 else ()  # used only at D = 512
         for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel) + d512:
             cfg = gluon_sm90.DECODE_SM90 if fn is gluon_sm90._partial_kernel else gluon_sm90.PREFILL_SM90
-            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains, "PIPE": cfg.pipe,
+            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains, "PIPE": int(cfg.pipe),
                       "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
                       "WREGS": tuple(gluon_sm90_ws.WORKER_REGS)}
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
