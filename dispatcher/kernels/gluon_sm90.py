@@ -18,12 +18,14 @@ production ones, a 512-lane block plus an optional 64-lane rope block (512+64, 4
 fp16 or bf16, and ``supports()`` says so. The registry hands every other call to Triton.
 
 On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
-prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup cannot overlap
-the softmax with the tensor cores, so the prefill's default is a warp-specialised, persistent
+prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup overlaps little
+of the softmax with the tensor cores, so the prefill's default is a warp-specialised, persistent
 kernel: ``gluon_sm90_ws`` at 512+64 (5.48-5.60 ms against 6.97), ``gluon_sm90_ws_d512`` at
 D = 512 (4.89 against 6.62 at 512+0); ``ws_module`` picks (S4, S5). The split-K decode's
 partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
-and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8).
+and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8). At
+D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pipe``: tile t - 1's P·V
+runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``).
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -65,18 +67,26 @@ class Sm90Config(NamedTuple):
     rope1: bool = False  # one rope-lane buffer instead of one per stage: 3 stages fit at 512+64
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
-    pipe: int = 0  # tile t - 1's P·V under tile t's softmax (_attend_pipe; 3 stages, D = 512 only): 1-3, orders
+    pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe): 3 stages, D = 512 only
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
 PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws_module; faster on an H200)
-DECODE_SM90 = Sm90Config(2)
+DECODE_SM90 = Sm90Config(2)  # the partial kernel at D = 576 (512+64)
+# At D = 512 (512+0, and 448+64, whose rope lanes sit in the 512-lane block) three stages fit, and tile t - 1's P·V runs under tile t's softmax: kernel time at
+# 16 rows 14.14-14.24 -> 13.95-14.05 µs, at 2 rows 8.38-8.45 -> 8.22-8.29 (S9-2, S9-3; docs/benchmarks.md).
+DECODE_SM90_D512 = Sm90Config(3, pipe=True)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 # The decode's partials in q's dtype (fp16/bf16), as FlashInfer keeps its split-KV states: the reduce
 # reads half the bytes. Kernel time 15.4-15.5 -> 15.0-15.1 µs at 16 rows, 9.1-9.5 -> 8.8-8.9 at 2 (S8-2..S8-4);
 # rel err 2.2e-3 against 1.9e-3 (each partial is a convex mix of v, so it stays in v's range).
 DECODE_PARTIALS_16BIT = True
+
+
+def decode_config(args: KernelArgs) -> Sm90Config:
+    """The partial kernel's default for a call's layout: pipelined at D = 512, two stages at D = 576."""
+    return DECODE_SM90_D512 if int(args.q.shape[2]) == LANES_A else DECODE_SM90
 
 
 def supports(args: KernelArgs) -> bool:
@@ -325,14 +335,14 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                      q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
-                     ORDER: gl.constexpr = 1, trace_ptr=None, TRACE: gl.constexpr = False):
+                     trace_ptr=None, TRACE: gl.constexpr = False):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
         Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
         one tile ahead as in ``_attend``). Per tile: the scores are issued, then the previous tile's
         P·V; the scores' wait leaves P·V running under the exponentials; then P·V's wait, Oᵀ's
-        rescale and P's store into the other of two P buffers. Three 512-lane stages fit in shared
-        memory only without rope lanes (D = 512).
+        rescale and P's store into the other of two P buffers. Three stages fit in shared memory
+        only at D = 512 (512+0, 448+64), not with a separate rope block (512+64).
         """
         gl.static_assert(DB == 0, "three stages of 576 lanes do not fit in shared memory")
         dt: gl.constexpr = kv_ptr.dtype.element_ty
@@ -378,23 +388,16 @@ if HAVE_GLUON:
             fence_async_shared()
             cta_barrier()  # tile t landed everywhere; P(t - 1) written; tile t - 2's P·V done in every warp
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
-            if ORDER < 3:
-                slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
+            slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
             s = warpgroup_mma(kv_a.index(t % 3), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             # tile t - 1's P·V, queued behind the scores: it runs under this tile's softmax
             o = warpgroup_mma(kv_a.index((t + 2) % 3).permute((1, 0)), p_smem.index((t + 1) % 2), o, is_async=True)
-            if ORDER == 3:  # the next gathers issued with both products on the tensor cores
-                slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
             s = warpgroup_mma_wait(1, deps=(s,))
             m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
-            if ORDER >= 2:  # P into the other buffer before P·V's wait, so the exponentials run under it too
-                p_smem.index(t % 2).store(p.to(dt))
-                fence_async_shared()
             o = warpgroup_mma_wait(0, deps=(o,))
             o = o * alpha[None, :]
-            if ORDER < 2:
-                p_smem.index(t % 2).store(p.to(dt))
-                fence_async_shared()
+            p_smem.index(t % 2).store(p.to(dt))
+            fence_async_shared()
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's scores and softmax done
             ok = ok_next
         cta_barrier()  # the last P written everywhere
@@ -463,14 +466,14 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = 0):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
-                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB, PIPE)
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
@@ -486,7 +489,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = 0, trace_ptr=None, TRACE: gl.constexpr = False):
+                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -507,7 +510,7 @@ if HAVE_GLUON:
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                                    q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   PIPE, trace_ptr, TRACE)
+                                   trace_ptr, TRACE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
@@ -530,7 +533,7 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
         raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
                          f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": int(cfg.pipe), "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4}
 
 
 def ws_module(args: KernelArgs):
@@ -613,7 +616,7 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
     use_ws = (DECODE_WARP_SPECIALISED and config is None) if ws is None else bool(ws)
-    cfg = config or DECODE_SM90
+    cfg = config or decode_config(args)
     p = pack(args)
     head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
     if splits is None:

@@ -60,7 +60,7 @@ def main(argv: list[str]) -> None:
         db, stages, rr, ch, pipe = ([int(x) for x in spec.split(",")] + [0])[:5]
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})):
             consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048,
-                      "PIPE": pipe, **extra}
+                      "PIPE": bool(pipe), **extra}
             print(spec, fn.__name__, compile_one(fn, consts), flush=True)
 
 

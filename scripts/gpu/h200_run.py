@@ -108,7 +108,8 @@ def chosen() -> dict:
     return {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
             "per_sm": triton_decode.PROGRAMS_PER_SM, "reduce_values": triton_decode.REDUCE_VALUES,
             "max_splits": triton_decode.MAX_SPLITS, "sm90_prefill": list(gluon_sm90.PREFILL_SM90),
-            "sm90_decode": list(gluon_sm90.DECODE_SM90), "sm90_per_sm": gluon_sm90.DECODE_PER_SM}
+            "sm90_decode": list(gluon_sm90.DECODE_SM90), "sm90_decode_d512": list(gluon_sm90.DECODE_SM90_D512),
+            "sm90_per_sm": gluon_sm90.DECODE_PER_SM}
 
 
 def phase_reduce_search(timer: GpuTimer, out: Path) -> list[dict]:

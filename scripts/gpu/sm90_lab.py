@@ -80,14 +80,9 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
              ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
-        # D = 512 (GLM's layout), where three 512-lane stages fit: P·V of tile t - 1 under tile t's softmax.
-        out += [("decode 512+0", "default", dec(None, None), [2, 16], v0),
-                ("decode 512+0", "P·V under the next softmax, 3 stages", dec(None, Sm90Config(3, pipe=1), ws=False),
-                 [2, 16], v0),
-                ("decode 512+0", "pipe, P stored before P·V's wait", dec(None, Sm90Config(3, pipe=2), ws=False),
-                 [2, 16], v0),
-                ("decode 512+0", "pipe, P early, gathers under both", dec(None, Sm90Config(3, pipe=3), ws=False),
-                 [2, 16], v0)]
+        # D = 512 (GLM's layout): the default pipelines tile t - 1's P·V under tile t's softmax (S9).
+        out += [("decode 512+0", "default (pipelined, 3 stages)", dec(None, None), [2, 16], v0),
+                ("decode 512+0", "2 stages, not pipelined", dec(None, Sm90Config(2), ws=False), [2, 16], v0)]
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
         # Where the floor is (answers wrong, timings real): each half of the work taken out in turn, then both.
         for name, cfg in (("products only (tiles after the first stale)", Sm90Config(2, ablate=1)),

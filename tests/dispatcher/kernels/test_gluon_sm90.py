@@ -35,6 +35,19 @@ def args_for(layout: Layout, dtype: torch.dtype = torch.bfloat16, rows: int = 3)
     return build(rows, layout=layout, dtype=dtype, device=torch.device("cpu"), topk=40, kv_len=200)
 
 
+def test_the_decode_pipelines_at_d512_only():
+    # D = 512 in all: GLM's 512+0, and DSV4's 448+64, whose rope lanes sit inside the 512-lane block.
+    for layout in (Layout(512, 0), Layout(448, 64)):
+        assert gluon_sm90.decode_config(args_for(layout)) == gluon_sm90.DECODE_SM90_D512
+    assert gluon_sm90.decode_config(args_for(Layout(512, 64))) == gluon_sm90.DECODE_SM90
+    # Three 576-lane stages do not fit in shared memory: asked for, the pipelined kernel says so.
+    with pytest.raises(ValueError, match="D = 512"):
+        gluon_sm90._consts(args_for(Layout(512, 64)), gluon_sm90.Sm90Config(3, pipe=True))
+    with pytest.raises(ValueError, match="stages=3"):
+        gluon_sm90._consts(args_for(Layout(512, 0)), gluon_sm90.Sm90Config(2, pipe=True))
+    assert gluon_sm90._consts(args_for(Layout(512, 0)), gluon_sm90.DECODE_SM90_D512)["PIPE"] is True
+
+
 def test_supports_refuses_cpu_tensors_and_unsupported_shapes(monkeypatch):
     assert not gluon_sm90.supports(args_for(Layout(512, 64)))  # a CPU call, whatever its shape
     # With the device check out of the way, the shape rules alone decide.
@@ -164,9 +177,11 @@ COMPILE = textwrap.dedent("""
     for db in (64, 0):
         d512 = (gluon_sm90_ws_d512._ws_kernel,) if db == 0 else ()  # used only at D = 512
         for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel) + d512:
-            cfg = gluon_sm90.DECODE_SM90 if fn is gluon_sm90._partial_kernel else gluon_sm90.PREFILL_SM90
-            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains, "PIPE": int(cfg.pipe),
-                      "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
+            cfg = gluon_sm90.PREFILL_SM90
+            if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
+                cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
+            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
+                      "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
                       "WREGS": tuple(gluon_sm90_ws.WORKER_REGS)}
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}
@@ -206,12 +221,14 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     found = json.loads(res.stdout.strip().splitlines()[-1])
     # Per 64-slot tile: scores 512/16 (+ 64/16 rope) wgmma k-steps, P·V 8 row blocks x 4 k-steps. The
-    # warp-specialised kernel has the scores twice (two softmax warpgroups) and P·V once.
+    # warp-specialised kernel has the scores twice (two softmax warpgroups) and P·V once; the pipelined
+    # partial kernel (D = 512) has both twice: tile 0's scores and the last P·V outside its loop.
     for key, got in found.items():
         db = int(key.rsplit("_", 1)[1])
         scores = 32 + (4 if db else 0)
         ws = "_ws_kernel" in key
-        assert got["hgmma"] == (2 * scores + 32 if ws else scores + 32), (key, got)
+        pipe = key == "_partial_kernel_0"
+        assert got["hgmma"] == (2 * scores + 32 if ws else 2 * (scores + 32) if pipe else scores + 32), (key, got)
         assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
         assert got["shared"] <= 232448, (key, got)  # one H100/H200 multiprocessor's shared memory for a block
         if ws:  # four warpgroups, registers moved between them; at 128 registers a thread (16 warps) ptxas

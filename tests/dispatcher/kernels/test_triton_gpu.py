@@ -25,9 +25,10 @@ def test_full_shapes_match_the_reference(compiled, dtype, config):
     assert not bad, "\n".join(map(str, bad))
 
 
-@pytest.mark.parametrize(("impl", "split_counts"), [("triton", (1, 2, 5, 22, 64)), ("sm90", (1, 2, 5, 11, 64)),
-                                                    ("sm90-ws", (1, 2, 3, 11, 64))])
-def test_forced_split_counts_agree(compiled, impl, split_counts):
+@pytest.mark.parametrize(("impl", "split_counts", "lanes"), [
+    ("triton", (1, 2, 5, 22, 64), 64), ("sm90", (1, 2, 5, 11, 64), 64), ("sm90-ws", (1, 2, 3, 11, 64), 64),
+    ("sm90", (1, 2, 5, 11, 64), 0)])  # D = 512: the pipelined partial kernel (decode_config)
+def test_forced_split_counts_agree(compiled, impl, split_counts, lanes):
     """Every split count, including more splits than tiles, gives the same implementation's prefill answer."""
     from dispatcher.sweep.correctness import build
     from dispatcher.sweep.grid import Layout
@@ -42,7 +43,7 @@ def test_forced_split_counts_agree(compiled, impl, split_counts):
             g.launch_decode(a, splits=splits, ws=ws)
     else:
         prefill_launch, decode_launch = prefill.launch, decode.launch
-    args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
+    args = build(16, layout=Layout(512, lanes), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
     base = args._replace(output=torch.full_like(args.output, float("nan")))
     prefill_launch(base)
     for splits in split_counts:
@@ -174,12 +175,13 @@ def test_registry_runs_gluon_on_hopper_and_hands_fp32_to_triton(compiled):
     assert torch.isfinite(out.float()).all()
 
 
-def test_sm90_decode_replays_in_a_cuda_graph(compiled):
+@pytest.mark.parametrize("lanes", [64, 0], ids=["512+64", "512+0-pipelined"])
+def test_sm90_decode_replays_in_a_cuda_graph(compiled, lanes):
     from dispatcher.sweep.correctness import build
     from dispatcher.sweep.grid import Layout
 
     g = _hopper()
-    args = build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=2048)
+    args = build(16, layout=Layout(512, lanes), dtype=torch.bfloat16, device=torch.device("cuda"), topk=2048)
     eager = args._replace(output=torch.full_like(args.output, float("nan")))
     g.launch_decode(eager)
     captured = args._replace(output=torch.full_like(args.output, float("nan")))
