@@ -195,6 +195,16 @@ if HAVE_GLUON:
             gl.store(trace_ptr + slot, c)
 
     @gluon.jit
+    def _softmax_tile(s, ok, m, l_acc, sm_scale2):
+        """One tile's online-softmax step on Sᵀ [64 slots, 16 heads]: (m, l_acc, alpha, P), base 2."""
+        s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))
+        m_new = gl.maximum(m, gl.max(s, axis=0))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m - m_safe)
+        p = gl.exp2(s - m_safe[None, :])
+        return m_new, l_acc * alpha[None, :] + p, alpha, p
+
+    @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
                 ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False):
@@ -284,13 +294,7 @@ if HAVE_GLUON:
                 else:
                     s, s2 = warpgroup_mma_wait(0, deps=(s, s2))
                     s = s + s2
-                s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))
-                m_new = gl.maximum(m, gl.max(s, axis=0))
-                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp2(m - m_safe)
-                p = gl.exp2(s - m_safe[None, :])
-                l_acc = l_acc * alpha[None, :] + p
-                m = m_new
+                m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
                 p_smem.store(p.to(dt))
                 fence_async_shared()
             cta_barrier()  # P written; every warp is done with this tile's rope lanes
@@ -313,16 +317,6 @@ if HAVE_GLUON:
             ok = ok_next
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
-
-    @gluon.jit
-    def _softmax_tile(s, ok, m, l_acc, sm_scale2):
-        """One tile's online-softmax step on Sᵀ [64 slots, 16 heads]: (m, l_acc, alpha, P), base 2."""
-        s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))
-        m_new = gl.maximum(m, gl.max(s, axis=0))
-        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m - m_safe)
-        p = gl.exp2(s - m_safe[None, :])
-        return m_new, l_acc * alpha[None, :] + p, alpha, p
 
     @gluon.jit
     def _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp: gl.constexpr):
