@@ -84,6 +84,7 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
         # D = 512 (GLM's layout): the default pipelines tile t - 1's P·V under tile t's softmax (S9).
         out += [("decode 512+0", "default (pipelined, 3 stages)", dec(None, None), [2, 16], v0),
+                ("decode 512+0", "default, topk_length given", with_len(dec(None, None)), [2, 16], v0),
                 ("decode 512+0", "2 stages, not pipelined", dec(None, Sm90Config(2), ws=False), [2, 16], v0)]
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
         # Where the floor is (answers wrong, timings real): each half of the work taken out in turn, then both.
