@@ -68,7 +68,6 @@ class Sm90Config(NamedTuple):
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
     pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe): 3 stages, D = 512 only
-    prefetch: bool = False  # every later tile's slot numbers asked of L2 at the start (_attend only)
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
@@ -178,15 +177,6 @@ if HAVE_GLUON:
         return (slot >= 0) & (slot < skv)
 
     @gluon.jit
-    def _prefetch_slots(idx_ptr, base, idx_s1, j0, hi):
-        """Ask L2 for the 128-byte lines of positions [j0, hi), up to 4,096 of them: one line a thread."""
-        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        offs = j0 + 32 * gl.arange(0, 128, lay)
-        ptrs = idx_ptr + base + offs.to(gl.int64) * idx_s1
-        gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-                                  "=r,l,r", [ptrs, (offs < hi).to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
-
-    @gluon.jit
     def _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB: gl.constexpr):
         """Start the cp.async copy of q's 16 heads (512 lanes, then DB rope lanes) into shared memory."""
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -217,8 +207,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                ABLATE: gl.constexpr, CHAINS: gl.constexpr, PREFETCH: gl.constexpr = False, trace_ptr=None,
-                TRACE: gl.constexpr = False):
+                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
@@ -252,8 +241,6 @@ if HAVE_GLUON:
         # cp.async ahead of the first gathers, in their commit group: a plain load is scheduled after
         # the gathers' issue and queues behind every program's gathers (S5-1: 17% of the decode's time
         # went to waiting for it).
-        if PREFETCH:  # every later tile's slot numbers into L2 now, ahead of the first gathers
-            _prefetch_slots(idx_ptr, base, idx_s1, lo + 64, hi)
         _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
         m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
         l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums: reduced once, at the end
@@ -473,8 +460,7 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False,
-                        PREFETCH: gl.constexpr = False):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
@@ -485,7 +471,7 @@ if HAVE_GLUON:
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, PREFETCH)
+                              DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
@@ -497,8 +483,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, PREFETCH: gl.constexpr = False, trace_ptr=None,
-                        TRACE: gl.constexpr = False):
+                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -523,7 +508,7 @@ if HAVE_GLUON:
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, PREFETCH, trace_ptr, TRACE)
+                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -542,8 +527,7 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
         raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
                          f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe),
-            "PREFETCH": bool(cfg.prefetch), "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4}
 
 
 def ws_module(args: KernelArgs):

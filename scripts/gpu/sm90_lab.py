@@ -78,8 +78,6 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
         d = [("triton (64,4,2) 4 chains, PDL", triton_decode.launch),
              ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
-             ("slots prefetched", dec(None, Sm90Config(2, prefetch=True), ws=False)),
-             ("slots prefetched, topk_length given", with_len(dec(None, Sm90Config(2, prefetch=True), ws=False))),
              ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
         # D = 512 (GLM's layout): the default pipelines tile t - 1's P·V under tile t's softmax (S9).

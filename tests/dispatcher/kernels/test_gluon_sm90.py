@@ -181,8 +181,7 @@ COMPILE = textwrap.dedent("""
             if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
                 cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
-                      "PIPE": cfg.pipe, "PREFETCH": cfg.prefetch, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False,
-                      "idx_s1": 1, "o_s2": 1,
+                      "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
                       "WREGS": tuple(gluon_sm90_ws.WORKER_REGS)}
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}
