@@ -5,7 +5,7 @@ the row's length is known, as each tile lands and as its products finish, and af
 %globaltimer at its start and end places the programs against each other. The calls are timed
 as GpuTimer does (an L2 flush and a GPU-side hold before each, CUDA events around it), traced
 and untraced side by side, so the stamps' own cost shows. Answers are checked against the torch
-reference. Writes $OUT/decode_trace.json; prints medians over programs and calls.
+reference. Writes $OUT/decode_trace.json (decode_trace_len.json with --with-len); prints medians over programs and calls.
 
 With ``--ws`` the partials come from the warp-specialised kernel (``gluon_sm90_ws``, its module
 flag TRACE set before anything compiles, in a Triton cache of its own): the loader stamps its
@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 2])
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--ws", action="store_true", help="the warp-specialised kernel's partials")
+    ap.add_argument("--with-len", action="store_true", help="topk_length given (every row full): no count in the kernel")
     opt = ap.parse_args()
     if opt.ws:
         from triton.experimental.gluon import language as gl
@@ -82,10 +83,13 @@ def main() -> None:
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=DEV)
     cfg = gluon_sm90.DECODE_SM90
     result = {"device": torch.cuda.get_device_name(), "kernel": "gluon_sm90_ws" if opt.ws else "gluon_sm90",
-              "runs": []}
+              "topk_length_given": opt.with_len, "runs": []}
     for rows in opt.rows:
         lay = Layout(512, 64)
         sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+        if opt.with_len:
+            full = torch.full((rows,), 2048, dtype=torch.int32, device=DEV)
+            sets = [s._replace(index=s.index._replace(topk_length=full)) for s in sets]
         ref = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=DEV))
         torch_ref(ref)
         p = pack(sets[0])
@@ -158,7 +162,8 @@ def main() -> None:
             print(f"  {k:40} median {v['median']:6.2f} us   max {v['max']:6.2f} us")
         for k, v in run["reduce_after_partials_end_us"].items():
             print(f"  reduce {k:33} {v:6.2f} us after the partials' last end (median over calls)")
-    (out / ("decode_trace_ws.json" if opt.ws else "decode_trace.json")).write_text(json.dumps(result, indent=1))
+    name = "decode_trace_ws" if opt.ws else "decode_trace_len" if opt.with_len else "decode_trace"
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
