@@ -24,8 +24,8 @@ kernel: ``gluon_sm90_ws`` at 512+64 (5.48-5.60 ms against 6.97), ``gluon_sm90_ws
 D = 512 (4.89 against 6.62 at 512+0); ``ws_module`` picks (S4, S5). The split-K decode's
 partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
 and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8). At
-D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pipe``: tile t - 1's P·V
-runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``).
+D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pipe``: tile t - 1's
+P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``).
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -73,8 +73,9 @@ class Sm90Config(NamedTuple):
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
 PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws_module; faster on an H200)
 DECODE_SM90 = Sm90Config(2)  # the partial kernel at D = 576 (512+64)
-# At D = 512 (512+0, and 448+64, whose rope lanes sit in the 512-lane block) three stages fit, and tile t - 1's P·V runs under tile t's softmax: kernel time at
-# 16 rows 14.14-14.24 -> 13.95-14.05 µs, at 2 rows 8.38-8.45 -> 8.22-8.29 (S9-2, S9-3; docs/benchmarks.md).
+# At D = 512 (512+0, and 448+64, whose rope lanes sit in the 512-lane block) three stages fit, and
+# tile t - 1's P·V runs under tile t's softmax: kernel time at 16 rows 14.10-14.24 -> 13.95-14.05 µs,
+# at 2 rows 8.38-8.45 -> 8.22-8.29 (S9-2 to S9-4; docs/benchmarks.md).
 DECODE_SM90_D512 = Sm90Config(3, pipe=True)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
