@@ -5,7 +5,8 @@ the row's length is known, as each tile lands and as its products finish, and af
 %globaltimer at its start and end places the programs against each other. The calls are timed
 as GpuTimer does (an L2 flush and a GPU-side hold before each, CUDA events around it), traced
 and untraced side by side, so the stamps' own cost shows. Answers are checked against the torch
-reference. Writes $OUT/decode_trace.json (decode_trace_len.json with --with-len); prints medians over programs and calls.
+reference. Writes $OUT/decode_trace.json (decode_trace_len.json with --with-len); prints medians
+over programs and calls.
 
 With ``--ws`` the partials come from the warp-specialised kernel (``gluon_sm90_ws``, its module
 flag TRACE set before anything compiles, in a Triton cache of its own): the loader stamps its
@@ -71,7 +72,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 2])
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--ws", action="store_true", help="the warp-specialised kernel's partials")
-    ap.add_argument("--with-len", action="store_true", help="topk_length given (every row full): no count in the kernel")
+    ap.add_argument("--with-len", action="store_true",
+                    help="topk_length given (every row full): no count in the kernel")
     opt = ap.parse_args()
     if opt.ws:
         from triton.experimental.gluon import language as gl
