@@ -424,23 +424,24 @@ if HAVE_GLUON:
         gl.store(ptrs, val, mask=(offs_f < lanes)[:, None] & hmask[None, :])
 
     @gluon.jit
-    def _store_partial(o_ptr, part, o_ld, hmask, o, inv):
-        """The split-K partial Oᵀ · inv into rows ``part`` (16 heads) of ``o_ld`` lanes, in the buffer's dtype.
+    def _store_partial(o_ptr, part0, h0, H, o_ld, o, inv):
+        """The split-K partial Oᵀ · inv into rows ``part0 + h0 + i`` (16 heads, i < 16, h0 + i < H) of ``o_ld``
+        lanes, in the buffer's dtype.
 
         ``o_ld`` (the partials' row length, the output's lanes) is a specialised argument: known to be
         a multiple of 16, it lets the stores be vectors of 4 lanes (8 bytes in 16 bits, 16 in fp32).
 
         The accumulator's layout gives each thread two heads of a lane, so a direct store writes 4
         bytes per 32-byte sector; through shared memory (the tiles' buffers are dead by now) each
-        warp writes 128 lanes of one head at once.
+        warp writes 128 lanes of one head at once. The row ids are built in that layout, not converted
+        to it: each conversion of a 16-vector is a round trip through shared memory with two barriers.
         """
         rows: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, 4], [0, 1])  # lanes fastest, 4 per thread
         val = gl.convert_layout((o * inv[None, :]).to(o_ptr.dtype.element_ty), rows)  # 16-bit: half the shuffle
         offs_f = gl.arange(0, 512, gl.SliceLayout(1, rows))
-        part_r = gl.convert_layout(part, gl.SliceLayout(0, rows))
-        hmask_r = gl.convert_layout(hmask, gl.SliceLayout(0, rows))
-        ptrs = o_ptr + part_r[None, :] * o_ld + offs_f[:, None]
-        gl.store(ptrs, val, mask=(offs_f < o_ld)[:, None] & hmask_r[None, :])
+        offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, rows))
+        ptrs = o_ptr + (part0 + offs_h)[None, :] * o_ld + offs_f[:, None]
+        gl.store(ptrs, val, mask=(offs_f < o_ld)[:, None] & (offs_h < H)[None, :])
 
     @gluon.jit
     def _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
@@ -514,9 +515,9 @@ if HAVE_GLUON:
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
         lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
-        part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
-        gl.store(lse_ptr + part, lse, mask=hmask)
-        _store_partial(o_ptr, part, o_ld, hmask, o, inv)
+        part0 = (row.to(gl.int64) * splits + split) * H  # the partial-row id of head 0
+        gl.store(lse_ptr + part0 + offs_h, lse, mask=hmask)
+        _store_partial(o_ptr, part0, h0, H, o_ld, o, inv)
         if TRACE:
             _stamp(trace_ptr, 20, TRACE)
             gl.store(trace_ptr + 23, gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
