@@ -241,6 +241,16 @@ def test_sweep_json_flag_prints_the_document(tmp_path):
     assert doc["results"][0]["layout"] == "512+0" and doc["results"][0]["rows"] == 2
 
 
+def test_the_default_layouts_are_the_issues_two_dsv4_and_glm(tmp_path):
+    """Issue 6: the grid's "both head layouts" are DESIGN.md's production ones, 448+64 and 512+0."""
+    r = _cli("--rows", "1", "--topk", "8", "--heads", "2", "--repeats", "1", "--warmup", "0",
+             "--dtype", "float32", "--json", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    assert {(x["layout"], x["head_dim"]) for x in doc["results"]} == {("448+64", 512), ("512+0", 512)}
+    assert "--layout 448+64,512+0" in doc["command"]
+
+
 @pytest.mark.parametrize(("args", "match"), [
     (["--rows", "1,x"], "--rows"),
     (["--topk", "0"], "--topk"),
