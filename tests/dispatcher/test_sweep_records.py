@@ -10,7 +10,9 @@ from dispatcher.sweep.analysis import Result
 from dispatcher.sweep.report import summarize
 
 RECORDS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-GRID = {"rows": {1, 2, 16, 256, 512, 1024, 2048, 16384}, "topk": {128, 512, 2048}, "layout": {"512+64", "512+0"}}
+# The two layouts (DSV4, GLM-5.3: the sweep's default) and the 576-lane one its targets are read at.
+GRID = {"rows": {1, 2, 16, 256, 512, 1024, 2048, 16384}, "topk": {128, 512, 2048},
+        "layout": {"448+64", "512+0", "512+64"}}
 KERNELS = ("intree.ragged_prefill", "intree.sparse_decode")
 INTS = ("rows", "topk", "heads", "head_dim", "nope_head_dim", "rope_head_dim", "kv_len", "repeats")
 FLOATS = ("median_us", "p20_us", "p80_us", "min_us")
@@ -23,7 +25,7 @@ def _results(rows: list[dict]) -> list[Result]:
 
 def _check_grid(results: list[Result]) -> None:
     points = {(r.kernel, r.layout, r.rows, r.topk) for r in results}
-    assert len(points) == len(results) == 2 * 2 * 8 * 3
+    assert len(points) == len(results) == 2 * len(GRID["layout"]) * 8 * 3
     assert {r.kernel for r in results} == set(KERNELS)
     assert {r.rows for r in results} == GRID["rows"] and {r.topk for r in results} == GRID["topk"]
     assert {r.layout for r in results} == GRID["layout"] and {r.heads for r in results} == {16}
