@@ -1,0 +1,93 @@
+"""Why a decode with topk_length given reads 0.3-0.6 µs more at 512+64, 16 rows (S9-S10): four layouts of the lengths.
+
+The kernel's code is the same whether or not ``topk_length`` is given (``has_len`` is a runtime
+flag), except that Triton specialises an integer argument equal to 1 (and one divisible by 16):
+a contiguous int32 ``topk_length`` has stride 1, so that call runs a build with ``len_s0`` a
+constant, while without lengths ``len_s0`` is 0 (the divisible-by-16 build). This times the
+default decode (``gluon_sm90.launch_decode``) by kernel time and by the event pair with:
+
+- no topk_length (the kernel counts each row's valid indices);
+- int32 lengths, contiguous (stride 1: the specialised build);
+- int32 lengths, stride 16 (each row's length on its own 64-byte span; the no-length build);
+- int32 lengths, stride 3 (no specialisation of the stride);
+- int64 lengths, contiguous.
+
+Every row is full (length = top-k), so the answers are the same. Writes $OUT/len_probe.json.
+
+    python3 scripts/gpu/len_probe.py [--repeats 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import KernelTimer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import warm_clocks  # noqa: E402
+
+DEV = torch.device("cuda")
+
+
+def lengths(rows: int, width: int, kind: str) -> torch.Tensor | None:
+    """The call's topk_length in one of the layouts above (every row full)."""
+    if kind == "none":
+        return None
+    dtype = torch.int64 if kind == "int64" else torch.int32
+    stride = {"int32 stride 1": 1, "int32 stride 16": 16, "int32 stride 3": 3, "int64": 1}[kind]
+    return torch.full((rows * stride,), width, dtype=dtype, device=DEV)[::stride]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=100)
+    opt = ap.parse_args()
+    out = Path(os.environ.get("OUT", "out/gpu"))
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    rec = []
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    warm_clocks(DEV, 2.0)
+    kinds = ["none", "int32 stride 1", "int32 stride 16", "int32 stride 3", "int64"]
+    for lay in (Layout(512, 64), Layout(512, 0)):
+        for rows in (2, 16):
+            sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+            ref = None
+            for rnd in range(2):  # twice through, interleaved, so drift shows
+                for kind in kinds:
+                    calls = [a._replace(index=a.index._replace(topk_length=lengths(rows, 2048, kind))) for a in sets]
+                    if kind != "none":
+                        assert calls[0].index.topk_length.stride(0) == {"int32 stride 16": 16, "int32 stride 3": 3}.get(
+                            kind, 1)
+                    gluon_sm90.launch_decode(calls[0])
+                    torch.cuda.synchronize()
+                    got = calls[0].output.float().clone()
+                    ref = got if ref is None else ref
+                    same = bool(torch.equal(got, ref))
+                    k, e = KernelTimer(DEV).paired(gluon_sm90.launch_decode, calls, warmup=3, repeats=opt.repeats)
+                    rec.append(dict(layout=str(lay), rows=rows, lengths=kind, round=rnd, kernel_us=k.median_us,
+                                    kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us, same_answer=same))
+                    log(f"{lay} {rows:2} rows  {kind:16} kernel {k.median_us:5.2f} us (p20 {k.p20_us:.2f}, "
+                        f"p80 {k.p80_us:.2f})  events {e.median_us:5.2f}  same answer as no lengths: {same}")
+            del sets
+    (out / "len_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec}, indent=1))
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
