@@ -178,16 +178,6 @@ if HAVE_GLUON:
         return (slot >= 0) & (slot < skv)
 
     @gluon.jit
-    def _valid_below(idx_ptr, base, idx_s1, j0, hi, lim, skv, layout: gl.constexpr):
-        """``_valid`` for positions below ``lim`` (the row's length) only, with the index load masked by ``hi``.
-
-        The load need not wait for ``lim``: with topk_length given that is a load from memory
-        of its own, and a load masked by it made two round trips in a row before tile 0's
-        softmax (0.5 µs at 512+64, 16 rows, S10-7)."""
-        slot = _load_slots(idx_ptr, base, idx_s1, j0, hi, layout).to(gl.int64)
-        return (slot >= 0) & (slot < skv) & (j0 + gl.arange(0, 64, layout) < lim)
-
-    @gluon.jit
     def _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB: gl.constexpr):
         """Start the cp.async copy of q's 16 heads (512 lanes, then DB rope lanes) into shared memory."""
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -270,12 +260,11 @@ if HAVE_GLUON:
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
         lim = gl.minimum(hi, n)  # positions [lim, hi) are past the row's length
-        ok = _valid_below(idx_ptr, base, idx_s1, lo, hi, lim, skv, rows_s)
+        ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         _stamp(trace_ptr, 2, TRACE)  # the row's length known
         for t in range(n_tiles):
             stage = t % STAGES
-            # the next tile's mask, used in the next iteration
-            ok_next = _valid_below(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, lim, skv, rows_s)
+            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
             async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
@@ -372,10 +361,10 @@ if HAVE_GLUON:
         slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
         lim = gl.minimum(hi, n)
-        ok = _valid_below(idx_ptr, base, idx_s1, lo, hi, lim, skv, rows_s)
+        ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         _stamp(trace_ptr, 2, TRACE)  # the row's length known
         # Tile 0: its scores and softmax, nothing before it to overlap.
-        ok_next = _valid_below(idx_ptr, base, idx_s1, lo + 64, hi, lim, skv, rows_s)
+        ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
         async_copy.wait_group(0)
         fence_async_shared()
         cta_barrier()
@@ -389,7 +378,7 @@ if HAVE_GLUON:
         _stamp(trace_ptr, 4, TRACE)  # tile 0's scores and softmax done
         ok = ok_next
         for t in range(1, n_tiles):
-            ok_next = _valid_below(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, lim, skv, rows_s)
+            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)
             async_copy.wait_group(0)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # tile t landed everywhere; P(t - 1) written; tile t - 2's P·V done in every warp
