@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -35,7 +33,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import warm_clocks  # noqa: E402
+from kernel_lab import lab_output, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -53,14 +51,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=100)
     opt = ap.parse_args()
-    out = Path(os.environ.get("OUT", "out/gpu"))
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    out, log = lab_output()
     rec = []
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
-
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     warm_clocks(DEV, 2.0)
     kinds = ["none", "int32 stride 1", "int32 stride 16", "int32 stride 3", "int64"]

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from triton.experimental import gluon
@@ -231,17 +229,11 @@ def main() -> None:
     from dispatcher.sweep.timing import GpuTimer
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from kernel_lab import warm_clocks
+    from kernel_lab import lab_output, warm_clocks
 
     dev = torch.device("cuda")
-    out = Path(os.environ.get("OUT", "out/gpu"))
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    out, log = lab_output()
     rec = []
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
-
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     warm_clocks(dev, 2.0)
     lay = Layout(512, 64)
