@@ -92,10 +92,10 @@ def _probe(q_ptr, kv_ptr, idx_ptr, out_ptr, skv, width, q_s0, idx_s0, o_s0, sm_s
     h = gl.arange(0, 16, layout=gl.SliceLayout(1, qa_l))
     qk = gl.arange(0, 128, layout=gl.SliceLayout(0, qa_l))
     qr = gl.arange(0, 16, layout=gl.SliceLayout(0, pa_l))
-    q_row = q_ptr + r.to(gl.int64) * q_s0 + h[:, None] * 576
-    qa = gl.load(q_row + (w * 128 + qk)[None, :])
+    q_base = q_ptr + r.to(gl.int64) * q_s0
+    qa = gl.load(q_base + h[:, None] * 576 + (w * 128 + qk)[None, :])
     hb = gl.arange(0, 16, layout=gl.SliceLayout(1, pa_l))  # the rope lanes: one k-step, so k_width 2 (see _tile)
-    qb = gl.load(q_ptr + r.to(gl.int64) * q_s0 + hb[:, None] * 576 + (512 + w * 16 + qr)[None, :])
+    qb = gl.load(q_base + hb[:, None] * 576 + (512 + w * 16 + qr)[None, :])
 
     kk = gl.arange(0, 128, layout=gl.SliceLayout(1, kb_l))
     kr = gl.arange(0, 16, layout=gl.SliceLayout(1, vb_l))
