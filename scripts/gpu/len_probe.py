@@ -12,7 +12,10 @@ default decode (``gluon_sm90.launch_decode``) by kernel time and by the event pa
 - int32 lengths, stride 3 (no specialisation of the stride);
 - int64 lengths, contiguous.
 
-Every row is full (length = top-k), so the answers are the same. Writes $OUT/len_probe.json.
+Every row is full (length = top-k), so the answers are the same. Each call's kernels are also
+read one by one from the profiler (S11): the partial pass's own duration, when the PDL-launched
+reduce starts and how long after the partials it ends, and the gap from the timer's hold kernel
+to the partials' start, so the extra time can be placed. Writes $OUT/len_probe.json.
 
     python3 scripts/gpu/len_probe.py [--repeats 100]
 """
@@ -30,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import gluon_sm90  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
-from dispatcher.sweep.timing import KernelTimer  # noqa: E402
+from dispatcher.sweep.cupti import Span, call_name, spans  # noqa: E402
+from dispatcher.sweep.timing import KernelTimer, summarize  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, warm_clocks  # noqa: E402
@@ -46,6 +50,48 @@ def lengths(rows: int, width: int, kind: str) -> torch.Tensor | None:
         return None
     dtype, stride = LAYOUTS[kind]
     return torch.full((rows * stride,), width, dtype=dtype, device=DEV)[::stride]
+
+
+def per_call_kernels(found: list[Span], repeats: int) -> dict[str, float]:
+    """Medians over the calls, µs: the partial kernel's duration, the reduce's start and end after the partial's
+    start and end, and the gap from the kernel before the call (the timer's hold) to the partial's start."""
+    gpu = sorted((s for s in found if s.on_gpu), key=lambda s: s.start_us)
+    kernels = [s for s in gpu if not s.name.startswith("rs_call_")]
+    parts: dict[str, list[float]] = {"partial_us": [], "reduce_start_us": [], "reduce_tail_us": [],
+                                     "reduce_us": [], "lead_us": []}
+    for i in range(repeats):
+        rng = [s for s in gpu if s.name == call_name(i)]
+        if not rng:
+            continue
+        lo, hi = min(s.start_us for s in rng), max(s.end_us for s in rng)
+        mine = [k for k in kernels if lo <= k.start_us <= hi]
+        if len(mine) != 2:
+            continue
+        part, red = mine
+        before = [k for k in kernels if k.end_us <= part.start_us]
+        parts["partial_us"].append(part.end_us - part.start_us)
+        parts["reduce_start_us"].append(red.start_us - part.start_us)
+        parts["reduce_tail_us"].append(red.end_us - part.end_us)
+        parts["reduce_us"].append(red.end_us - red.start_us)
+        if before:
+            parts["lead_us"].append(part.start_us - before[-1].end_us)
+    return {k: round(summarize(v, "cupti").median_us, 3) for k, v in parts.items() if v}
+
+
+def paired_with_kernels(launch, calls, repeats: int):
+    """KernelTimer.paired's protocol and clocks, and the per-kernel medians of the same calls."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from dispatcher.sweep.cupti import call_seconds
+
+    timer = KernelTimer(DEV)
+    runs = timer._warm(launch, calls, 3)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        events_us = timer._run(runs, repeats, lambda i: record_function(call_name(i)))
+    found = spans(prof.events())
+    kernel_s = call_seconds(found)
+    k = summarize([kernel_s[i] * 1e6 for i in sorted(kernel_s)], "cupti")
+    return k, summarize(events_us, "cuda-events"), per_call_kernels(found, repeats)
 
 
 def main() -> None:
@@ -68,11 +114,13 @@ def main() -> None:
                     got = calls[0].output.float().clone()
                     ref = got if ref is None else ref
                     same = bool(torch.equal(got, ref))
-                    k, e = KernelTimer(DEV).paired(gluon_sm90.launch_decode, calls, warmup=3, repeats=opt.repeats)
+                    k, e, parts = paired_with_kernels(gluon_sm90.launch_decode, calls, opt.repeats)
                     rec.append(dict(layout=str(lay), rows=rows, lengths=kind, round=rnd, kernel_us=k.median_us,
-                                    kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us, same_answer=same))
+                                    kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us, same_answer=same,
+                                    **parts))
                     log(f"{lay} {rows:2} rows  {kind:16} kernel {k.median_us:5.2f} us (p20 {k.p20_us:.2f}, "
                         f"p80 {k.p80_us:.2f})  events {e.median_us:5.2f}  same answer as no lengths: {same}")
+                    log("    " + "  ".join(f"{n} {v:.2f}" for n, v in parts.items()))
             del sets
     (out / "len_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec}, indent=1))
     log("done")
