@@ -157,23 +157,20 @@ if HAVE_GLUON:
         return gl.maximum(n, 0)
 
     @gluon.jit
-    def _warm_span(idx_ptr, base, idx_s1, lo, hi, n):
-        """``n``, once the slot numbers of positions [lo, hi) have been loaded, so that the later tiles' loads of
-        them hit L1.
+    def _prefetch_span(idx_ptr, base, idx_s1, lo, hi):
+        """Ask L1 for the slot numbers of positions [lo, min(hi, lo + 256)): one ``prefetch.global.L1`` a slot.
 
-        Without topk_length the count of valid indices loads the whole row (``_row_len``); with it,
-        or with ragged indices, nothing did, and the 2-stage decode at 512+64 took 0.6 µs longer at 16
-        rows (S10-7, S11-1), its later tiles' slot loads queued behind every program's gathers.
-        Where no slot of [lo, hi) is >= 0 every position there is invalid and masked anyway, so
-        ``n`` becomes 0 then: that dependency keeps the loads, and changes no answer.
+        Without topk_length the count of valid indices loads the whole row (``_row_len``), and the
+        later tiles' slot loads hit L1. With topk_length or ragged indices nothing did, and the
+        2-stage decode at 512+64 took 0.6 µs longer at 16 rows (S10-7, S11-1): each later tile's
+        slot load queued behind every program's gathers. Issued before the first gathers, this
+        returns nothing and waits for nothing.
         """
         lay: gl.constexpr = gl.BlockedLayout([2], [32], [4], [0])
-        hit = gl.zeros([256], gl.int32, lay)
-        for j0 in range(lo, hi, 256):
-            offs = j0 + gl.arange(0, 256, lay)
-            v = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < hi, other=-1)
-            hit = gl.maximum(hit, (v >= 0).to(gl.int32))
-        return gl.where(gl.max(hit, axis=0) > 0, n, 0)
+        offs = lo + gl.arange(0, 256, lay)
+        ptrs = idx_ptr + base + gl.where(offs < hi, offs, lo).to(gl.int64) * idx_s1
+        gl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=gl.int32,
+                                  is_pure=False, pack=1)
 
     @gluon.jit
     def _load_slots(idx_ptr, base, idx_s1, j0, hi, layout: gl.constexpr):
@@ -268,6 +265,8 @@ if HAVE_GLUON:
         s0 = gl.zeros([64, 16], gl.float32, mma)
         n_tiles = gl.cdiv(hi - lo, 64)
 
+        if (has_len != 0) | (ragged != 0):  # no count will load the row's slot numbers: this split's into L1
+            _prefetch_span(idx_ptr, base, idx_s1, lo, hi)
         for i in gl.static_range(AHEAD):  # prologue: the first tiles in flight, one commit group each
             sl = _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp)
             _gather(kv_ptr, kv_s0, sl, skv, kv_a.index(i), 0, 512, cp)
@@ -278,8 +277,6 @@ if HAVE_GLUON:
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
-        if (has_len != 0) | (ragged != 0):  # no count loaded the row's slot numbers: this split's, now
-            n = _warm_span(idx_ptr, base, idx_s1, lo, hi, n)
         lim = gl.minimum(hi, n)  # positions [lim, hi) are past the row's length
         ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         _stamp(trace_ptr, 2, TRACE)  # the row's length known
