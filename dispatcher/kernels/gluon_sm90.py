@@ -68,7 +68,6 @@ class Sm90Config(NamedTuple):
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
     pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe): 3 stages, D = 512 only
-    prefetch: bool = False  # the later tiles' kv rows asked of L2 at the start (_prefetch_rows), where aligned
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
@@ -174,14 +173,10 @@ if HAVE_GLUON:
                                   is_pure=False, pack=1)
 
     @gluon.jit
-    def _load_slots_at(idx_ptr, base, idx_s1, offs, hi):
-        """The slot numbers at positions ``offs``, -1 at or past ``hi``."""
-        return gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < hi, other=-1)
-
-    @gluon.jit
     def _load_slots(idx_ptr, base, idx_s1, j0, hi, layout: gl.constexpr):
         """The BLOCK_N slot numbers of positions [j0, j0 + BLOCK_N), -1 past ``hi``."""
-        return _load_slots_at(idx_ptr, base, idx_s1, j0 + gl.arange(0, 64, layout), hi)
+        offs = j0 + gl.arange(0, 64, layout)
+        return gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < hi, other=-1)
 
     @gluon.jit
     def _gather(kv_ptr, kv_s0, slots, skv, buf, lane0: gl.constexpr, LANES: gl.constexpr, layout: gl.constexpr):
@@ -197,21 +192,6 @@ if HAVE_GLUON:
         """Which of the tile's 64 positions hold a usable slot, in ``layout`` (the score rows' layout)."""
         slot = _load_slots(idx_ptr, base, idx_s1, j0, hi, layout).to(gl.int64)
         return (slot >= 0) & (slot < skv)
-
-    @gluon.jit
-    def _prefetch_rows(kv_ptr, kv_s0, idx_ptr, base, idx_s1, j0, hi, skv, ROW_BYTES: gl.constexpr):
-        """Ask L2 for the kv rows of positions [j0, min(hi, j0 + 256)): one bulk prefetch a row, two a thread.
-
-        The gathers of tiles past the prologue then find their rows in L2 instead of going to HBM
-        while the tile before is computed. Needs 16-byte aligned rows (``_consts`` checks)."""
-        lay: gl.constexpr = gl.BlockedLayout([2], [32], [4], [0])
-        offs = j0 + gl.arange(0, 256, lay)
-        slot = _load_slots_at(idx_ptr, base, idx_s1, offs, hi).to(gl.int64)
-        ok = (slot >= 0) & (slot < skv)
-        ptrs = kv_ptr + gl.where(ok, slot, 0) * kv_s0
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
-            "=r,l,r,r", [ptrs, ok.to(gl.int32), gl.full_like(offs, ROW_BYTES)], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB: gl.constexpr):
@@ -244,8 +224,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False,
-                PREFETCH: gl.constexpr = False):
+                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
@@ -295,8 +274,6 @@ if HAVE_GLUON:
                 if i < RB:
                     _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(i), 512, DB, cp)
             async_copy.commit_group()
-        if PREFETCH:  # the later tiles' rows into L2 while the prologue's come from HBM
-            _prefetch_rows(kv_ptr, kv_s0, idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, skv, (512 + DB) * 2)
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
@@ -371,7 +348,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                      q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
-                     trace_ptr=None, TRACE: gl.constexpr = False, PREFETCH: gl.constexpr = False):
+                     trace_ptr=None, TRACE: gl.constexpr = False):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
         Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
@@ -398,8 +375,6 @@ if HAVE_GLUON:
 
         _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, kv_a.index(0), 0, 512, cp)
         async_copy.commit_group()
-        if PREFETCH:
-            _prefetch_rows(kv_ptr, kv_s0, idx_ptr, base, idx_s1, lo + 64, hi, skv, 1024)
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
@@ -505,20 +480,18 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False,
-                        PREFETCH: gl.constexpr = False):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
-                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   PREFETCH=PREFETCH)
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, PREFETCH=PREFETCH)
+                              DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
@@ -530,8 +503,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
-                        PREFETCH: gl.constexpr = False):
+                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -552,11 +524,11 @@ if HAVE_GLUON:
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                                    q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   trace_ptr, TRACE, PREFETCH)
+                                   trace_ptr, TRACE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE, PREFETCH)
+                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -574,11 +546,8 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
     if cfg.pipe and (cfg.stages != 3 or int(args.q.shape[2]) != LANES_A):
         raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
                          f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
-    kv = args.kv
-    aligned = (kv.stride(0) * kv.element_size()) % 16 == 0 and kv.data_ptr() % 16 == 0  # bulk prefetch's rule
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe),
-            "PREFETCH": bool(cfg.prefetch) and aligned, "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4}
 
 
 def ws_module(args: KernelArgs):

@@ -79,14 +79,11 @@ def variants(only: str | None) -> list[tuple[str, str, object, list[int], Layout
              ("one warpgroup, 2 stages", dec(None, gluon_sm90.Sm90Config(2), ws=False)),
              ("default", dec(None, None)), ("default, topk_length given", with_len(dec(None, None))),
              ("ws", dec(None, None, ws=True)), ("ws, session 4's", ws4_decode)]
-        d.append(("2 stages, later tiles' kv rows prefetched into L2", dec(None, Sm90Config(2, prefetch=True), ws=False)))
         out += [("decode 512+64", n, f, [2, 16], v32) for n, f in d]
         # D = 512 (GLM's layout): the default pipelines tile t - 1's P·V under tile t's softmax (S9).
         out += [("decode 512+0", "default (pipelined, 3 stages)", dec(None, None), [2, 16], v0),
                 ("decode 512+0", "default, topk_length given", with_len(dec(None, None)), [2, 16], v0),
-                ("decode 512+0", "2 stages, not pipelined", dec(None, Sm90Config(2), ws=False), [2, 16], v0),
-                ("decode 512+0", "pipelined, later tiles' kv rows prefetched into L2",
-                 dec(None, Sm90Config(3, pipe=True, prefetch=True), ws=False), [2, 16], v0)]
+                ("decode 512+0", "2 stages, not pipelined", dec(None, Sm90Config(2), ws=False), [2, 16], v0)]
         out.append(("decode 512+64", "default, indices all -1", invalid(dec(None, None)), [16], v32))
         # Where the floor is (answers wrong, timings real): each half of the work taken out in turn, then both.
         for name, cfg in (("products only (tiles after the first stale)", Sm90Config(2, ablate=1)),
@@ -169,8 +166,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["prefill", "decode"])
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--check-decode", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                    help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2, 3,0,0,1,1 (pipe) or "
-                         "2,0,0,1,0,1 (prefetch)")
+                    help="also run the decode checks with Sm90Config(*these), e.g. 3,1,0,2 or 3,0,0,1,1 (pipe)")
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--warm-s", type=float, default=2.0)
     opt = ap.parse_args()
