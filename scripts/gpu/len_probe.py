@@ -18,6 +18,7 @@ reduce starts and how long after the partials it ends, and the gap from the time
 to the partials' start, so the extra time can be placed. Writes $OUT/len_probe.json.
 
     python3 scripts/gpu/len_probe.py [--repeats 100]
+    python3 scripts/gpu/len_probe.py --prefill [--repeats 30]   # the default prefill at 16,384 rows instead
 """
 
 from __future__ import annotations
@@ -94,14 +95,45 @@ def paired_with_kernels(launch, calls, repeats: int):
     return k, summarize(events_us, "cuda-events"), per_call_kernels(found, repeats)
 
 
+def prefill_lengths(repeats: int, rec: list, log) -> None:
+    """The default prefill (warp-specialised) at 16,384 rows, without topk_length and with it, by kernel time."""
+    rows = 16384
+    for lay in (Layout(512, 64), Layout(448, 64), Layout(512, 0)):
+        sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+        ref = None
+        for rnd in range(2):
+            for kind in ("none", "int32 stride 1"):
+                calls = [a._replace(index=a.index._replace(topk_length=lengths(rows, 2048, kind))) for a in sets]
+                gluon_sm90.launch_prefill(calls[0])
+                torch.cuda.synchronize()
+                got = calls[0].output.float().clone()
+                ref = got if ref is None else ref
+                same = bool(torch.equal(got, ref))
+                k, e = KernelTimer(DEV).paired(gluon_sm90.launch_prefill, calls, warmup=2, repeats=repeats)
+                rec.append(dict(layout=str(lay), rows=rows, lengths=kind, round=rnd, kernel_us=k.median_us,
+                                kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us, same_answer=same))
+                log(f"prefill {lay} {kind:16} kernel {k.median_us:8.1f} us (p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f})"
+                    f"  same answer as no lengths: {same}")
+        del sets
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=100)
+    ap.add_argument("--prefill", action="store_true", help="time the default prefill at 16,384 rows, no lengths "
+                                                           "against contiguous int32 ones, three layouts")
     opt = ap.parse_args()
     out, log = lab_output()
     rec = []
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     warm_clocks(DEV, 2.0)
+    if opt.prefill:
+        prefill_lengths(opt.repeats, rec, log)
+        (out / "len_probe_prefill.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
+                                                                "results": rec}, indent=1))
+        log("done")
+        return
     for lay in (Layout(512, 64), Layout(512, 0)):
         for rows in (2, 16):
             sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
