@@ -164,7 +164,8 @@ if HAVE_GLUON:
         later tiles' slot loads hit L1. With topk_length or ragged indices nothing did, and the
         2-stage decode at 512+64 took 0.6 µs longer at 16 rows (S10-7, S11-1): each later tile's
         slot load queued behind every program's gathers. Issued before the first gathers, this
-        returns nothing and waits for nothing.
+        returns nothing and waits for nothing. The warp-specialised loaders ask for each item's
+        slot numbers this way, 256 at a time, with or without lengths (S11-7).
         """
         lay: gl.constexpr = gl.BlockedLayout([2], [32], [4], [0])
         offs = lo + gl.arange(0, 256, lay)

@@ -57,7 +57,8 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import _final_scale, _gather, _load_slots, _row_len, _store_t, _valid, cta_barrier
+    from .gluon_sm90 import (_final_scale, _gather, _load_slots, _prefetch_span, _row_len, _store_t, _valid,
+                              cta_barrier)
     from .gluon_sm90_ws import MMA, STAGES, _item  # the same work items, layout and stage count as that kernel
 
     @gluon.jit
@@ -248,6 +249,8 @@ if HAVE_GLUON:
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
             row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
                                                       ragged)
+            for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
+                _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
             for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 st = g % 3
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
