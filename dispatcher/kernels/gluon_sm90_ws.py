@@ -264,7 +264,10 @@ if HAVE_GLUON:
     @gluon.jit
     def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                    n_items, n_hb, splits, tp):
-        """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2."""
+        """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
+
+        Each item's slot numbers are asked of L1 first, so the tiles' loads of them do not wait on L2.
+        """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
