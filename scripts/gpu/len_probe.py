@@ -95,6 +95,17 @@ def paired_with_kernels(launch, calls, repeats: int):
     return k, summarize(events_us, "cuda-events"), per_call_kernels(found, repeats)
 
 
+def run_with_lengths(launch, sets, rows: int, kind: str, ref):
+    """``sets`` with topk_length of ``kind``, after one call of ``launch``: (the calls, the reference output
+    (this call's if ``ref`` is None), whether this call's output equals it)."""
+    calls = [a._replace(index=a.index._replace(topk_length=lengths(rows, 2048, kind))) for a in sets]
+    launch(calls[0])
+    torch.cuda.synchronize()
+    got = calls[0].output.float().clone()
+    ref = got if ref is None else ref
+    return calls, ref, bool(torch.equal(got, ref))
+
+
 def prefill_lengths(repeats: int, rec: list, log) -> None:
     """The default prefill (warp-specialised) at 16,384 rows, without topk_length and with it, by kernel time."""
     rows = 16384
@@ -103,12 +114,7 @@ def prefill_lengths(repeats: int, rec: list, log) -> None:
         ref = None
         for rnd in range(2):
             for kind in ("none", "int32 stride 1"):
-                calls = [a._replace(index=a.index._replace(topk_length=lengths(rows, 2048, kind))) for a in sets]
-                gluon_sm90.launch_prefill(calls[0])
-                torch.cuda.synchronize()
-                got = calls[0].output.float().clone()
-                ref = got if ref is None else ref
-                same = bool(torch.equal(got, ref))
+                calls, ref, same = run_with_lengths(gluon_sm90.launch_prefill, sets, rows, kind, ref)
                 k, e = KernelTimer(DEV).paired(gluon_sm90.launch_prefill, calls, warmup=2, repeats=repeats)
                 rec.append(dict(layout=str(lay), rows=rows, lengths=kind, round=rnd, kernel_us=k.median_us,
                                 kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us, same_answer=same))
@@ -140,12 +146,7 @@ def main() -> None:
             ref = None
             for rnd in range(2):  # twice through, interleaved, so drift shows
                 for kind in LAYOUTS:
-                    calls = [a._replace(index=a.index._replace(topk_length=lengths(rows, 2048, kind))) for a in sets]
-                    gluon_sm90.launch_decode(calls[0])
-                    torch.cuda.synchronize()
-                    got = calls[0].output.float().clone()
-                    ref = got if ref is None else ref
-                    same = bool(torch.equal(got, ref))
+                    calls, ref, same = run_with_lengths(gluon_sm90.launch_decode, sets, rows, kind, ref)
                     k, e, parts = paired_with_kernels(gluon_sm90.launch_decode, calls, opt.repeats)
                     rec.append(dict(layout=str(lay), rows=rows, lengths=kind, round=rnd, kernel_us=k.median_us,
                                     kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us, same_answer=same,
