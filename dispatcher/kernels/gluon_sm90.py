@@ -168,10 +168,11 @@ if HAVE_GLUON:
         slot numbers this way, 256 at a time, with or without lengths (S11-7).
         """
         lay: gl.constexpr = gl.BlockedLayout([2], [32], [4], [0])
-        offs = lo + gl.arange(0, 256, lay)
-        ptrs = idx_ptr + base + gl.where(offs < hi, offs, lo).to(gl.int64) * idx_s1
-        gl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=gl.int32,
-                                  is_pure=False, pack=1)
+        if lo < hi:  # an empty split asks for nothing: position lo may be past the row, even past the tensor
+            offs = lo + gl.arange(0, 256, lay)
+            ptrs = idx_ptr + base + gl.where(offs < hi, offs, lo).to(gl.int64) * idx_s1  # lanes past hi: lo again
+            gl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=gl.int32,
+                                      is_pure=False, pack=1)
 
     @gluon.jit
     def _load_slots(idx_ptr, base, idx_s1, j0, hi, layout: gl.constexpr):
