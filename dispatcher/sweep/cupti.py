@@ -7,7 +7,8 @@ the kernel time of the call: launch gaps between its own kernels count, the cost
 does not. A CUDA event pair around the same call reads about 3-4 µs more on an H200
 (docs/benchmarks.md: "event timing against CUPTI", and session 8).
 
-``spans`` reads the profiler's events into plain records; ``call_seconds`` is the pure part.
+``spans`` reads the profiler's events into plain records; ``call_seconds`` and ``call_kernels`` (each
+call's kernels one by one) are the pure part.
 
 Measured on CUDA (an H200). ROCm's profiler (roctracer) was not tried: where it leaves no GPU
 ranges, ``KernelTimer`` raises and the sweep exits with that message.
@@ -46,12 +47,8 @@ def spans(events: Iterable[Any]) -> list[Span]:
                  float(ev.time_range.end)) for ev in events]
 
 
-def call_seconds(found: Iterable[Span], prefix: str = CALL_PREFIX) -> dict[int, float]:
-    """GPU seconds of each call named ``prefix`` + index, first kernel start to last kernel end.
-
-    Only GPU ranges count: a call that launched no kernel, or ran where the profiler recorded no
-    CUDA activity, is absent from the answer. A name seen in several GPU ranges spans all of them.
-    """
+def _call_bounds(found: Iterable[Span], prefix: str) -> dict[int, tuple[float, float]]:
+    """Each call's GPU range, (first start, last end) in microseconds, over every GPU span of its name."""
     bounds: dict[int, tuple[float, float]] = {}
     for s in found:
         if not s.on_gpu or not s.name.startswith(prefix):
@@ -62,4 +59,35 @@ def call_seconds(found: Iterable[Span], prefix: str = CALL_PREFIX) -> dict[int, 
         i = int(suffix)
         lo, hi = bounds.get(i, (s.start_us, s.end_us))
         bounds[i] = (min(lo, s.start_us), max(hi, s.end_us))
-    return {i: (hi - lo) / 1e6 for i, (lo, hi) in bounds.items()}
+    return bounds
+
+
+def call_seconds(found: Iterable[Span], prefix: str = CALL_PREFIX) -> dict[int, float]:
+    """GPU seconds of each call named ``prefix`` + index, first kernel start to last kernel end.
+
+    Only GPU ranges count: a call that launched no kernel, or ran where the profiler recorded no
+    CUDA activity, is absent from the answer. A name seen in several GPU ranges spans all of them.
+    """
+    return {i: (hi - lo) / 1e6 for i, (lo, hi) in _call_bounds(found, prefix).items()}
+
+
+class CallKernels(NamedTuple):
+    """A call's kernels in start order, and the last kernel to end before the first of them (or None)."""
+
+    kernels: list[Span]
+    before: Span | None
+
+
+def call_kernels(found: Iterable[Span], prefix: str = CALL_PREFIX) -> dict[int, CallKernels]:
+    """The kernels of each call named ``prefix`` + index: the GPU spans, other than call ranges, that start
+    inside the call's GPU range. ``before`` is what ran just ahead of them (under ``GpuTimer``, its hold
+    kernel), so a call's first kernel can be told from the wait in front of it.
+    """
+    found = list(found)
+    kernels = sorted((s for s in found if s.on_gpu and not s.name.startswith(prefix)), key=lambda s: s.start_us)
+    out: dict[int, CallKernels] = {}
+    for i, (lo, hi) in _call_bounds(found, prefix).items():
+        mine = [k for k in kernels if lo <= k.start_us <= hi]
+        ahead = [k for k in kernels if mine and k.end_us <= mine[0].start_us]
+        out[i] = CallKernels(mine, max(ahead, key=lambda k: k.end_us) if ahead else None)
+    return out

@@ -32,9 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import gluon_sm90  # noqa: E402
+from dispatcher.sweep.cupti import Span, call_kernels, call_name, call_seconds, spans  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
-from dispatcher.sweep.cupti import Span, call_name, spans  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer, summarize  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,34 +56,24 @@ def lengths(rows: int, width: int, kind: str) -> torch.Tensor | None:
 def per_call_kernels(found: list[Span], repeats: int) -> dict[str, float]:
     """Medians over the calls, µs: the partial kernel's duration, the reduce's start and end after the partial's
     start and end, and the gap from the kernel before the call (the timer's hold) to the partial's start."""
-    gpu = sorted((s for s in found if s.on_gpu), key=lambda s: s.start_us)
-    kernels = [s for s in gpu if not s.name.startswith("rs_call_")]
     parts: dict[str, list[float]] = {"partial_us": [], "reduce_start_us": [], "reduce_tail_us": [],
                                      "reduce_us": [], "lead_us": []}
-    for i in range(repeats):
-        rng = [s for s in gpu if s.name == call_name(i)]
-        if not rng:
-            continue
-        lo, hi = min(s.start_us for s in rng), max(s.end_us for s in rng)
-        mine = [k for k in kernels if lo <= k.start_us <= hi]
-        if len(mine) != 2:
+    for i, (mine, before) in call_kernels(found).items():
+        if i >= repeats or len(mine) != 2:
             continue
         part, red = mine
-        before = [k for k in kernels if k.end_us <= part.start_us]
         parts["partial_us"].append(part.end_us - part.start_us)
         parts["reduce_start_us"].append(red.start_us - part.start_us)
         parts["reduce_tail_us"].append(red.end_us - part.end_us)
         parts["reduce_us"].append(red.end_us - red.start_us)
-        if before:
-            parts["lead_us"].append(part.start_us - before[-1].end_us)
+        if before is not None:
+            parts["lead_us"].append(part.start_us - before.end_us)
     return {k: round(summarize(v, "cupti").median_us, 3) for k, v in parts.items() if v}
 
 
 def paired_with_kernels(launch, calls, repeats: int):
     """KernelTimer.paired's protocol and clocks, and the per-kernel medians of the same calls."""
     from torch.profiler import ProfilerActivity, profile, record_function
-
-    from dispatcher.sweep.cupti import call_seconds
 
     timer = KernelTimer(DEV)
     runs = timer._warm(launch, calls, 3)

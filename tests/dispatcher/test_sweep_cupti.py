@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from dispatcher.sweep.cupti import CALL_PREFIX, Span, call_name, call_seconds, spans
+from dispatcher.sweep.cupti import CALL_PREFIX, Span, call_kernels, call_name, call_seconds, spans
 
 HAVE_CUDA = torch.cuda.is_available()
 
@@ -28,6 +28,24 @@ def test_other_names_and_a_call_without_kernels_are_absent():
              Span(call_name(2), False, 0.0, 5.0)]
     assert call_seconds(found) == {}
     assert call_seconds([Span("mine_4", True, 1.0, 3.0)], prefix="mine_") == pytest.approx({4: 2.0e-6})
+
+
+def test_each_calls_kernels_are_the_gpu_spans_inside_its_range_with_what_ran_before():
+    found = [Span("flush", True, 0.0, 2.0), Span("hold", True, 2.5, 8.0),
+             Span(call_name(0), True, 10.0, 24.0), Span(call_name(0), False, 1.0, 30.0),
+             Span("reduce", True, 11.0, 24.0), Span("partial", True, 10.0, 21.0),
+             Span("hold", True, 30.0, 40.0), Span(call_name(1), True, 41.0, 45.0), Span("partial", True, 41.0, 45.0)]
+    got = call_kernels(found)
+    assert [k.name for k in got[0].kernels] == ["partial", "reduce"]  # in start order, whatever the event order
+    assert got[0].before == Span("hold", True, 2.5, 8.0)
+    assert [k.name for k in got[1].kernels] == ["partial"] and got[1].before.start_us == 30.0
+    assert set(got) == {0, 1}
+
+
+def test_a_call_with_no_kernel_inside_has_none_before_it():
+    found = [Span("hold", True, 0.0, 5.0), Span(call_name(2), True, 6.0, 6.5)]
+    assert call_kernels(found) == {2: ([], None)}  # the hold ended before the call, but no kernel of it ran
+    assert call_kernels([Span(call_name(0), False, 0.0, 1.0)]) == {}  # a range on the host only: no call
 
 
 def test_call_names_are_counted_from_zero():
