@@ -207,7 +207,8 @@ COMPILE = textwrap.dedent("""
                                  text=True, check=True).stdout
             found[f"{name}_{db}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."),
                                           "warps": k.metadata.num_warps, "setmaxnreg": sass.count("USETMAXREG"),
-                                          "hmma": sass.count("HMMA."), "stack": int(re.search(r"STACK:(\\d+)", res).group(1))}
+                                          "hmma": sass.count("HMMA."), "stack": int(re.search(r"STACK:(\\d+)", res).group(1)),
+                                          "l1_prefetch": sass.count("CCTL.E.PF1")}
     print(json.dumps(found))
 """)
 
@@ -230,6 +231,10 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
         pipe = key == "_partial_kernel_0"
         assert got["hgmma"] == (2 * scores + 32 if ws else 2 * (scores + 32) if pipe else scores + 32), (key, got)
         assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
+        # the slot numbers asked of L1 ahead of their loads (S11): the 2-stage one-warpgroup kernels where
+        # topk_length or ragged indices are given, the warp-specialised loaders for every item (the pipelined
+        # decode at D = 512 has none: lengths cost it nothing); ptxas must keep them
+        assert (got["l1_prefetch"] == 0) if pipe else (got["l1_prefetch"] >= 1), (key, got)
         assert got["shared"] <= 232448, (key, got)  # one H100/H200 multiprocessor's shared memory for a block
         if ws:  # four warpgroups, registers moved between them; at 128 registers a thread (16 warps) ptxas
             # spills a few scalars of the item loop (96 B at 512+64 with Triton 3.6, S4): bounded, not zero
