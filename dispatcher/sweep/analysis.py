@@ -132,3 +132,33 @@ def ratio_rows(table: dict[tuple[int, int], float]) -> tuple[list[str], list[lis
     header = ["Rows"] + [f"Fanout {k}" for k in topks]
     lines = [[str(r)] + [f"{table[(r, k)]:.2f}" if (r, k) in table else "-" for k in topks] for r in rows]
     return header, lines
+
+
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _mb(n: float) -> str:
+    mb = n / (1 << 20)
+    return f"{mb:.1f}" if mb < 10 else f"{mb:.0f}"
+
+
+def pool_note(results: list[Result], l2_bytes: int | None) -> str | None:
+    """Where the timed points' kv pools sit against the GPU's L2, in a sentence; None without an L2 or results.
+
+    The sweep's default pool (``grid.default_kv_len``) fits in an H200's 50 MB L2, so kv rows a call
+    gathers more than once come from L2 after the first time; a serving pool of long contexts does not
+    fit, and there every gather goes to HBM, which moves the kernels' times and the ratios near the gate
+    (docs/benchmarks.md, session 11).
+    """
+    if not l2_bytes or not results:
+        return None
+    sizes = [r.kv_len * r.head_dim * ITEMSIZE.get(r.dtype, 2) for r in results]
+    lo, hi = min(sizes), max(sizes)
+    span = f"{_mb(lo)} MiB" if _mb(lo) == _mb(hi) else f"{_mb(lo)}-{_mb(hi)} MiB"
+    l2 = f"{_mb(l2_bytes)} MiB"
+    if hi <= l2_bytes:
+        return (f"kv pool {span}, inside this GPU's {l2} L2 at every point: rows gathered again in a call come "
+                f"from L2. A serving pool of long contexts does not fit; --kv-len 1048576 times gathers from HBM.")
+    if lo > l2_bytes:
+        return f"kv pool {span}, past this GPU's {l2} L2 at every point: the gathers come from HBM, as in serving."
+    return f"kv pool {span} against this GPU's {l2} L2: inside it at some points, past it at others."

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from .analysis import TOLERANCE, Crossover, GateAdvice, Result, crossovers, ratio_rows, ratio_table, recommend_gate
+from .analysis import (TOLERANCE, Crossover, GateAdvice, Result, crossovers, pool_note, ratio_rows, ratio_table,
+                       recommend_gate)
 
 
 def device_name(device: torch.device) -> str:
@@ -19,6 +20,13 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({platform.machine()})"
+
+
+def l2_bytes(device: torch.device) -> int | None:
+    """The GPU's L2 cache in bytes (what torch reports for it); None on the host."""
+    if device.type != "cuda":
+        return None
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or None
 
 
 def summarize(results: list[Result], a: str, b: str, layouts: list[str],
@@ -30,8 +38,9 @@ def summarize(results: list[Result], a: str, b: str, layouts: list[str],
 
 
 def document(results: list[Result], *, a: str, b: str, layouts: list[str], device: str, command: str,
-             tolerance: float = TOLERANCE) -> dict[str, Any]:
-    """The JSON written beside the CSV: {"device", "results": [...], ratios, crossover, recommendation}."""
+             tolerance: float = TOLERANCE, l2: int | None = None) -> dict[str, Any]:
+    """The JSON written beside the CSV: {"device", "results": [...], ratios, crossover, recommendation}, and
+    where the kv pools sat against the GPU's L2 (``l2``, bytes; None on the host)."""
     tables, found, advice = summarize(results, a, b, layouts, tolerance)
     triton_version = None
     try:
@@ -56,6 +65,8 @@ def document(results: list[Result], *, a: str, b: str, layouts: list[str], devic
         ],
         "crossover": [c._asdict() for c in found],
         "recommendation": advice._asdict(),
+        "l2_bytes": l2,
+        "kv_pool": pool_note(results, l2),
     }
 
 
@@ -165,3 +176,5 @@ def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> No
         console.print(f"crossover, layout {c['layout']}, top-k {c['topk']}: A no slower{within} {where}")
     rec = doc["recommendation"]
     console.print(f"[bold]recommended gate:[/bold] {rec['reason']}")
+    if doc.get("kv_pool"):
+        console.print(doc["kv_pool"])

@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 
 from dispatcher.kernels.registry import default_registry
 from dispatcher.sweep.analysis import (
-    Result, crossover, crossovers, next_pow2, ratio_rows, ratio_table, recommend_gate,
+    Result, crossover, crossovers, next_pow2, pool_note, ratio_rows, ratio_table, recommend_gate,
 )
 from dispatcher.sweep.grid import (
     KernelSpec, Layout, SweepArgError, default_kv_len, parse_int_list, parse_kernels, parse_layouts,
 )
 from dispatcher.sweep.inputs import make_sets, topk_indices
-from dispatcher.sweep.report import document, write_heatmap
+from dispatcher.sweep.report import document, print_tables, write_heatmap
 from dispatcher.sweep.runner import KernelFailed, SweepPlan, run_sweep
 from dispatcher.sweep.timing import summarize
 from dispatcher.types import Kernel
@@ -199,6 +199,32 @@ def test_document_and_heatmap(tmp_path):
     png = tmp_path / "h.png"
     write_heatmap(png, doc)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_kv_pool_is_placed_against_the_l2():
+    small = result(A, 16, 2048, 10.0)._replace(kv_len=8192)  # 8,192 rows x 576 lanes x 2 bytes: 9.0 MiB
+    big = result(A, 16, 2048, 10.0)._replace(kv_len=1 << 20)  # 1,152 MiB
+    l2 = 50 << 20
+    inside = pool_note([small], l2)
+    assert inside.startswith("kv pool 9.0 MiB, inside this GPU's 50 MiB L2") and "--kv-len 1048576" in inside
+    assert pool_note([big], l2).startswith("kv pool 1152 MiB, past this GPU's 50 MiB L2 at every point")
+    assert pool_note([small, big], l2) == "kv pool 9.0-1152 MiB against this GPU's 50 MiB L2: inside it at some " \
+                                          "points, past it at others."
+    assert pool_note([small._replace(dtype="float32")], 12 << 20).startswith("kv pool 18 MiB, past")  # 4-byte rows
+    assert pool_note([small], None) is None and pool_note([], l2) is None  # on the host, or nothing timed
+
+
+def test_the_document_and_the_tables_say_where_the_pool_sat(tmp_path):
+    from rich.console import Console
+
+    res = [result(A, 1, 128, 30.0), result(B, 1, 128, 10.0), result(A, 512, 128, 5.0), result(B, 512, 128, 10.0)]
+    doc = document(res, a=A, b=B, layouts=["512+64"], device="gpu (test)", command="routescope sweep", l2=50 << 20)
+    assert doc["l2_bytes"] == 50 << 20 and doc["kv_pool"].startswith("kv pool 9.0 MiB, inside")
+    console = Console(record=True, width=200)
+    print_tables(console, res, doc)
+    assert "kv pool 9.0 MiB, inside this GPU's 50 MiB L2" in console.export_text()
+    host = document(res, a=A, b=B, layouts=["512+64"], device="cpu (test)", command="routescope sweep")
+    assert host["l2_bytes"] is None and host["kv_pool"] is None
 
 
 # ---- the command ------------------------------------------------------------------------------------------------
