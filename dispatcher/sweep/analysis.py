@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import torch
+
 
 class Result(NamedTuple):
     """One kernel timed at one grid point (a row of the CSV and of the JSON's ``results``)."""
@@ -134,9 +136,6 @@ def ratio_rows(table: dict[tuple[int, int], float]) -> tuple[list[str], list[lis
     return header, lines
 
 
-ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
 def _mb(n: float) -> str:
     mb = n / (1 << 20)
     return f"{mb:.1f}" if mb < 10 else f"{mb:.0f}"
@@ -152,7 +151,7 @@ def pool_note(results: list[Result], l2_bytes: int | None) -> str | None:
     """
     if not l2_bytes or not results:
         return None
-    sizes = [r.kv_len * r.head_dim * ITEMSIZE.get(r.dtype, 2) for r in results]
+    sizes = [r.kv_len * r.head_dim * getattr(torch, r.dtype).itemsize for r in results]
     lo, hi = min(sizes), max(sizes)
     span = f"{_mb(lo)} MiB" if _mb(lo) == _mb(hi) else f"{_mb(lo)}-{_mb(hi)} MiB"
     l2 = f"{_mb(l2_bytes)} MiB"
