@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 
 from ..kernels.common import KernelArgs
-from .cupti import call_name, call_seconds, spans
+from .cupti import Span, call_name, call_seconds, spans
 from .inputs import L2_FLUSH_BYTES
 
 # ~0.5 ms at H200 clocks: the GPU waits while the host enqueues the call. 0.1 ms was too short for
@@ -110,18 +110,25 @@ class KernelTimer(GpuTimer):
     def paired(self, launch: Callable[[KernelArgs], None], sets: list[KernelArgs], *, warmup: int,
                repeats: int) -> tuple[Timing, Timing]:
         """(kernel time, event time) of the same calls; raises if the profiler saw no kernel for some call."""
+        kernel, events, _ = self.paired_spans(launch, sets, warmup=warmup, repeats=repeats)
+        return kernel, events
+
+    def paired_spans(self, launch: Callable[[KernelArgs], None], sets: list[KernelArgs], *, warmup: int,
+                     repeats: int) -> tuple[Timing, Timing, list[Span]]:
+        """``paired``, and every profiler span of those calls (``cupti.call_kernels`` reads them kernel by kernel)."""
         from torch.profiler import ProfilerActivity, profile, record_function
 
         calls = self._warm(launch, sets, warmup)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             events_us = self._run(calls, repeats, lambda i: record_function(call_name(i)))
-        kernel_s = call_seconds(spans(prof.events()))
+        found = spans(prof.events())
+        kernel_s = call_seconds(found)
         missing = [i for i in range(repeats) if i not in kernel_s]
         if missing:
             raise RuntimeError(f"the profiler recorded no GPU range for {len(missing)} of {repeats} calls "
                                f"(first: call {missing[0]}); kernel time needs CUPTI's CUDA activity")
         return (summarize([kernel_s[i] * 1e6 for i in range(repeats)], "cupti"),
-                summarize(events_us, "cuda-events"))
+                summarize(events_us, "cuda-events"), found)
 
 
 class HostTimer:

@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import gluon_sm90  # noqa: E402
-from dispatcher.sweep.cupti import Span, call_kernels, call_name, call_seconds, spans  # noqa: E402
+from dispatcher.sweep.cupti import Span, call_kernels  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer, summarize  # noqa: E402
@@ -69,20 +69,6 @@ def per_call_kernels(found: list[Span], repeats: int) -> dict[str, float]:
         if before is not None:
             parts["lead_us"].append(part.start_us - before.end_us)
     return {k: round(summarize(v, "cupti").median_us, 3) for k, v in parts.items() if v}
-
-
-def paired_with_kernels(launch, calls, repeats: int):
-    """KernelTimer.paired's protocol and clocks, and the per-kernel medians of the same calls."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    timer = KernelTimer(DEV)
-    runs = timer._warm(launch, calls, 3)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        events_us = timer._run(runs, repeats, lambda i: record_function(call_name(i)))
-    found = spans(prof.events())
-    kernel_s = call_seconds(found)
-    k = summarize([kernel_s[i] * 1e6 for i in sorted(kernel_s)], "cupti")
-    return k, summarize(events_us, "cuda-events"), per_call_kernels(found, repeats)
 
 
 def run_with_lengths(launch, sets, rows: int, kind: str, ref):
@@ -137,7 +123,9 @@ def main() -> None:
             for rnd in range(2):  # twice through, interleaved, so drift shows
                 for kind in LAYOUTS:
                     calls, ref, same = run_with_lengths(gluon_sm90.launch_decode, sets, rows, kind, ref)
-                    k, e, parts = paired_with_kernels(gluon_sm90.launch_decode, calls, opt.repeats)
+                    k, e, found = KernelTimer(DEV).paired_spans(gluon_sm90.launch_decode, calls, warmup=3,
+                                                                  repeats=opt.repeats)
+                    parts = per_call_kernels(found, opt.repeats)
                     rec.append(dict(layout=str(lay), rows=rows, lengths=kind, round=rnd, kernel_us=k.median_us,
                                     kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us, same_answer=same,
                                     **parts))

@@ -67,6 +67,33 @@ def test_spans_read_a_real_profile():
     assert call_seconds(found) == {}
 
 
+def test_kernel_time_without_gpu_ranges_is_refused_with_the_reason(monkeypatch):
+    """Calls that leave no GPU range (here the host runs them, with the timer's CUDA steps stood in for) give no
+    kernel time: the profiling half of KernelTimer.paired_spans, on the CPU."""
+    from dispatcher.sweep import timing
+
+    monkeypatch.setattr(timing, "L2_FLUSH_BYTES", 1024)
+    timer = timing.KernelTimer(torch.device("cpu"))
+    ran = []
+
+    def host_run(calls, repeats, around):  # GpuTimer._run without its CUDA events: the same ranges around each call
+        for i in range(repeats):
+            with around(i):
+                calls[i % len(calls)]()
+        return [1.0] * repeats
+
+    def host_warm(launch, sets, warmup):  # GpuTimer._warm without its device synchronisation
+        for i in range(warmup):
+            launch(sets[i % len(sets)])
+        return [lambda a=a: launch(a) for a in sets]
+
+    monkeypatch.setattr(timer, "_warm", host_warm)
+    monkeypatch.setattr(timer, "_run", host_run)
+    with pytest.raises(RuntimeError, match="no GPU range for 3 of 3 calls"):
+        timer.paired_spans(lambda a: ran.append(a), [None], warmup=1, repeats=3)
+    assert len(ran) == 1 + 3  # the warm-up call, then the three profiled ones
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA device")
 def test_kernel_time_spans_a_calls_kernels_and_leaves_out_the_events():
