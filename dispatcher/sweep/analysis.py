@@ -144,10 +144,10 @@ def _mb(n: float) -> str:
 def pool_note(results: list[Result], l2_bytes: int | None) -> str | None:
     """Where the timed points' kv pools sit against the GPU's L2, in a sentence; None without an L2 or results.
 
-    The sweep's default pool (``grid.default_kv_len``) fits in an H200's 50 MB L2, so kv rows a call
-    gathers more than once come from L2 after the first time; a serving pool of long contexts does not
-    fit, and there every gather goes to HBM, which moves the kernels' times and the ratios near the gate
-    (docs/benchmarks.md, session 11).
+    The sweep's default pool (``grid.default_kv_len``) fits in an H200's L2 (60 MiB, as the device
+    reports it), so kv rows a call gathers more than once come from L2 after the first time; a serving
+    pool of long contexts does not fit, and there every gather goes to HBM, which moves the kernels'
+    times and the ratios near the gate (docs/benchmarks.md, session 11).
     """
     if not l2_bytes or not results:
         return None

@@ -95,7 +95,7 @@ def sweep_command(
     heads: Annotated[int, typer.Option(help="query heads")] = HEADS,
     dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32")] = "bfloat16",
     kv_len: Annotated[Optional[int], typer.Option(help="KV pool rows (default max(rows, 4 x top-k): 18.9 MB at "
-                                                       "16384 rows of 576 lanes, inside an H200's 50 MB L2; "
+                                                       "16384 rows of 576 lanes, inside an H200's 60 MiB L2; "
                                                        "1048576 gathers from HBM, as a serving pool does)")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     timer: Annotated[str, typer.Option(help="GPU clock: events (a CUDA event pair around each call, its own "
