@@ -40,7 +40,9 @@ BIG_POOL = 1 << 20  # kv rows: 1.2 GB at 512+64, far past the H200's 60 MiB L2
 
 VARIANTS = {"default": lambda a: gluon_sm90.launch_decode(a, ws=False),
             "ws": lambda a: gluon_sm90.launch_decode(a, ws=True),
-            "early": lambda a: gluon_sm90.launch_decode(a, config=gluon_sm90.decode_config(a)._replace(early=True))}
+            "early": lambda a: gluon_sm90.launch_decode(a, config=gluon_sm90.decode_config(a)._replace(early=True)),
+            # the default's kernel through the launch path "early" takes (an explicit config): a control
+            "config": lambda a: gluon_sm90.launch_decode(a, config=gluon_sm90.decode_config(a))}
 
 
 def main() -> None:
