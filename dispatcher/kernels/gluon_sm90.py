@@ -68,7 +68,6 @@ class Sm90Config(NamedTuple):
     ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
     pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe): 3 stages, D = 512 only
-    early: bool = False  # the prologue gathers into every stage, not STAGES - 1 (pipelined: two tiles, not one)
 
 
 PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
@@ -191,16 +190,6 @@ if HAVE_GLUON:
         cp_async(buf, krow[:, None] + offs[None, :], mask=valid[:, None])
 
     @gluon.jit
-    def _first_tile(kv_ptr, kv_s0, idx_ptr, base, idx_s1, j0, hi, skv, kv_a, kv_b, i: gl.constexpr, RB: gl.constexpr,
-                    DB: gl.constexpr, cp: gl.constexpr):
-        """The prologue's gather of positions [j0, j0 + 64) into stage i: the 512 lanes, and the rope lanes if i < RB."""
-        sl = _load_slots(idx_ptr, base, idx_s1, j0, hi, gl.SliceLayout(1, cp))
-        _gather(kv_ptr, kv_s0, sl, skv, kv_a.index(i), 0, 512, cp)
-        if DB > 0:
-            if i < RB:
-                _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(i), 512, DB, cp)
-
-    @gluon.jit
     def _valid(idx_ptr, base, idx_s1, j0, hi, skv, layout: gl.constexpr):
         """Which of the tile's 64 positions hold a usable slot, in ``layout`` (the score rows' layout)."""
         slot = _load_slots(idx_ptr, base, idx_s1, j0, hi, layout).to(gl.int64)
@@ -237,8 +226,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False,
-                EARLY: gl.constexpr = False):
+                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
@@ -249,10 +237,6 @@ if HAVE_GLUON:
         the next tile as soon as this tile's scores are done; that is what lets three stages fit in
         shared memory at 512+64. ABLATE (timing experiments only; wrong answers): 1 gathers only the
         prologue's tiles and computes on stale data, 2 gathers and skips the products.
-
-        EARLY (not with ROPE1): the prologue gathers into every stage, so tile 1 is in flight while
-        tile 0 lands instead of being issued once it has; tile t's gather (t >= STAGES) still goes
-        into the stage tile t - STAGES used, at the top of tile t - STAGES + 1.
         """
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
@@ -261,9 +245,8 @@ if HAVE_GLUON:
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         RB: gl.constexpr = 1 if ROPE1 else STAGES  # rope buffers
         LATE: gl.constexpr = ROPE1 and DB > 0  # gathers issued once this tile's scores are done
-        AHEAD: gl.constexpr = STAGES if EARLY else STAGES - 1  # tiles the prologue starts
+        AHEAD: gl.constexpr = STAGES - 1  # tiles the prologue starts
         gl.static_assert(STAGES >= 2, "at least two stages: one computed, one gathering")
-        gl.static_assert(not (EARLY and LATE), "EARLY fills every stage up front; ROPE1 refills the rope lanes late")
         kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
         if DB > 0:
@@ -287,10 +270,11 @@ if HAVE_GLUON:
         if (has_len != 0) | (ragged != 0):  # no count will load the row's slot numbers: this split's into L1
             _prefetch_span(idx_ptr, base, idx_s1, lo, hi)
         for i in gl.static_range(AHEAD):  # prologue: the first tiles in flight, one commit group each
-            if i == 0 or not EARLY:
-                _first_tile(kv_ptr, kv_s0, idx_ptr, base, idx_s1, lo + i * 64, hi, skv, kv_a, kv_b, i, RB, DB, cp)
-            elif i < n_tiles:  # EARLY: a split with fewer tiles than stages commits an empty group
-                _first_tile(kv_ptr, kv_s0, idx_ptr, base, idx_s1, lo + i * 64, hi, skv, kv_a, kv_b, i, RB, DB, cp)
+            sl = _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp)
+            _gather(kv_ptr, kv_s0, sl, skv, kv_a.index(i), 0, 512, cp)
+            if DB > 0:
+                if i < RB:
+                    _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(i), 512, DB, cp)
             async_copy.commit_group()
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
@@ -301,26 +285,19 @@ if HAVE_GLUON:
         for t in range(n_tiles):
             stage = t % STAGES
             ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
-            if EARLY:  # tile t is in group t (t < STAGES) or t + 1 (iteration 0 commits an empty group)
-                if t == 0:
-                    async_copy.wait_group(STAGES - 1)
-                else:
-                    async_copy.wait_group(STAGES - 2)
-            else:
-                async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
-            if not LATE:  # refill the stage tile t - 1 used (EARLY: the prologue filled it at t = 0)
+            if not LATE:  # refill the stage tile t - 1 used
                 if ABLATE != 1:
-                    if (t + STAGES - 1 < n_tiles) & ((not EARLY) | (t > 0)):
+                    if t + STAGES - 1 < n_tiles:
                         g = (t + STAGES - 1) % STAGES
                         _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), 0, 512, cp)
                         if DB > 0:
                             _gather(kv_ptr, kv_s0, slots, skv, kv_b.index(g), 512, DB, cp)
                 async_copy.commit_group()
-                if (not EARLY) | (t > 0):
-                    slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
 
             ka = kv_a.index(stage)
             if ABLATE != 2:
@@ -373,15 +350,14 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                      q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
-                     trace_ptr=None, TRACE: gl.constexpr = False, EARLY: gl.constexpr = False):
+                     trace_ptr=None, TRACE: gl.constexpr = False):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
         Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
         one tile ahead as in ``_attend``). Per tile: the scores are issued, then the previous tile's
         P·V; the scores' wait leaves P·V running under the exponentials; then P·V's wait, Oᵀ's
         rescale and P's store into the other of two P buffers. Three stages fit in shared memory
-        only at D = 512 (512+0, 448+64), not with a separate rope block (512+64). EARLY: the prologue
-        gathers tiles 0 and 1, so tile 1 is in flight while tile 0 lands.
+        only at D = 512 (512+0, 448+64), not with a separate rope block (512+64).
         """
         gl.static_assert(DB == 0, "three stages of 576 lanes do not fit in shared memory")
         dt: gl.constexpr = kv_ptr.dtype.element_ty
@@ -401,26 +377,19 @@ if HAVE_GLUON:
 
         _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, kv_a.index(0), 0, 512, cp)
         async_copy.commit_group()
-        AHEAD: gl.constexpr = 2 if EARLY else 1  # tiles the prologue starts
-        if EARLY:
-            if 1 < n_tiles:
-                _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp), skv, kv_a.index(1),
-                        0, 512, cp)
-            async_copy.commit_group()
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
-        slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
+        slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
         lim = gl.minimum(hi, n)
         ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         _stamp(trace_ptr, 2, TRACE)  # the row's length known
         # Tile 0: its scores and softmax, nothing before it to overlap.
         ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
-        async_copy.wait_group(AHEAD - 1)  # tile 0 (EARLY: tile 1 may still be in flight)
+        async_copy.wait_group(0)
         fence_async_shared()
         cta_barrier()
         _stamp(trace_ptr, 3, TRACE)  # tile 0 landed
-        if not EARLY:  # tile 1 into stage 1 (EARLY: the prologue started it)
-            slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, 0, n_tiles, cp)
+        slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, 0, n_tiles, cp)
         s = warpgroup_mma(kv_a.index(0), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(0, deps=(s,))
         m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
@@ -513,19 +482,18 @@ if HAVE_GLUON:
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False,
-                        EARLY: gl.constexpr = False):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
-                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB, None, False, EARLY)
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, None, False, EARLY)
+                              DB, STAGES, ROPE1, ABLATE, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
@@ -537,8 +505,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
-                        EARLY: gl.constexpr = False):
+                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -559,11 +526,11 @@ if HAVE_GLUON:
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                                    q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   trace_ptr, TRACE, EARLY)
+                                   trace_ptr, TRACE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE, EARLY)
+                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -581,12 +548,8 @@ def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
     if cfg.pipe and (cfg.stages != 3 or int(args.q.shape[2]) != LANES_A):
         raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
                          f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
-    if cfg.early and cfg.rope1 and int(args.q.shape[2]) > LANES_A:
-        raise ValueError("Sm90Config(early=True) fills every stage in the prologue; rope1's single rope buffer "
-                         "is refilled late, so the two do not combine at 512+64")
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "EARLY": bool(cfg.early),
-            "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4}
 
 
 def ws_module(args: KernelArgs):

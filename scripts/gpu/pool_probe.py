@@ -7,11 +7,13 @@ and the one-warpgroup partial kernel keeps one tile's gather in flight per multi
 (S11-1: 20.5 µs at 512+64, 16 rows, against 15.0 in the small pool). This times the default
 decode beside the warp-specialised partials (``launch_decode(ws=True)``: a loader three tiles
 ahead), side by side by kernel time, in both pools, at 512+64 and 448+64, and checks that their
-answers agree with the default's. ``--variants default,early`` times the default's config with
-``early=True`` instead (S12: the prologue gathers into every stage, so tile 1 is in flight while
-tile 0 lands).
+answers agree with the default's. ``--variants`` picks others: ``config`` is the default's kernel
+launched through an explicit ``Sm90Config``, the path a trial config takes (S12-5 used it as a
+control). Each variant's calls are one ``KernelTimer.paired`` run, and the event pair of the same
+calls reads about 1.2 µs more in every other run, whatever runs (S12-5): compare variants by kernel
+time.
 
-    python3 scripts/gpu/pool_probe.py [--repeats 100] [--variants default,ws,early]
+    python3 scripts/gpu/pool_probe.py [--repeats 100] [--variants default,ws,config]
 
 Writes $OUT/pool_probe.json.
 """
@@ -40,8 +42,7 @@ BIG_POOL = 1 << 20  # kv rows: 1.2 GB at 512+64, far past the H200's 60 MiB L2
 
 VARIANTS = {"default": lambda a: gluon_sm90.launch_decode(a, ws=False),
             "ws": lambda a: gluon_sm90.launch_decode(a, ws=True),
-            "early": lambda a: gluon_sm90.launch_decode(a, config=gluon_sm90.decode_config(a)._replace(early=True)),
-            # the default's kernel through the launch path "early" takes (an explicit config): a control
+            # the default's kernel through the launch path a trial config takes (an explicit config): a control
             "config": lambda a: gluon_sm90.launch_decode(a, config=gluon_sm90.decode_config(a))}
 
 

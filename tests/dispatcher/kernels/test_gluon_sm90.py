@@ -48,17 +48,6 @@ def test_the_decode_pipelines_at_d512_only():
     assert gluon_sm90._consts(args_for(Layout(512, 0)), gluon_sm90.DECODE_SM90_D512)["PIPE"] is True
 
 
-def test_early_prologue_is_a_launch_constant_and_refuses_one_late_rope_buffer():
-    for layout in (Layout(512, 64), Layout(512, 0)):
-        a = args_for(layout)
-        assert gluon_sm90._consts(a, gluon_sm90.decode_config(a))["EARLY"] is False  # not the default
-        assert gluon_sm90._consts(a, gluon_sm90.decode_config(a)._replace(early=True))["EARLY"] is True
-    # rope1's one rope buffer is refilled once the scores are done: nothing to fill up front at 512+64
-    with pytest.raises(ValueError, match="rope1"):
-        gluon_sm90._consts(args_for(Layout(512, 64)), gluon_sm90.Sm90Config(3, rope1=True, early=True))
-    assert gluon_sm90._consts(args_for(Layout(512, 0)), gluon_sm90.Sm90Config(3, rope1=True, early=True))["EARLY"]
-
-
 def test_supports_refuses_cpu_tensors_and_unsupported_shapes(monkeypatch):
     assert not gluon_sm90.supports(args_for(Layout(512, 64)))  # a CPU call, whatever its shape
     # With the device check out of the way, the shape rules alone decide.
@@ -192,7 +181,7 @@ COMPILE = textwrap.dedent("""
             if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
                 cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
-                      "PIPE": cfg.pipe, "EARLY": cfg.early, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
+                      "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
                       "WREGS": tuple(gluon_sm90_ws.WORKER_REGS)}
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}

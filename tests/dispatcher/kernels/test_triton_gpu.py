@@ -149,34 +149,6 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
     assert took["gluon"] >= 3 * took["triton"], took
 
 
-@pytest.mark.parametrize("lanes", [64, 0], ids=["512+64", "512+0-pipelined"])
-def test_sm90_early_prologue_changes_no_answer(compiled, lanes):
-    """Sm90Config(early=True) only moves tile 1's gather into the prologue: at every split count (more
-    splits than tiles, one tile a split, several) the decode is bit-identical to the default's, and the
-    decode's correctness cases pass with it."""
-    from dispatcher.sweep.correctness import build
-    from dispatcher.sweep.grid import Layout
-
-    g = _hopper()
-    _, decode = compiled
-
-    def early(a, **kw):
-        g.launch_decode(a, config=g.decode_config(a)._replace(early=True), **kw)
-
-    args = build(16, layout=Layout(512, lanes), dtype=torch.bfloat16, device=torch.device("cuda"), topk=700)
-    for splits in (None, 1, 2, 5, 11, 64):
-        want = args._replace(output=torch.full_like(args.output, float("nan")))
-        got = args._replace(output=torch.full_like(args.output, float("nan")))
-        g.launch_decode(want, splits=splits)
-        early(got, splits=splits)
-        assert torch.equal(got.output, want.output), f"splits={splits}"
-    if lanes:  # the correctness cases span both layouts: run them once
-        found = run_checks({"decode": lambda a: early(a) if g.supports(a) else decode.launch(a)},
-                           (torch.bfloat16,), torch.device("cuda"), big=False)
-        bad = [c for c in found if not c.ok]
-        assert found and not bad, "\n".join(map(str, bad))
-
-
 def test_registry_runs_gluon_on_hopper_and_hands_fp32_to_triton(compiled):
     from dispatcher import Dispatcher
     from dispatcher.kernels.common import KernelArgs, SparseIndex

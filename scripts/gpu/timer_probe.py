@@ -1,0 +1,73 @@
+"""Does the CUDA event pair read the same call the same way run after run? (S12)
+
+S12-5 timed one decode call six times in a row with ``KernelTimer.paired`` (CUPTI's kernel time
+and the event pair of the same calls): the kernel time held within 0.05 µs, but the event pair
+read 4.1 µs over it in runs 1, 3 and 5 and 2.9 µs in runs 2, 4 and 6, whatever was launched. This
+times one call (the default split-K decode, 512+64, top-k 2048) eight times in a row with each
+timer, a fresh timer per run or one timer for all, so the pattern shows per clock:
+
+- ``events``: ``GpuTimer`` (the sweep's default clock, no profiler);
+- ``paired``: ``KernelTimer.paired`` (kernel time and, beside it, the profiled event pair).
+
+    python3 scripts/gpu/timer_probe.py [--runs 8] [--repeats 100]
+
+Writes $OUT/timer_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import GpuTimer, KernelTimer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import lab_output, warm_clocks  # noqa: E402
+
+DEV = torch.device("cuda")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=100)
+    opt = ap.parse_args()
+    out, log = lab_output()
+    rec = []
+    log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    warm_clocks(DEV, 2.0)
+    launch = gluon_sm90.launch_decode
+    for rows in (2, 16):
+        sets = make_sets(rows, 2048, 16, Layout(512, 64), default_kv_len(rows, 2048), dtype=torch.bfloat16,
+                         device=DEV)
+        for clock in ("events", "paired"):
+            for reuse in (False, True):
+                shared = KernelTimer(DEV) if clock == "paired" else GpuTimer(DEV)
+                for run in range(opt.runs):
+                    timer = shared if reuse else (KernelTimer(DEV) if clock == "paired" else GpuTimer(DEV))
+                    if clock == "paired":
+                        k, e = timer.paired(launch, sets, warmup=3, repeats=opt.repeats)
+                    else:
+                        k, e = None, timer.time(launch, sets, warmup=3, repeats=opt.repeats)
+                    row = dict(rows=rows, clock=clock, timer="one for all" if reuse else "fresh", run=run,
+                               events_us=e.median_us, events_p20=e.p20_us, events_p80=e.p80_us,
+                               kernel_us=k.median_us if k else None)
+                    rec.append(row)
+                    kern = f"kernel {k.median_us:6.2f}  lead {e.median_us - k.median_us:5.2f}" if k else ""
+                    log(f"{rows:2} rows {clock:6} {row['timer']:11} run {run}  events {e.median_us:6.2f} us "
+                        f"(p20 {e.p20_us:.2f}, p80 {e.p80_us:.2f})  {kern}")
+    (out / "timer_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec},
+                                                     indent=1))
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
