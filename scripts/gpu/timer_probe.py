@@ -7,9 +7,12 @@ times one call (the default split-K decode, 512+64, top-k 2048) eight times in a
 timer, a fresh timer per run or one timer for all, so the pattern shows per clock:
 
 - ``events``: ``GpuTimer`` (the sweep's default clock, no profiler);
-- ``paired``: ``KernelTimer.paired`` (kernel time and, beside it, the profiled event pair).
+- ``paired``: ``KernelTimer.paired`` (kernel time and, beside it, the profiled event pair);
+- ``kept``: ``GpuTimer`` with one set of CUDA events created once and recorded again in every run
+  (``GpuTimer`` creates 2 x repeats events a run and drops them after it);
+- ``spaced``: ``GpuTimer`` with a run of 101 calls in between every timed run, untimed.
 
-    python3 scripts/gpu/timer_probe.py [--runs 8] [--repeats 100]
+    python3 scripts/gpu/timer_probe.py [--runs 8] [--repeats 100] [--clocks events,paired,kept,spaced]
 
 Writes $OUT/timer_probe.json.
 """
@@ -35,10 +38,30 @@ from kernel_lab import lab_output, warm_clocks  # noqa: E402
 DEV = torch.device("cuda")
 
 
+class KeptEvents(GpuTimer):
+    """GpuTimer's protocol with the same event objects in every run."""
+
+    def _run(self, calls, repeats, around):
+        if getattr(self, "_kept", None) is None or len(self._kept[0]) < repeats:
+            self._kept = ([torch.cuda.Event(enable_timing=True) for _ in range(repeats)],
+                          [torch.cuda.Event(enable_timing=True) for _ in range(repeats)])
+        starts, ends = self._kept
+        stream = torch.cuda.current_stream(self.device)
+        for i in range(repeats):
+            self.flush.zero_()
+            torch.cuda._sleep(self.hold_cycles)
+            starts[i].record(stream)
+            calls[i % len(calls)]()
+            ends[i].record(stream)
+        torch.cuda.synchronize(self.device)
+        return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts[:repeats], ends[:repeats])]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=100)
+    ap.add_argument("--clocks", default="events,paired", help="comma-separated: events, paired, kept, spaced")
     opt = ap.parse_args()
     out, log = lab_output()
     rec = []
@@ -48,11 +71,15 @@ def main() -> None:
     for rows in (2, 16):
         sets = make_sets(rows, 2048, 16, Layout(512, 64), default_kv_len(rows, 2048), dtype=torch.bfloat16,
                          device=DEV)
-        for clock in ("events", "paired"):
+        make = {"events": GpuTimer, "paired": KernelTimer, "kept": KeptEvents, "spaced": GpuTimer}
+        for clock in opt.clocks.split(","):
             for reuse in (False, True):
-                shared = KernelTimer(DEV) if clock == "paired" else GpuTimer(DEV)
+                shared = make[clock](DEV)
                 for run in range(opt.runs):
-                    timer = shared if reuse else (KernelTimer(DEV) if clock == "paired" else GpuTimer(DEV))
+                    timer = shared if reuse else make[clock](DEV)
+                    if clock == "spaced":  # 101 untimed calls first: an odd count between timed runs
+                        for i in range(101):
+                            launch(sets[i % len(sets)])
                     if clock == "paired":
                         k, e = timer.paired(launch, sets, warmup=3, repeats=opt.repeats)
                     else:
