@@ -10,7 +10,8 @@ timer, a fresh timer per run or one timer for all, so the pattern shows per cloc
 - ``paired``: ``KernelTimer.paired`` (kernel time and, beside it, the profiled event pair);
 - ``kept``: ``GpuTimer`` with one set of CUDA events created once and recorded again in every run
   (``GpuTimer`` creates 2 x repeats events a run and drops them after it);
-- ``spaced``: ``GpuTimer`` with a run of 101 calls in between every timed run, untimed.
+- ``spaced``: ``GpuTimer`` with a run of 101 calls in between every timed run, untimed;
+  ``spacedN``: N calls instead of 101.
 
     python3 scripts/gpu/timer_probe.py [--runs 8] [--repeats 100] [--clocks events,paired,kept,spaced]
 
@@ -71,15 +72,15 @@ def main() -> None:
     for rows in (2, 16):
         sets = make_sets(rows, 2048, 16, Layout(512, 64), default_kv_len(rows, 2048), dtype=torch.bfloat16,
                          device=DEV)
-        make = {"events": GpuTimer, "paired": KernelTimer, "kept": KeptEvents, "spaced": GpuTimer}
+        make = {"events": GpuTimer, "paired": KernelTimer, "kept": KeptEvents}
         for clock in opt.clocks.split(","):
+            spaced = int(clock[6:] or 101) if clock.startswith("spaced") else 0
             for reuse in (False, True):
-                shared = make[clock](DEV)
+                shared = make.get(clock, GpuTimer)(DEV)
                 for run in range(opt.runs):
-                    timer = shared if reuse else make[clock](DEV)
-                    if clock == "spaced":  # 101 untimed calls first: an odd count between timed runs
-                        for i in range(101):
-                            launch(sets[i % len(sets)])
+                    timer = shared if reuse else make.get(clock, GpuTimer)(DEV)
+                    for i in range(spaced):  # untimed calls first, back to back
+                        launch(sets[i % len(sets)])
                     if clock == "paired":
                         k, e = timer.paired(launch, sets, warmup=3, repeats=opt.repeats)
                     else:
