@@ -11,7 +11,9 @@ timer, a fresh timer per run or one timer for all, so the pattern shows per cloc
 - ``kept``: ``GpuTimer`` with one set of CUDA events created once and recorded again in every run
   (``GpuTimer`` creates 2 x repeats events a run and drops them after it);
 - ``spaced``: ``GpuTimer`` with a run of 101 calls in between every timed run, untimed;
-  ``spacedN``: N calls instead of 101.
+  ``spacedN``: N calls instead of 101;
+- ``sweep``: as ``routescope sweep`` times a point's two kernels (one untimed call, then
+  ``GpuTimer.time``), with the same decode as both "A" and "B": any difference is the order's.
 
     python3 scripts/gpu/timer_probe.py [--runs 8] [--repeats 100] [--clocks events,paired,kept,spaced]
 
@@ -58,11 +60,25 @@ class KeptEvents(GpuTimer):
         return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts[:repeats], ends[:repeats])]
 
 
+def sweep_like(sets, opt, rows, rec, log) -> None:
+    """One timer; per run, "A" then "B" (the same call), each after one untimed call, as runner.run_sweep."""
+    timer = GpuTimer(DEV)
+    for run in range(opt.runs):
+        for name in ("A", "B"):
+            gluon_sm90.launch_decode(sets[0])
+            e = timer.time(gluon_sm90.launch_decode, sets, warmup=3, repeats=opt.repeats)
+            rec.append(dict(rows=rows, clock="sweep", timer=name, run=run, events_us=e.median_us,
+                            events_p20=e.p20_us, events_p80=e.p80_us, kernel_us=None))
+            log(f"{rows:2} rows sweep  kernel {name} run {run}  events {e.median_us:6.2f} us "
+                f"(p20 {e.p20_us:.2f}, p80 {e.p80_us:.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=100)
-    ap.add_argument("--clocks", default="events,paired", help="comma-separated: events, paired, kept, spaced")
+    ap.add_argument("--clocks", default="events,paired", help="comma-separated: events, paired, kept, spaced[N], "
+                    "sweep")
     opt = ap.parse_args()
     out, log = lab_output()
     rec = []
@@ -74,6 +90,9 @@ def main() -> None:
                          device=DEV)
         make = {"events": GpuTimer, "paired": KernelTimer, "kept": KeptEvents}
         for clock in opt.clocks.split(","):
+            if clock == "sweep":
+                sweep_like(sets, opt, rows, rec, log)
+                continue
             spaced = int(clock[6:] or 101) if clock.startswith("spaced") else 0
             for reuse in (False, True):
                 shared = make.get(clock, GpuTimer)(DEV)
