@@ -45,6 +45,11 @@ class GpuTimer:
     With ``graphs`` each input set's call is captured once in a CUDA graph and replayed, as a
     graph-captured serving loop (vLLM's decode) runs it: the host's launch cost is gone
     altogether and launches inside the graph are cheaper than stream launches.
+
+    The pair's own cost comes at two levels about 0.7 µs apart on an H200, set by the calls
+    launched just before a run, not by the call timed (docs/benchmarks.md, session 12): two
+    variants timed in turn can differ by that much with the same kernel. ``KernelTimer``'s kernel
+    time does not move; the sweep's order (one untimed call before each run) reads both levels alike.
     """
 
     def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES, graphs: bool = False) -> None:
