@@ -49,7 +49,8 @@ class GpuTimer:
     The pair's own cost comes at two levels about 0.7 µs apart on an H200, set by the calls
     launched just before a run, not by the call timed (docs/benchmarks.md, session 12): two
     variants timed in turn can differ by that much with the same kernel. ``KernelTimer``'s kernel
-    time does not move; the sweep's order (one untimed call before each run) reads both levels alike.
+    time does not move; the sweep's order (one untimed call before each run) puts both kernels at
+    one level.
     """
 
     def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES, graphs: bool = False) -> None:

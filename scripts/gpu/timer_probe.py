@@ -80,6 +80,10 @@ def main() -> None:
     ap.add_argument("--clocks", default="events,paired", help="comma-separated: events, paired, kept, spaced[N], "
                     "sweep")
     opt = ap.parse_args()
+    bad = [c for c in opt.clocks.split(",") if c not in ("events", "paired", "kept", "sweep")
+           and not (c.startswith("spaced") and (c[6:] == "" or c[6:].isdigit()))]
+    if bad:
+        ap.error(f"--clocks: unknown {', '.join(bad)}; known: events, paired, kept, spaced[N], sweep")
     out, log = lab_output()
     rec = []
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
