@@ -15,7 +15,11 @@ timer, a fresh timer per run or one timer for all, so the pattern shows per cloc
 - ``sweep``: as ``routescope sweep`` times a point's two kernels (one untimed call, then
   ``GpuTimer.time``), with the same decode as both "A" and "B": any difference is the order's.
 
+``--call`` picks what is timed: the default decode (two kernels, the reduce launched by PDL),
+the same without PDL, or the prefill (one kernel).
+
     python3 scripts/gpu/timer_probe.py [--runs 8] [--repeats 100] [--clocks events,paired,kept,spaced]
+                                       [--call decode|decode-nopdl|prefill]
 
 Writes $OUT/timer_probe.json.
 """
@@ -39,6 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
+CALLS = {"decode": gluon_sm90.launch_decode,
+         "decode-nopdl": lambda a: gluon_sm90.launch_decode(a, pdl=False),
+         "prefill": gluon_sm90.launch_prefill}
 
 
 class KeptEvents(GpuTimer):
@@ -63,11 +70,12 @@ class KeptEvents(GpuTimer):
 def sweep_like(sets, opt, rows, rec, log) -> None:
     """One timer; per run, "A" then "B" (the same call), each after one untimed call, as runner.run_sweep."""
     timer = GpuTimer(DEV)
+    launch = CALLS[opt.call]
     for run in range(opt.runs):
         for name in ("A", "B"):
-            gluon_sm90.launch_decode(sets[0])
-            e = timer.time(gluon_sm90.launch_decode, sets, warmup=3, repeats=opt.repeats)
-            rec.append(dict(rows=rows, clock="sweep", timer=name, run=run, events_us=e.median_us,
+            launch(sets[0])
+            e = timer.time(launch, sets, warmup=3, repeats=opt.repeats)
+            rec.append(dict(call=opt.call, rows=rows, clock="sweep", timer=name, run=run, events_us=e.median_us,
                             events_p20=e.p20_us, events_p80=e.p80_us, kernel_us=None))
             log(f"{rows:2} rows sweep  kernel {name} run {run}  events {e.median_us:6.2f} us "
                 f"(p20 {e.p20_us:.2f}, p80 {e.p80_us:.2f})")
@@ -79,6 +87,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--clocks", default="events,paired", help="comma-separated: events, paired, kept, spaced[N], "
                     "sweep")
+    ap.add_argument("--call", choices=list(CALLS), default="decode")
     opt = ap.parse_args()
     bad = [c for c in opt.clocks.split(",") if c not in ("events", "paired", "kept", "sweep")
            and not (c.startswith("spaced") and (c[6:] == "" or c[6:].isdigit()))]
@@ -88,7 +97,8 @@ def main() -> None:
     rec = []
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     warm_clocks(DEV, 2.0)
-    launch = gluon_sm90.launch_decode
+    launch = CALLS[opt.call]
+    log(f"call: {opt.call}")
     for rows in (2, 16):
         sets = make_sets(rows, 2048, 16, Layout(512, 64), default_kv_len(rows, 2048), dtype=torch.bfloat16,
                          device=DEV)
@@ -108,7 +118,7 @@ def main() -> None:
                         k, e = timer.paired(launch, sets, warmup=3, repeats=opt.repeats)
                     else:
                         k, e = None, timer.time(launch, sets, warmup=3, repeats=opt.repeats)
-                    row = dict(rows=rows, clock=clock, timer="one for all" if reuse else "fresh", run=run,
+                    row = dict(call=opt.call, rows=rows, clock=clock, timer="one for all" if reuse else "fresh", run=run,
                                events_us=e.median_us, events_p20=e.p20_us, events_p80=e.p80_us,
                                kernel_us=k.median_us if k else None)
                     rec.append(row)
