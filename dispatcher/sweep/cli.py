@@ -89,7 +89,7 @@ def sweep_command(
     rows: Annotated[Optional[str], typer.Option(help="query row counts, e.g. 1,2,16,256 (default per device)")] = None,
     topk: Annotated[Optional[str], typer.Option(help="top-k (fanout) values, e.g. 128,512,2048")] = None,
     layout: Annotated[str, typer.Option(help="NOPE+ROPE head layouts, or dsv4/glm/v32")] = ",".join(DEFAULT_LAYOUTS),
-    out: Annotated[Path, typer.Option(help="folder for sweep.csv, sweep.json, sweep.png")] = Path("out/sweep"),
+    out: Annotated[Path, typer.Option(help="folder for sweep.csv, sweep.json, sweep.md, sweep.png")] = Path("out/sweep"),
     repeats: Annotated[Optional[int], typer.Option(help="timed calls per kernel and point (default 30 GPU, 5 CPU)")] = None,
     warmup: Annotated[int, typer.Option(help="untimed calls first")] = 3,
     heads: Annotated[int, typer.Option(help="query heads")] = HEADS,

@@ -1,4 +1,4 @@
-"""A finished sweep as files (CSV, JSON, heatmap PNG) and as tables for people."""
+"""A finished sweep as files (CSV, JSON, Markdown, heatmap PNG) and as tables for people."""
 
 from __future__ import annotations
 
@@ -124,11 +124,14 @@ def write_heatmap(path: Path, doc: dict[str, Any]) -> None:
 
 
 def write_all(out_dir: Path, results: list[Result], doc: dict[str, Any]) -> dict[str, Path]:
-    """sweep.csv, sweep.json and, where matplotlib is installed (extra ``sweep``), sweep.png under ``out_dir``."""
+    """sweep.csv, sweep.json, sweep.md and, where matplotlib is installed (extra ``sweep``), sweep.png
+    under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": out_dir / "sweep.csv", "json": out_dir / "sweep.json", "png": out_dir / "sweep.png"}
+    paths = {"csv": out_dir / "sweep.csv", "json": out_dir / "sweep.json", "md": out_dir / "sweep.md",
+             "png": out_dir / "sweep.png"}
     write_csv(paths["csv"], results)
     write_json(paths["json"], doc)
+    paths["md"].write_text(markdown(results, doc))
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -144,37 +147,80 @@ def _cell(r: Result) -> str:
     return f"{value} ±{spread:.0f}%"
 
 
+def median_rows(results: list[Result], layout: str) -> tuple[list[str], list[list[str]]]:
+    """One layout's medians: a header ("kernel", "top-k", then the row counts) and a line per kernel and top-k."""
+    mine = [r for r in results if r.layout == layout]
+    rows = sorted({r.rows for r in mine})
+    lines = []
+    for label, topk in dict.fromkeys((r.label, r.topk) for r in mine):
+        by_rows = {r.rows: r for r in mine if r.label == label and r.topk == topk}
+        lines.append([label, str(topk), *[_cell(by_rows[n]) if n in by_rows else "-" for n in rows]])
+    return ["kernel", "top-k", *map(str, rows)], lines
+
+
+def layout_ratios(doc: dict[str, Any], layout: str) -> tuple[list[str], list[list[str]]]:
+    """One layout's A/B table in the seed's layout (``analysis.ratio_rows``), from the document's ratios."""
+    return ratio_rows({(c["rows"], c["topk"]): c["ratio"] for c in doc["ratios"] if c["layout"] == layout})
+
+
+def crossover_lines(doc: dict[str, Any]) -> list[str]:
+    """A sentence per (layout, top-k): from how many rows A is no slower than B."""
+    within = f" (within {doc['tolerance']:.0%})" if doc.get("tolerance") else ""
+    out = []
+    for c in doc["crossover"]:
+        where = (f"from {c['rows']} rows (interpolated ~{c['estimate']:.0f})" if c["rows"] is not None
+                 else "never within the grid")
+        out.append(f"crossover, layout {c['layout']}, top-k {c['topk']}: A no slower{within} {where}")
+    return out
+
+
+def _layouts(results: list[Result]) -> list[str]:
+    return list(dict.fromkeys(r.layout for r in results))
+
+
 def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> None:
     """Medians per kernel, the A/B ratio table per layout (seed's layout), crossovers and the gate."""
     from rich.table import Table
 
-    console.print(f"A = {doc['a']}, B = {doc['b']}")
-    for lay in dict.fromkeys(r.layout for r in results):
-        med = Table(title=f"median µs per call, layout {lay} (± half the p20-p80 spread)")
-        med.add_column("kernel", no_wrap=True)
-        med.add_column("top-k", justify="right")
-        rows = sorted({r.rows for r in results if r.layout == lay})
-        for n in rows:
-            med.add_column(str(n), justify="right")
-        keys = list(dict.fromkeys((r.label, r.topk) for r in results if r.layout == lay))
-        for label, topk in keys:
-            by_rows = {r.rows: r for r in results if r.layout == lay and r.label == label and r.topk == topk}
-            med.add_row(label, str(topk), *[_cell(by_rows[n]) if n in by_rows else "-" for n in rows])
-        console.print(med)
-        table = {(c["rows"], c["topk"]): c["ratio"] for c in doc["ratios"] if c["layout"] == lay}
-        header, lines = ratio_rows(table)
-        rt = Table(title=f"A/B time, layout {lay} (< 1: A faster)")
-        for h in header:
-            rt.add_column(h, justify="right")
+    def table(title: str, header: list[str], lines: list[list[str]], first_left: bool) -> Table:
+        t = Table(title=title)
+        for i, h in enumerate(header):
+            t.add_column(h, justify="left" if first_left and i < 1 else "right", no_wrap=first_left and i < 1)
         for line in lines:
-            rt.add_row(*line)
-        console.print(rt)
-    within = f" (within {doc['tolerance']:.0%})" if doc.get("tolerance") else ""
-    for c in doc["crossover"]:
-        where = (f"from {c['rows']} rows (interpolated ~{c['estimate']:.0f})" if c["rows"] is not None
-                 else "never within the grid")
-        console.print(f"crossover, layout {c['layout']}, top-k {c['topk']}: A no slower{within} {where}")
-    rec = doc["recommendation"]
-    console.print(f"[bold]recommended gate:[/bold] {rec['reason']}")
+            t.add_row(*line)
+        return t
+
+    console.print(f"A = {doc['a']}, B = {doc['b']}")
+    for lay in _layouts(results):
+        console.print(table(f"median µs per call, layout {lay} (± half the p20-p80 spread)",
+                            *median_rows(results, lay), first_left=True))
+        console.print(table(f"A/B time, layout {lay} (< 1: A faster)", *layout_ratios(doc, lay), first_left=False))
+    for line in crossover_lines(doc):
+        console.print(line)
+    console.print(f"[bold]recommended gate:[/bold] {doc['recommendation']['reason']}")
     if doc.get("kv_pool"):
         console.print(doc["kv_pool"])
+
+
+def _md_table(header: list[str], lines: list[list[str]], left: int) -> list[str]:
+    """A Markdown table: the first ``left`` columns left-aligned, the rest (numbers) right-aligned."""
+    rule = ["---" if i < left else "---:" for i in range(len(header))]
+    return ["| " + " | ".join(cells) + " |" for cells in (header, rule, *lines)]
+
+
+def markdown(results: list[Result], doc: dict[str, Any]) -> str:
+    """The sweep as Markdown, for a pull request or a doc: what ran and how, the A/B table per layout in
+    the seed's layout, the medians, the crossovers, the gate and where the kv pools sat."""
+    timers = ", ".join(sorted({r.timer for r in results})) or "-"
+    out = [f"# routescope sweep on {doc['device']}", "",
+           f"A = `{doc['a']}`, B = `{doc['b']}`; each cell of the ratio tables is {doc['ratio']}. "
+           f"Timer: {timers}.", "", "```", doc["command"], "```"]
+    for lay in _layouts(results):
+        out += ["", f"## Layout {lay}", "", "A/B time:", "", *_md_table(*layout_ratios(doc, lay), left=0),
+                "", "Median µs per call (± half the p20-p80 spread):", "",
+                *_md_table(*median_rows(results, lay), left=1)]
+    out += ["", "## Crossover and gate", "", *[f"- {line}" for line in crossover_lines(doc)], "",
+            f"**Recommended gate:** {doc['recommendation']['reason']}"]
+    if doc.get("kv_pool"):
+        out += ["", doc["kv_pool"]]
+    return "\n".join(out) + "\n"

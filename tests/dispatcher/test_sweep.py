@@ -18,7 +18,7 @@ from dispatcher.sweep.grid import (
     KernelSpec, Layout, SweepArgError, default_kv_len, parse_int_list, parse_kernels, parse_layouts,
 )
 from dispatcher.sweep.inputs import make_sets, topk_indices
-from dispatcher.sweep.report import document, print_tables, write_heatmap
+from dispatcher.sweep.report import document, markdown, print_tables, write_heatmap
 from dispatcher.sweep.runner import KernelFailed, SweepPlan, run_sweep
 from dispatcher.sweep.timing import summarize
 from dispatcher.types import Kernel
@@ -227,6 +227,28 @@ def test_the_document_and_the_tables_say_where_the_pool_sat(tmp_path):
     assert host["l2_bytes"] is None and host["kv_pool"] is None
 
 
+def test_markdown_has_the_seed_table_the_medians_and_the_gate_per_layout():
+    res = [result(A, n, k, a_us, lay) for lay in ("448+64", "512+0") for n, k, a_us in
+           ((1, 128, 30.0), (512, 128, 5.0), (1, 2048, 40.0), (512, 2048, 8.0))]
+    res += [result(B, n, k, 10.0, lay) for lay in ("448+64", "512+0") for n in (1, 512) for k in (128, 2048)]
+    doc = document(res, a=A, b=B, layouts=["448+64", "512+0"], device="gpu (test)",
+                   command="routescope sweep --rows 1,512", l2=50 << 20)
+    md = markdown(res, doc)
+    lines = md.splitlines()
+    assert lines[0] == "# routescope sweep on gpu (test)" and "```" in lines and "routescope sweep --rows 1,512" in lines
+    assert f"A = `{A}`, B = `{B}`" in md and "Timer: test." in md
+    for lay in ("448+64", "512+0"):  # each layout: the A/B table in the seed's layout, then the medians
+        at = lines.index(f"## Layout {lay}")
+        assert lines[at + 4:at + 8] == ["| Rows | Fanout 128 | Fanout 2048 |", "| ---: | ---: | ---: |",
+                                        "| 1 | 3.00 | 4.00 |", "| 512 | 0.50 | 0.80 |"]
+        assert f"| {A} | 128 | 30.0 ±0% | 5.0 ±0% |" in lines[at:]
+    assert "| kernel | top-k | 1 | 512 |" in lines and "| --- | ---: | ---: | ---: |" in lines
+    assert "- crossover, layout 512+0, top-k 2048: A no slower (within 5%) from 512 rows" in md
+    assert "**Recommended gate:** rows >= 512" in md
+    assert lines[-1].startswith("kv pool 9.0 MiB, inside this GPU's 50 MiB L2")
+    assert "kv pool" not in markdown(res, {**doc, "kv_pool": None})  # on the host: no pool line
+
+
 # ---- the command ------------------------------------------------------------------------------------------------
 
 
@@ -247,6 +269,9 @@ def test_sweep_end_to_end_on_a_tiny_cpu_grid(tmp_path):
     assert r.exit_code == 0, r.output
     assert "Fanout 8" in r.output and "recommended gate" in r.output
     assert (out / "sweep.png").stat().st_size > 1000
+    md = (out / "sweep.md").read_text()
+    assert "## Layout 32+16" in md and "| Rows | Fanout 8 | Fanout 16 |" in md and "**Recommended gate:**" in md
+    assert f"wrote {out / 'sweep.csv'}" in " ".join(r.output.split()) and "sweep.md" in r.output
     with (out / "sweep.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * 2 * 2 and {row["impl"] for row in rows} == {"torch"}
