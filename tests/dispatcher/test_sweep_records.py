@@ -39,6 +39,9 @@ def test_the_event_sweep_has_the_issues_shape_and_gate():
         assert r["median_us"] > 0 and r["timer"] == "cuda-events"
     _check_grid(_results(doc["results"]))
     assert doc["recommendation"]["gate"] == 256
+    md = (RECORDS / "h200-sweep.md").read_text()  # the sweep's own Markdown of the same run
+    assert doc["command"] in md and "**Recommended gate:** rows >= 256" in md
+    assert all(f"## Layout {lay}" in md for lay in GRID["layout"])
 
 
 def test_the_kernel_time_sweep_covers_the_grid_and_gates_alike():
