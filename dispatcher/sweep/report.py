@@ -182,10 +182,11 @@ def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> No
     """Medians per kernel, the A/B ratio table per layout (seed's layout), crossovers and the gate."""
     from rich.table import Table
 
-    def table(title: str, header: list[str], lines: list[list[str]], first_left: bool) -> Table:
+    def table(title: str, header: list[str], lines: list[list[str]], left: int) -> Table:
+        """As ``_md_table``: the first ``left`` columns (labels) left-aligned, the numbers right-aligned."""
         t = Table(title=title)
         for i, h in enumerate(header):
-            t.add_column(h, justify="left" if first_left and i < 1 else "right", no_wrap=first_left and i < 1)
+            t.add_column(h, justify="left" if i < left else "right", no_wrap=i < left)
         for line in lines:
             t.add_row(*line)
         return t
@@ -193,8 +194,8 @@ def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> No
     console.print(f"A = {doc['a']}, B = {doc['b']}")
     for lay in _layouts(results):
         console.print(table(f"median µs per call, layout {lay} (± half the p20-p80 spread)",
-                            *median_rows(results, lay), first_left=True))
-        console.print(table(f"A/B time, layout {lay} (< 1: A faster)", *layout_ratios(doc, lay), first_left=False))
+                            *median_rows(results, lay), left=1))
+        console.print(table(f"A/B time, layout {lay} (< 1: A faster)", *layout_ratios(doc, lay), left=0))
     for line in crossover_lines(doc):
         console.print(line)
     console.print(f"[bold]recommended gate:[/bold] {doc['recommendation']['reason']}")
