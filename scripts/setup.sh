@@ -12,5 +12,7 @@ fi
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check "torch==${ROUTESCOPE_TORCH_VERSION:-2.13.0}"
 fi
-.venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v 'is ignored' || true
+# The local index's 'is ignored' warnings are noise; a failed install (a full disk, a missing wheel)
+# must still fail this script, so only grep's own status is forgiven (pipefail keeps pip's).
+.venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | { grep -v 'is ignored' || true; }
 .venv/bin/python -c 'import dispatcher, routescope' >/dev/null
