@@ -311,63 +311,49 @@ if HAVE_GLUON:
         return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0)
 
     @gluon.jit
-    def _store_rope(rp, j, cj, rope, buf_empty, rope_ready):
-        """Rope lanes held in registers into buffer j once P·V is done with it (its cj-th fill), for the scores."""
-        mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-        fence_async_shared()
-        rp.index(j).store(rope)
-        fence_async_shared()  # each thread's stores, visible to wgmma
-        cta_barrier()  # every loader thread's
-        mbarrier.arrive(rope_ready.index(j))
-
-    @gluon.jit
     def _load_part_rr(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                       n_items, n_hb, splits, tp):
-        """``_load_part`` with each tile's rope lanes loaded into registers a tile before their buffer is free.
+        """``_load_part`` with each tile's rope lanes loaded into registers before the loader waits for its stage.
 
         A rope buffer is free only once P·V has read the P written over its previous rope lanes,
         so ``_load_part`` starts a tile's rope gather a whole L2 round trip before the scores need it
-        and no sooner. Here tile t's lanes are loaded into registers (16 a thread) right after tile
-        t's 512 lanes are issued, and stored into their buffer after tile t + 1's 512 lanes are: the
-        buffer and tile t + 1's stage are freed by the same P·V, and the main gathers are never held
-        behind the rope lanes' store (S13-3: storing before the next gather made the prefill 8%
-        slower). One thread arrives on rope_ready (count 1) once every loader thread has stored.
+        and no sooner. Here the lanes are already on chip by then: the loader stores them from
+        registers (16 a thread), fences them for wgmma, and one thread arrives on rope_ready (count 1)
+        once every loader thread has stored its share.
         """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         _stamp(tp, 19)
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
-        rope = gl.zeros([64, 64], kv_a.dtype, cp)
         g = 0
-        c0 = 0  # rope lanes stored into buffer 0, and 1: the phases of buf_empty
+        c0 = 0
         c1 = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
             row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
                                                       ragged)
             for j0 in range(lo, hi, 256):
                 _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
-            for t in range(nt):
+            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 st = g % 3
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
+                rope = _load_rope(kv_ptr, kv_s0, slots, skv, cp)  # in flight while the loader waits below
                 mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
                 fence_async_shared()
                 _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
                 async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 if g == 0:
                     _stamp(tp, 1)
-                if t > 0:  # tile t - 1's rope lanes, loaded an iteration ago
-                    j = (t - 1) % 2
-                    _store_rope(rp, j, gl.where(j == 0, c0, c1), rope, buf_empty, rope_ready)
-                    c0 += 1 - j
-                    c1 += j
-                rope = _load_rope(kv_ptr, kv_s0, slots, skv, cp)
-                g += 1
-            if nt > 0:  # the item's last tile's
-                j = (nt - 1) % 2
-                _store_rope(rp, j, gl.where(j == 0, c0, c1), rope, buf_empty, rope_ready)
+                j = t % 2
+                cj = gl.where(j == 0, c0, c1)
+                mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
+                fence_async_shared()
+                rp.index(j).store(rope)
+                fence_async_shared()  # each thread's stores, visible to wgmma
+                cta_barrier()  # every loader thread's
+                mbarrier.arrive(rope_ready.index(j))
                 c0 += 1 - j
                 c1 += j
+                g += 1
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
