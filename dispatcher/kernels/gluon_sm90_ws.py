@@ -48,7 +48,7 @@ if HAVE_GLUON:
                                                                  warpgroup_mma_wait)
 
     from .gluon_sm90 import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _prefetch_span, _row_len,
-                              _row_span, _store_t, _valid, cta_barrier)
+                              _row_span, _store_t, _valid)
 
     STAGES = 3
     # Timing experiments only (scripts/gpu/decode_trace.py --ws sets it before the first compile, in its own
@@ -301,66 +301,11 @@ if HAVE_GLUON:
                     c1 += j
                 g += 1
 
-    @gluon.jit
-    def _load_rope(kv_ptr, kv_s0, slots, skv, cp: gl.constexpr):
-        """A tile's 64 rope lanes (512 to 575) of its kv rows, into registers: 0 where the slot is invalid."""
-        slot = slots.to(gl.int64)
-        valid = (slot >= 0) & (slot < skv)
-        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
-        offs = 512 + gl.arange(0, 64, gl.SliceLayout(0, cp))
-        return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0)
-
-    @gluon.jit
-    def _load_part_rr(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                      n_items, n_hb, splits, tp):
-        """``_load_part`` with each tile's rope lanes loaded into registers before the loader waits for its stage.
-
-        A rope buffer is free only once P·V has read the P written over its previous rope lanes,
-        so ``_load_part`` starts a tile's rope gather a whole L2 round trip before the scores need it
-        and no sooner. Here the lanes are already on chip by then: the loader stores them from
-        registers (16 a thread), fences them for wgmma, and one thread arrives on rope_ready (count 1)
-        once every loader thread has stored its share.
-        """
-        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
-        _stamp(tp, 19)
-        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
-        g = 0
-        c0 = 0
-        c1 = 0
-        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            for j0 in range(lo, hi, 256):
-                _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
-                st = g % 3
-                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                rope = _load_rope(kv_ptr, kv_s0, slots, skv, cp)  # in flight while the loader waits below
-                mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
-                fence_async_shared()
-                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
-                if g == 0:
-                    _stamp(tp, 1)
-                j = t % 2
-                cj = gl.where(j == 0, c0, c1)
-                mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-                fence_async_shared()
-                rp.index(j).store(rope)
-                fence_async_shared()  # each thread's stores, visible to wgmma
-                cta_barrier()  # every loader thread's
-                mbarrier.arrive(rope_ready.index(j))
-                c0 += 1 - j
-                c1 += j
-                g += 1
-
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, RR: gl.constexpr = False,
-                   trace_ptr=None):
+                   partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = part_lse_ptr  # the stamps' pointer (TRACE only; unread otherwise): partition arguments must be values
         if TRACE:
@@ -402,8 +347,7 @@ if HAVE_GLUON:
             mbarrier.init(p_ready.index(i), count=1)
             mbarrier.init(buf_empty.index(i), count=1)
             mbarrier.init(m_ready.index(i), count=1)
-            # one cp.async arrival per loader thread; with RR (rope lanes from registers) one arrive after a barrier
-            mbarrier.init(rope_ready.index(i), count=1 if RR else 128)
+            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
         mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
         mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
         fence_async_shared()
@@ -414,22 +358,18 @@ if HAVE_GLUON:
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-        largs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                 n_items, n_hb, splits, tp)
-        # WREGS: the workers' registers (WORKER_REGS); the first softmax warpgroup gets the rest
-        if RR:
-            gl.warp_specialize([(_softmax_part, sargs + (zero, tp)), (_softmax_part, sargs + (zero + 1, tp)),
-                                (_pv_part, wargs), (_load_part_rr, largs)], [4, 4, 4], WREGS)
-        else:
-            gl.warp_specialize([(_softmax_part, sargs + (zero, tp)), (_softmax_part, sargs + (zero + 1, tp)),
-                                (_pv_part, wargs), (_load_part, largs)], [4, 4, 4], WREGS)
+        gl.warp_specialize([
+            (_softmax_part, sargs + (zero, tp)),
+            (_softmax_part, sargs + (zero + 1, tp)),
+            (_pv_part, wargs),
+            (_load_part, (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
+                          n_items, n_hb, splits, tp)),
+        ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); the first softmax warpgroup gets the rest
 
 
 # Registers per thread of the second softmax warpgroup, P·V and the loader (setmaxnreg; the first softmax
 # warpgroup, the default partition, gets what is left of 4 x 128 per warp slot, 168 here).
 WORKER_REGS = (160, 128, 56)
-# The rope lanes loaded into the loader's registers ahead of their buffer's release (``_load_part_rr``).
-ROPE_IN_REGS = False
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
@@ -460,11 +400,9 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     )
 
 
-def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      rope_in_regs: bool | None = None) -> None:
+def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
-    rr = ROPE_IN_REGS if rope_in_regs is None else bool(rope_in_regs)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS), RR=rr)
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,

@@ -119,7 +119,7 @@ def _hopper():
 
 
 SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
-                "ws-decode": "ws", "ws-rope-in-regs": "rr"}
+                "ws-decode": "ws"}
 
 
 @pytest.mark.parametrize("config", list(SM90_CONFIGS))
@@ -136,9 +136,6 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
         def fn(a):
             if g.supports(a):
                 took["gluon"] += 1
-                if spec == "rr" and fast is g.launch_prefill and g.ws_module(a).__name__.endswith("_ws"):
-                    g.ws_module(a).launch_prefill_ws(a, rope_in_regs=True)  # the rope lanes through registers
-                    return
                 fast(a, **kw, **({"ws": True} if spec == "ws" and fast is g.launch_decode else {}))
             else:
                 took["triton"] += 1
