@@ -435,10 +435,13 @@ if HAVE_GLUON:
             return rp.index(j)._reinterpret(rp.dtype, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], rp.dtype))
 
     @gluon.jit
-    def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale):
-        """Write Oᵀ · scale (per head) into lanes < ``lanes`` of 16 output rows, cast to the pointer's type."""
+    def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale, lane0: gl.constexpr = 0):
+        """Write Oᵀ · scale (per head) into lanes < ``lanes`` of 16 output rows, cast to the pointer's type.
+
+        Oᵀ holds lanes [lane0, lane0 + its rows): all 512, or one half of them.
+        """
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
-        offs_f = gl.arange(0, 512, gl.SliceLayout(1, mma))
+        offs_f = lane0 + gl.arange(0, o.shape[0], gl.SliceLayout(1, mma))
         ptrs = o_ptr + row_off + offs_f[:, None] * o_s2 + offs_h[None, :] * o_s1
         val = (o * scale[None, :]).to(o_ptr.dtype.element_ty)
         gl.store(ptrs, val, mask=(offs_f < lanes)[:, None] & hmask[None, :])

@@ -127,6 +127,7 @@ if HAVE_GLUON:
             _stamp(tp, 21)  # softmax warpgroup 0 starts
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
+        HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
         dt: gl.constexpr = kv_a.dtype
         mma: gl.constexpr = MMA
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
@@ -156,11 +157,17 @@ if HAVE_GLUON:
             for t in range(par, nt, 2):
                 g = gbase + t
                 ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
-                mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
-                fence_async_shared()
                 ka = kv_a.index(g % 3)
+                if HALVES:  # each half's product as soon as that half has landed
+                    mbarrier.wait(kv_ready.index(2 * (g % 3)), (g // 3) & 1)
+                else:
+                    mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
+                fence_async_shared()
                 s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
                                     use_acc=False, is_async=True)
+                if HALVES:
+                    mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
+                    fence_async_shared()
                 s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)), s0,
                                     use_acc=False, is_async=True)
                 if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
@@ -209,6 +216,7 @@ if HAVE_GLUON:
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         mma: gl.constexpr = MMA
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
+        HALVES: gl.constexpr = kv_empty.shape[0] == 6
         g = 0
         c0 = 0
         c1 = 0
@@ -216,6 +224,8 @@ if HAVE_GLUON:
             row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
                                                       ragged)
             o = gl.zeros([512, 16], gl.float32, mma)
+            o_lo = gl.zeros([256, 16], gl.float32, mma)
+            o_hi = gl.zeros([256, 16], gl.float32, mma)
             m0 = gl.full([16], float("-inf"), gl.float32, heads_l)
             m1 = m0
             l0 = gl.zeros([16], gl.float32, heads_l)
@@ -228,9 +238,19 @@ if HAVE_GLUON:
                 _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
                 fence_async_shared()
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
-                o = o * alpha[None, :]
-                o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
-                o = warpgroup_mma_wait(0, deps=(o,))
+                if HALVES:  # the stage's first half goes back to the loader as soon as its product is done
+                    o_lo = o_lo * alpha[None, :]
+                    o_hi = o_hi * alpha[None, :]
+                    kt = kv_a.index(g % 3).permute((1, 0))
+                    o_lo = warpgroup_mma(kt.slice(0, 256, dim=0), _p_view(rp, j), o_lo, is_async=True)
+                    o_hi = warpgroup_mma(kt.slice(256, 256, dim=0), _p_view(rp, j), o_hi, is_async=True)
+                    o_lo = warpgroup_mma_wait(1, deps=(o_lo,))
+                    mbarrier.arrive(kv_empty.index(2 * (g % 3)))
+                    o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
+                else:
+                    o = o * alpha[None, :]
+                    o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
+                    o = warpgroup_mma_wait(0, deps=(o,))
                 _stamp(tp, 4 + 2 * gl.minimum(t, 7))  # tile t's P·V done
                 if t + 2 >= nt:  # warpgroup j's last tile: its totals
                     if j == 0:
@@ -240,7 +260,10 @@ if HAVE_GLUON:
                         m1 = _vec_view(rp, 1, FIN_M).load(heads_l)
                         l1 = _vec_view(rp, 1, FIN_L).load(heads_l)
                 mbarrier.arrive(buf_empty.index(j))  # P read: the loader may gather the next rope lanes there
-                mbarrier.arrive(kv_empty.index(g % 3))
+                if HALVES:
+                    mbarrier.arrive(kv_empty.index(2 * (g % 3) + 1))
+                else:
+                    mbarrier.arrive(kv_empty.index(g % 3))
                 c0 += 1 - j
                 c1 += j
                 g += 1
@@ -254,10 +277,18 @@ if HAVE_GLUON:
                 lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
                 part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
                 gl.store(part_lse_ptr + part, lse, mask=hmask)
-                _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+                if HALVES:
+                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_lo, inv)
+                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
+                else:
+                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
             else:
                 scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-                _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+                if HALVES:
+                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_lo, scale)
+                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
+                else:
+                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
             _stamp(tp, 20)
             _stamp_time(tp, 23)
 
@@ -271,6 +302,7 @@ if HAVE_GLUON:
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
+        HALVES: gl.constexpr = kv_ready.shape[0] == 6
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         g = 0
@@ -284,10 +316,17 @@ if HAVE_GLUON:
             for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 st = g % 3
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
-                fence_async_shared()
-                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                if HALVES:  # each 256-lane half as soon as P·V is done with it
+                    for h in gl.static_range(2):
+                        mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
+                        fence_async_shared()
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256, cp)
+                        async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
+                else:
+                    mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+                    fence_async_shared()
+                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+                    async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 if g == 0:
                     _stamp(tp, 1)  # the first tile's copies issued
                 if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
@@ -305,7 +344,8 @@ if HAVE_GLUON:
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, trace_ptr=None):
+                   partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
+                   trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = part_lse_ptr  # the stamps' pointer (TRACE only; unread otherwise): partition arguments must be values
         if TRACE:
@@ -331,8 +371,10 @@ if HAVE_GLUON:
         # One allocation per kind of mbarrier: the compiler's shared-memory hazard analysis cannot tell
         # apart two entries of one allocation indexed at run time, and put a partition-wide barrier
         # between every arrive and wait on it (S5-4: 3.6% slower at 512+0 with them all in one).
-        kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # stage s gathered (the loader's 128 arrivals)
-        kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # P·V is done with stage s
+        # With HALVES a pair per stage, 2 s + h for its lanes [256 h, 256 h + 256): the partitions read the shape.
+        NB: gl.constexpr = 6 if HALVES else 3
+        kv_ready = gl.allocate_shared_memory(gl.int64, [NB, 1], bar_l)  # stage s gathered (the loader's 128 arrivals)
+        kv_empty = gl.allocate_shared_memory(gl.int64, [NB, 1], bar_l)  # P·V is done with stage s
         p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's P, alpha (and totals) in buffer j
         buf_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # P·V is done with buffer j
         m_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's running max in m_smem j
@@ -340,7 +382,7 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
-        for i in gl.static_range(3):
+        for i in gl.static_range(NB):
             mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
             mbarrier.init(kv_empty.index(i), count=1)
         for i in gl.static_range(2):
@@ -370,6 +412,9 @@ if HAVE_GLUON:
 # Registers per thread of the second softmax warpgroup, P·V and the loader (setmaxnreg; the first softmax
 # warpgroup, the default partition, gets what is left of 4 x 128 per warp slot, 168 here).
 WORKER_REGS = (160, 128, 56)
+# Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
+# before its second product, the loader refills it, and the scores start on it before the second lands.
+STAGE_HALVES = False
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
@@ -400,9 +445,11 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     )
 
 
-def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None) -> None:
+def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
+                      halves: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
-    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS))
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
+                  HALVES=STAGE_HALVES if halves is None else bool(halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,

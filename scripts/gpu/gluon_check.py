@@ -5,7 +5,8 @@ instruction mix, as compile_check.py does for the Triton kernels. Run it under t
 device machine has (3.6 there): Gluon's API moves between versions, so a check under another
 Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE] ... | ws]
 (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
-kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers; default: a few of each)
+kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
+stages handed over in halves; default: a few of each)
 """
 
 from __future__ import annotations
@@ -52,10 +53,13 @@ def main(argv: list[str]) -> None:
         if spec.startswith("ws"):  # the warp-specialised kernel (gluon_sm90_ws), both head layouts
             from dispatcher.kernels import gluon_sm90_ws
 
-            regs = [int(x) for x in spec[3:].split(",")] if spec.startswith("ws:") else list(gluon_sm90_ws.WORKER_REGS)
+            kind, _, rest = spec.partition(":")
+            regs = [int(x) for x in rest.split(",")] if rest else list(gluon_sm90_ws.WORKER_REGS)
+            halves = kind == "wsh"  # each stage handed over in two 256-lane halves (STAGE_HALVES)
             for db in (64, 0):
-                got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs)}, maxnreg=128)
-                print(f"ws DB={db} worker regs {regs} _ws_kernel", got, flush=True)
+                got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs),
+                                                             "HALVES": halves}, maxnreg=128)
+                print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch, pipe = ([int(x) for x in spec.split(",")] + [0])[:5]
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})):

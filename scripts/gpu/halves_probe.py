@@ -1,0 +1,90 @@
+"""The warp-specialised prefill with each kv stage handed over in two 256-lane halves, beside the default (S13).
+
+The 16,384-row prefill runs at 69.5% of L2's throughput and 74% of L1's (Nsight Compute, S13-4),
+within 1% of the same time at a 1.80 GHz and a 1.98 GHz SM clock, and moving its gathers' issue
+later made it 8-24% slower (S13-2, S13-3): it waits on kv tiles in flight, which the three
+stages that fit in shared memory cap. ``gluon_sm90_ws.launch_prefill_ws(halves=True)`` hands
+each stage over in halves: P·V frees lanes 0-255 before its second product, the loader refills
+them at once, and the scores start on a stage's first half before its second has landed. This
+times it beside the default by kernel time (``KernelTimer``, as ``routescope sweep --timer cupti``),
+in alternating rounds, bf16, H = 16, top-k 2048:
+
+- 512+64: ``gluon_sm90_ws`` (the default) against the same kernel in halves: answers must be
+  bit-identical (the products' per-element order does not change);
+- 448+64 and 512+0: the default (``gluon_sm90_ws_d512``) against ``gluon_sm90_ws`` in halves
+  (a different kernel: its largest difference from the default is printed).
+
+    python3 scripts/gpu/halves_probe.py [--repeats 20] [--rows 16384,2048] [--rounds 2]
+
+Writes $OUT/halves_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import KernelTimer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import lab_output, warm_clocks  # noqa: E402
+
+DEV = torch.device("cuda")
+VARIANTS = {
+    "default": gluon_sm90.launch_prefill,
+    "ws halves": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=True),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--rows", default="16384,2048")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--layouts", default="512+64,448+64,512+0")
+    opt = ap.parse_args()
+    out, log = lab_output()
+    log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    warm_clocks(DEV, 2.0)
+    rec = []
+    for spec in opt.layouts.split(","):
+        nope, rope = (int(x) for x in spec.split("+"))
+        lay = Layout(nope, rope)
+        for rows in (int(r) for r in opt.rows.split(",")):
+            sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+            answers = {}
+            for name, fn in VARIANTS.items():
+                sets[0].output.fill_(float("nan"))
+                fn(sets[0])
+                torch.cuda.synchronize()
+                answers[name] = sets[0].output.clone()
+            for name, got in answers.items():
+                same = bool(torch.equal(got, answers["default"]))
+                diff = float((got.float() - answers["default"].float()).abs().max())
+                log(f"{lay} {rows} rows {name}: bit-identical to the default {same}, max |diff| {diff:.2e}, "
+                    f"finite {bool(got.isfinite().all())}")
+                rec.append(dict(layout=str(lay), rows=rows, variant=name, identical=same, max_abs_diff=diff))
+            for rnd in range(opt.rounds):
+                for name, fn in VARIANTS.items():
+                    k = KernelTimer(DEV).time(fn, sets, warmup=3, repeats=opt.repeats)
+                    rec.append(dict(layout=str(lay), rows=rows, variant=name, round=rnd, kernel_us=k.median_us,
+                                    p20_us=k.p20_us, p80_us=k.p80_us))
+                    log(f"{lay} {rows:5} rows round {rnd} {name:10} kernel {k.median_us:9.1f} us "
+                        f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f})")
+            del sets
+            torch.cuda.empty_cache()
+    (out / "halves_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec},
+                                                      indent=1))
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
