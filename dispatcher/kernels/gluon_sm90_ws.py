@@ -372,9 +372,12 @@ if HAVE_GLUON:
         # apart two entries of one allocation indexed at run time, and put a partition-wide barrier
         # between every arrive and wait on it (S5-4: 3.6% slower at 512+0 with them all in one).
         # With HALVES a pair per stage, 2 s + h for its lanes [256 h, 256 h + 256): the partitions read the shape.
-        NB: gl.constexpr = 6 if HALVES else 3
-        kv_ready = gl.allocate_shared_memory(gl.int64, [NB, 1], bar_l)  # stage s gathered (the loader's 128 arrivals)
-        kv_empty = gl.allocate_shared_memory(gl.int64, [NB, 1], bar_l)  # P·V is done with stage s
+        if HALVES:
+            kv_ready = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
+            kv_empty = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
+        else:
+            kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # stage s gathered (the loader's 128 arrivals)
+            kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # P·V is done with stage s
         p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's P, alpha (and totals) in buffer j
         buf_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # P·V is done with buffer j
         m_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's running max in m_smem j
@@ -382,9 +385,14 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
-        for i in gl.static_range(NB):
-            mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
-            mbarrier.init(kv_empty.index(i), count=1)
+        for i in gl.static_range(3):
+            if HALVES:
+                for h in gl.static_range(2):
+                    mbarrier.init(kv_ready.index(2 * i + h), count=128)
+                    mbarrier.init(kv_empty.index(2 * i + h), count=1)
+            else:
+                mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
+                mbarrier.init(kv_empty.index(i), count=1)
         for i in gl.static_range(2):
             mbarrier.init(p_ready.index(i), count=1)
             mbarrier.init(buf_empty.index(i), count=1)
@@ -414,7 +422,8 @@ if HAVE_GLUON:
 WORKER_REGS = (160, 128, 56)
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
-STAGE_HALVES = False
+# 16,384 rows at 512+64: 5,380-5,415 µs against 5,486-5,490 with whole stages (S13-5; bit-identical).
+STAGE_HALVES = True
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
@@ -460,4 +469,5 @@ def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.T
     ``trace`` (timing experiments only, with the module's TRACE set): int64, 24 stamps a program.
     """
     extra = {"trace_ptr": trace} if trace is not None else {}
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS), **extra)
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS),
+                  HALVES=STAGE_HALVES, **extra)

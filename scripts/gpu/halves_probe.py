@@ -5,14 +5,18 @@ within 1% of the same time at a 1.80 GHz and a 1.98 GHz SM clock, and moving its
 later made it 8-24% slower (S13-2, S13-3): it waits on kv tiles in flight, which the three
 stages that fit in shared memory cap. ``gluon_sm90_ws.launch_prefill_ws(halves=True)`` hands
 each stage over in halves: P·V frees lanes 0-255 before its second product, the loader refills
-them at once, and the scores start on a stage's first half before its second has landed. This
-times it beside the default by kernel time (``KernelTimer``, as ``routescope sweep --timer cupti``),
-in alternating rounds, bf16, H = 16, top-k 2048:
+them at once, and the scores start on a stage's first half before its second has landed (the
+default since S13-5). This times, by kernel time (``KernelTimer``, as ``routescope sweep --timer
+cupti``), in alternating rounds, bf16, H = 16, top-k 2048:
 
-- 512+64: ``gluon_sm90_ws`` (the default) against the same kernel in halves: answers must be
-  bit-identical (the products' per-element order does not change);
-- 448+64 and 512+0: the default (``gluon_sm90_ws_d512``) against ``gluon_sm90_ws`` in halves
-  (a different kernel: its largest difference from the default is printed).
+- ``default``: ``gluon_sm90.launch_prefill``, the registry's kernel (``gluon_sm90_ws`` at 512+64,
+  ``gluon_sm90_ws_d512`` at 448+64 and 512+0);
+- ``ws whole`` / ``ws halves`` and ``d512 whole`` / ``d512 halves``: each warp-specialised kernel
+  with whole stages and with halves, at every layout (``gluon_sm90_ws_d512`` is session 4's
+  kernel, one rope buffer at 512+64).
+
+Each variant's answer is compared with the default's (bit-identical where the products' per-element
+order is the same; the largest difference is printed).
 
     python3 scripts/gpu/halves_probe.py [--repeats 20] [--rows 16384,2048] [--rounds 2]
 
@@ -29,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, gluon_sm90_ws  # noqa: E402
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_d512  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
@@ -40,7 +44,10 @@ from kernel_lab import lab_output, warm_clocks  # noqa: E402
 DEV = torch.device("cuda")
 VARIANTS = {
     "default": gluon_sm90.launch_prefill,
+    "ws whole": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=False),
     "ws halves": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=True),
+    "d512 whole": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, halves=False),
+    "d512 halves": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, halves=True),
 }
 
 

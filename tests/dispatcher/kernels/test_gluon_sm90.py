@@ -182,7 +182,7 @@ COMPILE = textwrap.dedent("""
                 cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
                       "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
-                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS)}
+                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES}
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}
             for i, name in enumerate(fn.arg_names):
@@ -195,6 +195,8 @@ COMPILE = textwrap.dedent("""
                     sig[name] = "fp32" if name == "sm_scale2" else "i32"
                     if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"):
                         attrs[(i,)] = [["tt.divisibility", 16]]  # as a launch specialises 576, 9216, ...
+            if d512 and fn is d512[0]:
+                consts["HALVES"] = gluon_sm90_ws_d512.STAGE_HALVES
             consts = {k: v for k, v in consts.items() if k in fn.arg_names}
             k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                                target=GPUTarget("cuda", 90, 32), options=opts)
