@@ -50,9 +50,6 @@ from .common import KernelArgs
 from .gluon_sm90 import HAVE_GLUON
 from .gluon_sm90_ws import launch_kernel
 
-# Each kv stage handed over in two 256-lane halves, as ``gluon_sm90_ws.STAGE_HALVES`` (a barrier pair per stage).
-STAGE_HALVES = False
-
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -98,7 +95,6 @@ if HAVE_GLUON:
         kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
-        HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
         dt: gl.constexpr = kv_a.dtype
         mma: gl.constexpr = MMA
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -140,17 +136,11 @@ if HAVE_GLUON:
             for t in range(par, nt, 2):
                 g = gbase + t
                 ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
-                ka = kv_a.index(g % 3)
-                if HALVES:  # each half's product as soon as that half has landed
-                    mbarrier.wait(kv_ready.index(2 * (g % 3)), (g // 3) & 1)
-                else:
-                    mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
+                mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
                 fence_async_shared()
+                ka = kv_a.index(g % 3)
                 s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
                                     use_acc=False, is_async=True)
-                if HALVES:
-                    mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
-                    fence_async_shared()
                 s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)), s0,
                                     use_acc=False, is_async=True)
                 if DB > 0:  # the rope lanes' product last: their buffer is the one resource the two warpgroups share
@@ -202,7 +192,6 @@ if HAVE_GLUON:
         kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
         mma: gl.constexpr = MMA
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
-        HALVES: gl.constexpr = kv_empty.shape[0] == 6
         g = 0
         c0 = 0
         c1 = 0
@@ -211,31 +200,17 @@ if HAVE_GLUON:
             row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
                                                       ragged)
             o = gl.zeros([512, 16], gl.float32, mma)
-            o_lo = gl.zeros([256, 16], gl.float32, mma)
-            o_hi = gl.zeros([256, 16], gl.float32, mma)
             for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 j = t % 2
                 cj = gl.where(j == 0, c0, c1)
                 mbarrier.wait(p_ready.index(j), cj & 1)
                 fence_async_shared()
                 alpha = a_smem.index(j).load(heads_l)
-                if HALVES:  # the stage's first half goes back to the loader as soon as its product is done
-                    o_lo = o_lo * alpha[None, :]
-                    o_hi = o_hi * alpha[None, :]
-                    kt = kv_a.index(g % 3).permute((1, 0))
-                    o_lo = warpgroup_mma(kt.slice(0, 256, dim=0), p_smem.index(j), o_lo, is_async=True)
-                    o_hi = warpgroup_mma(kt.slice(256, 256, dim=0), p_smem.index(j), o_hi, is_async=True)
-                    o_lo = warpgroup_mma_wait(1, deps=(o_lo,))
-                    mbarrier.arrive(kv_empty.index(2 * (g % 3)))
-                    o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
-                    mbarrier.arrive(p_empty.index(j))
-                    mbarrier.arrive(kv_empty.index(2 * (g % 3) + 1))
-                else:
-                    o = o * alpha[None, :]
-                    o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), p_smem.index(j), o, is_async=True)
-                    o = warpgroup_mma_wait(0, deps=(o,))
-                    mbarrier.arrive(p_empty.index(j))
-                    mbarrier.arrive(kv_empty.index(g % 3))
+                o = o * alpha[None, :]
+                o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), p_smem.index(j), o, is_async=True)
+                o = warpgroup_mma_wait(0, deps=(o,))
+                mbarrier.arrive(p_empty.index(j))
+                mbarrier.arrive(kv_empty.index(g % 3))
                 c0 += 1 - j
                 c1 += j
                 g += 1
@@ -258,18 +233,10 @@ if HAVE_GLUON:
                 lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
                 part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
                 gl.store(part_lse_ptr + part, lse, mask=hmask)
-                if HALVES:
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_lo, inv)
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
-                else:
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+                _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
             else:
                 scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-                if HALVES:
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_lo, scale)
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
-                else:
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+                _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
 
     @gluon.jit
     def _load_part(kv_a, p_smem, a_smem, fin_smem, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
@@ -278,7 +245,6 @@ if HAVE_GLUON:
         kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
-        HALVES: gl.constexpr = kv_ready.shape[0] == 6
         g = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
             row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
@@ -288,24 +254,17 @@ if HAVE_GLUON:
             for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 st = g % 3
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                if HALVES:  # each 256-lane half as soon as P·V is done with it
-                    for h in gl.static_range(2):
-                        mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
-                        fence_async_shared()
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256, cp)
-                        async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
-                else:
-                    mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
-                    fence_async_shared()
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                    async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+                fence_async_shared()
+                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+                async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 g += 1
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, DB: gl.constexpr, PDL: gl.constexpr, HALVES: gl.constexpr = False):
+                   partial, DB: gl.constexpr, PDL: gl.constexpr):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
@@ -325,12 +284,8 @@ if HAVE_GLUON:
         qb_smem = qa_smem
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
-        if HALVES:  # a pair per stage, 2 s + h for its lanes [256 h, 256 h + 256): the partitions read the shape
-            kv_ready = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
-            kv_empty = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
-        else:
-            kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
-            kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+        kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+        kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
         p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
         p_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
         m_bar = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
@@ -340,13 +295,8 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)
         for i in gl.static_range(3):
-            if HALVES:
-                for h in gl.static_range(2):
-                    mbarrier.init(kv_ready.index(2 * i + h), count=128)
-                    mbarrier.init(kv_empty.index(2 * i + h), count=1)
-            else:
-                mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
-                mbarrier.init(kv_empty.index(i), count=1)
+            mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
+            mbarrier.init(kv_empty.index(i), count=1)
         for i in gl.static_range(2):
             mbarrier.init(p_ready.index(i), count=1)
             mbarrier.init(p_empty.index(i), count=1)
@@ -373,15 +323,12 @@ if HAVE_GLUON:
         ], [4, 4, 4], [128, 152, 64])  # registers: the first softmax warpgroup gets the rest of 4 x 128
 
 
-def launch_prefill_ws(args: KernelArgs, *, halves: bool | None = None) -> None:
-    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor.
-
-    ``halves``: each kv stage handed over in two 256-lane halves (default ``STAGE_HALVES``).
-    """
-    launch_kernel(_ws_kernel, args, 1, None, None, False, HALVES=STAGE_HALVES if halves is None else bool(halves))
+def launch_prefill_ws(args: KernelArgs) -> None:
+    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
+    launch_kernel(_ws_kernel, args, 1, None, None, False)
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
                        pdl: bool) -> None:
     """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, HALVES=STAGE_HALVES)
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl)

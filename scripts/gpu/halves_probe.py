@@ -11,9 +11,9 @@ cupti``), in alternating rounds, bf16, H = 16, top-k 2048:
 
 - ``default``: ``gluon_sm90.launch_prefill``, the registry's kernel (``gluon_sm90_ws`` at 512+64,
   ``gluon_sm90_ws_d512`` at 448+64 and 512+0);
-- ``ws whole`` / ``ws halves`` and ``d512 whole`` / ``d512 halves``: each warp-specialised kernel
-  with whole stages and with halves, at every layout (``gluon_sm90_ws_d512`` is session 4's
-  kernel, one rope buffer at 512+64).
+- ``ws whole`` and ``ws halves``: ``gluon_sm90_ws`` with whole stages and with halves, at every
+  layout. (S13-6 also timed ``gluon_sm90_ws_d512`` in halves: 1.2-1.6% slower than whole stages at
+  D = 512, so that kernel, the default there, keeps whole stages; the switch was removed.)
 
 Each variant's answer is compared with the default's (bit-identical where the products' per-element
 order is the same; the largest difference is printed).
@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_d512  # noqa: E402
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
@@ -46,8 +46,6 @@ VARIANTS = {
     "default": gluon_sm90.launch_prefill,
     "ws whole": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=False),
     "ws halves": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=True),
-    "d512 whole": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, halves=False),
-    "d512 halves": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, halves=True),
 }
 
 

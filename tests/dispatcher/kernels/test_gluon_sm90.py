@@ -195,8 +195,6 @@ COMPILE = textwrap.dedent("""
                     sig[name] = "fp32" if name == "sm_scale2" else "i32"
                     if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"):
                         attrs[(i,)] = [["tt.divisibility", 16]]  # as a launch specialises 576, 9216, ...
-            if d512 and fn is d512[0]:
-                consts["HALVES"] = gluon_sm90_ws_d512.STAGE_HALVES
             consts = {k: v for k, v in consts.items() if k in fn.arg_names}
             k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                                target=GPUTarget("cuda", 90, 32), options=opts)
