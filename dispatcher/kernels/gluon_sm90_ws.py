@@ -5,17 +5,19 @@ while it does the softmax and the gathers share its instruction stream. Here fou
 hand tiles over through mbarriers, FlashAttention-3 style:
 
 - the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 once P·V of tile t - 3 has
-  released it, then its 64 rope lanes into buffer t % 2 once P·V has read what that buffer held;
+  released it, each 256-lane half as soon as that half is free (``STAGE_HALVES``), then its 64
+  rope lanes into buffer t % 2 once P·V has read what that buffer held;
 - two scores+softmax warpgroups (the default partition and a worker) take alternate tiles of an
   item, tile t going to warpgroup t % 2 with rope buffer t % 2: each computes Sᵀ = KV · qᵀ and the
   online softmax, then writes the tile's P and rescale factors (and, at its last tile of the
   item, its totals) over the rope lanes its scores are done with. One's exponentials and
   hand-over run while the other's scores are on the tensor cores. Only the running max passes
   between them (m_smem), so P·V sees one max sequence; each keeps its own sum;
-- the P·V partition (4 warps) keeps Oᵀ, rescales and accumulates, releases the stage and the
-  buffer, and writes the output with both warpgroups' totals merged: the attention output (the
-  prefill), or a normalised partial and its log-sum-exp (the split-K decode's partial pass,
-  which ``triton_decode``'s reduce combines).
+- the P·V partition (4 warps) keeps Oᵀ (two 256-lane halves), rescales and accumulates, releases
+  each half of the stage as soon as its product is done, then the buffer, and writes the output
+  with both warpgroups' totals merged: the attention output (the prefill), or a normalised
+  partial and its log-sum-exp (the split-K decode's partial pass, which ``triton_decode``'s
+  reduce combines).
 
 Three 73.7 KB stages do not fit in 227 KB; three 64 KB stages, two 8 KB buffers that hold first a
 tile's rope lanes and then its P, and q do (232,232 bytes). The grid is one program per
@@ -27,9 +29,10 @@ layouts with rope lanes (512+64), for the prefill and for ``launch_decode(ws=Tru
 (slower than the one-warpgroup kernel at 2-16 rows, so not the decode's default). On an H200
 (docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
 session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
-3.6-4.6% slower than that one, which therefore keeps D = 512. What bounds it now is the
-shared-memory pipe (81% busy in S5-1: every tile is written once by the gather and read twice by
-wgmma, whose N of 16 heads reuses nothing), not the gathers' latency.
+3.6-4.6% slower than that one, which therefore keeps D = 512. Stages handed over in halves made
+it 1.0-1.9% faster: 5.38-5.42 ms (S13). What sets its time is how soon each tile's gather lands,
+not the shared-memory pipe S5-1 named: it takes 5.48 ms at a 1.80 GHz SM clock and 5.45 at 1.98
+GHz, and it gets 8-24% slower when the gathers' issue is held back (docs/benchmarks.md, session 13).
 """
 
 from __future__ import annotations

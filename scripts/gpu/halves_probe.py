@@ -12,7 +12,7 @@ cupti``), in alternating rounds, bf16, H = 16, top-k 2048:
 - ``default``: ``gluon_sm90.launch_prefill``, the registry's kernel (``gluon_sm90_ws`` at 512+64,
   ``gluon_sm90_ws_d512`` at 448+64 and 512+0);
 - ``ws whole`` and ``ws halves``: ``gluon_sm90_ws`` with whole stages and with halves, at every
-  layout. (S13-6 also timed ``gluon_sm90_ws_d512`` in halves: 1.2-1.6% slower than whole stages at
+  layout. (S13-6 also timed ``gluon_sm90_ws_d512`` in halves: 1.1-1.7% slower than whole stages at
   D = 512, so that kernel, the default there, keeps whole stages; the switch was removed.)
 
 Each variant's answer is compared with the default's (bit-identical where the products' per-element
