@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
@@ -150,8 +149,7 @@ def main() -> None:
                 f"reasons {c['reasons']}  {({k: v for k, v in p.items() if k.endswith('_us') or k.startswith('ms')})}")
         else:
             log(f"{p['phase']:26} no samples")
-    (out / "clock_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "phases": phases},
-                                                     indent=1))
+    save_results(out, "clock_probe", phases=phases)
     log("done")
 
 

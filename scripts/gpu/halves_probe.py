@@ -26,7 +26,6 @@ Writes $OUT/halves_probe.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 VARIANTS = {
@@ -47,6 +46,31 @@ VARIANTS = {
     "ws whole": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=False),
     "ws halves": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=True),
 }
+
+
+def probe(lay: Layout, rows: int, repeats: int, rounds: int, log) -> list[dict]:
+    """One layout and row count: each variant's answer against the default's, then ``rounds`` of timings."""
+    sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+    answers, rec = {}, []
+    for name, fn in VARIANTS.items():
+        sets[0].output.fill_(float("nan"))
+        fn(sets[0])
+        torch.cuda.synchronize()
+        answers[name] = sets[0].output.clone()
+    for name, got in answers.items():
+        same = bool(torch.equal(got, answers["default"]))
+        diff = float((got.float() - answers["default"].float()).abs().max())
+        log(f"{lay} {rows} rows {name}: bit-identical to the default {same}, max |diff| {diff:.2e}, "
+            f"finite {bool(got.isfinite().all())}")
+        rec.append(dict(layout=str(lay), rows=rows, variant=name, identical=same, max_abs_diff=diff))
+    for rnd in range(rounds):
+        for name, fn in VARIANTS.items():
+            k = KernelTimer(DEV).time(fn, sets, warmup=3, repeats=repeats)
+            rec.append(dict(layout=str(lay), rows=rows, variant=name, round=rnd, kernel_us=k.median_us,
+                            p20_us=k.p20_us, p80_us=k.p80_us))
+            log(f"{lay} {rows:5} rows round {rnd} {name:10} kernel {k.median_us:9.1f} us "
+                f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f})")
+    return rec
 
 
 def main() -> None:
@@ -61,33 +85,11 @@ def main() -> None:
     warm_clocks(DEV, 2.0)
     rec = []
     for spec in opt.layouts.split(","):
-        nope, rope = (int(x) for x in spec.split("+"))
-        lay = Layout(nope, rope)
+        lay = Layout(*(int(x) for x in spec.split("+")))
         for rows in (int(r) for r in opt.rows.split(",")):
-            sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
-            answers = {}
-            for name, fn in VARIANTS.items():
-                sets[0].output.fill_(float("nan"))
-                fn(sets[0])
-                torch.cuda.synchronize()
-                answers[name] = sets[0].output.clone()
-            for name, got in answers.items():
-                same = bool(torch.equal(got, answers["default"]))
-                diff = float((got.float() - answers["default"].float()).abs().max())
-                log(f"{lay} {rows} rows {name}: bit-identical to the default {same}, max |diff| {diff:.2e}, "
-                    f"finite {bool(got.isfinite().all())}")
-                rec.append(dict(layout=str(lay), rows=rows, variant=name, identical=same, max_abs_diff=diff))
-            for rnd in range(opt.rounds):
-                for name, fn in VARIANTS.items():
-                    k = KernelTimer(DEV).time(fn, sets, warmup=3, repeats=opt.repeats)
-                    rec.append(dict(layout=str(lay), rows=rows, variant=name, round=rnd, kernel_us=k.median_us,
-                                    p20_us=k.p20_us, p80_us=k.p80_us))
-                    log(f"{lay} {rows:5} rows round {rnd} {name:10} kernel {k.median_us:9.1f} us "
-                        f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f})")
-            del sets
+            rec += probe(lay, rows, opt.repeats, opt.rounds, log)
             torch.cuda.empty_cache()
-    (out / "halves_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec},
-                                                      indent=1))
+    save_results(out, "halves_probe", results=rec)
     log("done")
 
 

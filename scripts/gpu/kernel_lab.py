@@ -185,6 +185,13 @@ def lab_output():
     return out, log
 
 
+def save_results(out: Path, name: str, **payload) -> Path:
+    """Write ``{"device": this GPU's name, **payload}`` to $OUT/``name``.json, as every GPU lab does at its end."""
+    path = out / f"{name}.json"
+    path.write_text(json.dumps({"device": torch.cuda.get_device_name(), **payload}, indent=1))
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=["prefill", "decode", "floor"])

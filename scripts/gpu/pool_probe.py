@@ -21,7 +21,6 @@ Writes $OUT/pool_probe.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 BIG_POOL = 1 << 20  # kv rows: 1.2 GB at 512+64, far past the H200's 60 MiB L2
@@ -80,8 +79,7 @@ def main() -> None:
                             f"(p20 {k.p20_us:.2f}, p80 {k.p80_us:.2f})  events {e.median_us:6.2f}  max |diff| vs {ref} {err:.1e}")
                 del sets
                 torch.cuda.empty_cache()
-    (out / "pool_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec},
-                                                    indent=1))
+    save_results(out, "pool_probe", results=rec)
     log("done")
 
 

@@ -27,7 +27,6 @@ Writes $OUT/timer_probe.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer, KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 CALLS = {"decode": gluon_sm90.launch_decode,
@@ -125,8 +124,7 @@ def main() -> None:
                     kern = f"kernel {k.median_us:6.2f}  lead {e.median_us - k.median_us:5.2f}" if k else ""
                     log(f"{rows:2} rows {clock:6} {row['timer']:11} run {run}  events {e.median_us:6.2f} us "
                         f"(p20 {e.p20_us:.2f}, p80 {e.p80_us:.2f})  {kern}")
-    (out / "timer_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec},
-                                                     indent=1))
+    save_results(out, "timer_probe", results=rec)
     log("done")
 
 
