@@ -30,7 +30,7 @@ layouts with rope lanes (512+64), for the prefill and for ``launch_decode(ws=Tru
 (docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
 session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
 3.6-4.6% slower than that one, which therefore keeps D = 512. Stages handed over in halves made
-it 1.0-1.9% faster: 5.38-5.42 ms (S13). What sets its time is how soon each tile's gather lands,
+it 0.8-1.9% faster: 5.38-5.43 ms (S13). What sets its time is how soon each tile's gather lands,
 not the shared-memory pipe S5-1 named: it takes 5.48 ms at a 1.80 GHz SM clock and 5.45 at 1.98
 GHz, and it gets 8-24% slower when the gathers' issue is held back (docs/benchmarks.md, session 13).
 """
@@ -425,7 +425,8 @@ if HAVE_GLUON:
 WORKER_REGS = (160, 128, 56)
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
-# 16,384 rows at 512+64: 5,380-5,415 µs against 5,486-5,490 with whole stages (S13-5; bit-identical).
+# 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
+# bit-identical). At D = 512 gluon_sm90_ws_d512, the default there, was slower in halves (S13-6).
 STAGE_HALVES = True
 
 
