@@ -115,6 +115,9 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     grid, kw = rec.calls[-1]
     assert grid == (132,) and kw["n_items"] == 300 and kw["splits"] == 1 and kw["partial"] == 0
     assert kw["DB"] == 64 and kw["PDL"] is False and kw["maxnreg"] == 128
+    assert kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES is True  # stages handed over in halves by default (S13)
+    gluon_sm90_ws.launch_prefill_ws(a, halves=False)
+    assert rec.calls[-1][1]["HALVES"] is False
     a20 = build(40, layout=Layout(512, 0), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096,
                 heads=20)
     gluon_sm90_ws.launch_prefill_ws(a20)
@@ -124,7 +127,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     gluon_sm90.launch_decode(d, ws=True, pdl=True)
     grid, kw = rec.calls[-1]
     assert kw["splits"] == 8 and kw["n_items"] == 16 * 8 and grid == (128,)  # one program per SM: 8 splits of 4 tiles
-    assert kw["partial"] == 1 and kw["PDL"] is True
+    assert kw["partial"] == 1 and kw["PDL"] is True and kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES
     assert kw["part_o_ptr"].shape == (16, 8, 16, 512) and kw["part_lse_ptr"].shape == (16, 8, 16)
     assert kw["part_o_ptr"].dtype == torch.bfloat16 and kw["part_lse_ptr"].dtype == torch.float32  # 16-bit partials
     assert len(reduced) == 1 and reduced[0][4] == 8  # the reduce combines the 8 splits
