@@ -30,9 +30,11 @@ layouts with rope lanes (512+64), for the prefill and for ``launch_decode(ws=Tru
 (docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
 session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
 3.6-4.6% slower than that one, which therefore keeps D = 512. Stages handed over in halves made
-it 0.8-1.9% faster: 5.38-5.43 ms (S13). What sets its time is how soon each tile's gather lands,
-not the shared-memory pipe S5-1 named: it takes 5.48 ms at a 1.80 GHz SM clock and 5.45 at 1.98
-GHz, and it gets 8-24% slower when the gathers' issue is held back (docs/benchmarks.md, session 13).
+it 0.8-1.9% faster: 5.38-5.43 ms (S13). Its time is not set by the shared-memory pipe S5-1 named
+(5.48 ms at a 1.80 GHz SM clock, 5.45 at 1.98) nor by L2's hit rate (random, hot or contiguous rows
+within 1.6%), but by its gathers' 16-byte copies, in a way not yet pinned down: it follows their
+count across layouts, copies that move nothing cost more, and holding their issue back costs 8-24%
+(docs/benchmarks.md, session 13).
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 The 16,384-row prefill runs at 69.5% of L2's throughput and 74% of L1's (Nsight Compute, S13-4),
 within 1% of the same time at a 1.80 GHz and a 1.98 GHz SM clock, and moving its gathers' issue
-later made it 8-24% slower (S13-2, S13-3): it waits on kv tiles in flight, which the three
-stages that fit in shared memory cap. ``gluon_sm90_ws.launch_prefill_ws(halves=True)`` hands
+later made it 8-24% slower (S13-2, S13-3): how soon a freed stage is gathered again matters. ``gluon_sm90_ws.launch_prefill_ws(halves=True)`` hands
 each stage over in halves: P·V frees lanes 0-255 before its second product, the loader refills
 them at once, and the scores start on a stage's first half before its second has landed (the
 default since S13-5). This times, by kernel time (``KernelTimer``, as ``routescope sweep --timer
