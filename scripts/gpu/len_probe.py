@@ -24,7 +24,6 @@ to the partials' start, so the extra time can be placed. Writes $OUT/len_probe.j
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer, summarize  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 LAYOUTS = {"none": None, "int32 stride 1": (torch.int32, 1), "int32 stride 16": (torch.int32, 16),
@@ -112,8 +111,7 @@ def main() -> None:
     warm_clocks(DEV, 2.0)
     if opt.prefill:
         prefill_lengths(opt.repeats, rec, log)
-        (out / "len_probe_prefill.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
-                                                                "results": rec}, indent=1))
+        save_results(out, "len_probe_prefill", results=rec)
         log("done")
         return
     for lay in (Layout(512, 64), Layout(512, 0)):
@@ -133,7 +131,7 @@ def main() -> None:
                         f"p80 {k.p80_us:.2f})  events {e.median_us:5.2f}  same answer as no lengths: {same}")
                     log("    " + "  ".join(f"{n} {v:.2f}" for n, v in parts.items()))
             del sets
-    (out / "len_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec}, indent=1))
+    save_results(out, "len_probe", results=rec)
     log("done")
 
 

@@ -30,7 +30,6 @@ against 5.47 ms for the production prefill, and 5.95 ms with no gathers at all: 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -229,7 +228,7 @@ def main() -> None:
     from dispatcher.sweep.timing import GpuTimer
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from kernel_lab import lab_output, warm_clocks
+    from kernel_lab import lab_output, save_results, warm_clocks
 
     dev = torch.device("cuda")
     out, log = lab_output()
@@ -262,7 +261,7 @@ def main() -> None:
                                 p20_us=t.p20_us, p80_us=t.p80_us))
                 log(f"512+64 {opt.rows} {pattern:8} {name:34} {t.median_us:9.1f} us (p20 {t.p20_us:.1f}, "
                     f"p80 {t.p80_us:.1f})")
-    (out / "reg_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec}, indent=1))
+    save_results(out, "reg_probe", results=rec)
     log("done")
 
 

@@ -19,10 +19,7 @@ against an empty kernel, the launch floor. Writes $OUT/ws_probe.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -37,7 +34,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -71,13 +68,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=60)
     opt = ap.parse_args()
-    out = Path(os.environ.get("OUT", "out/gpu"))
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    out, log = lab_output()
     rec: list[dict] = []
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
     def timed(group: str, name: str, fn, sets, reps: int) -> None:
         fn(sets[0])
@@ -115,7 +107,7 @@ def main() -> None:
                   sets, opt.repeats)
         del sets
         torch.cuda.empty_cache()
-    (out / "ws_probe.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": rec}, indent=1))
+    save_results(out, "ws_probe", results=rec)
     log("done")
 
 
