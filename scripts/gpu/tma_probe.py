@@ -1,0 +1,214 @@
+"""Can Hopper's TMA gather kv rows one by one into the wgmma layout, and how fast? (session 14)
+
+Hopper's TMA has no row gather (Blackwell's ``gather4`` has). But a tensor map over the kv pool
+with a one-row box of 64 lanes (128 bytes) copies one row's 64 lanes to any 128-byte line of a
+tile. Encoded with the 128-byte swizzle, if the hardware swizzles by the destination's address
+bits, as wgmma reads them, a row written to line r of a 1,024-byte aligned tile lands where a
+whole 8-row box would have put it. One instruction then moves 128 bytes where a cp.async moves
+16, and the copies bypass the load/store unit that the prefill's gathers keep busy
+(docs/benchmarks.md, session 13).
+
+Triton 3.6 refuses a swizzled box of fewer than 8 rows ("expected collapsed shapePerCTA to be at
+least [8, 64]"), so the kernel is compiled with an unswizzled one-row box and the tensor map is
+encoded with the 128-byte swizzle (``swizzle_rows``). It also puts a barrier after every TMA copy
+except in a one-warp partition, so one warp issues them.
+
+The probe gathers the same tiles (64 random rows of 512 lanes, some -1 and some past the pool)
+into a ring of three 64 KB stages, one program per multiprocessor, two ways:
+- ``cp``: the prefill's way, 16-byte cp.async copies by a 4-warp loader (gluon_sm90._gather);
+- ``tma``: a 1-warp loader, one one-row TMA copy per row and 64-lane block, 8 per row.
+A 4-warp consumer takes each stage back. With ``--check`` it first reads every tile back through
+the wgmma layout and compares it with torch's gather (rows -1 or past the pool: zeros). Then it
+times both without the read-back: bytes gathered per second, side by side in one run.
+
+Usage (device machine, repository root): python3 scripts/gpu/tma_probe.py [--tiles-per-sm N]
+Writes $OUT/tma_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels.gluon_sm90 import _gather  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+
+ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)  # one row of 64 16-bit lanes
+CU_TENSOR_MAP_SWIZZLE_128B = 3
+STAGES = 3
+
+
+def swizzle_rows(compiled) -> None:
+    """Encode the compiled kernel's tensor maps with the 128-byte swizzle (before its launcher exists)."""
+    assert compiled.module is None, "patch the tensor maps' swizzle before the kernel's first launch"
+    for meta in compiled.metadata.tensordesc_meta or []:
+        meta["swizzle"] = CU_TENSOR_MAP_SWIZZLE_128B
+
+
+@gluon.jit
+def _consume(kv, ready, empty, out_ptr, n_tiles, readback):
+    """Take each stage back once gathered; with ``readback`` (nonzero), write the tile to out[t] first."""
+    lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, 64, gl.SliceLayout(1, lay))
+    cols = gl.arange(0, 512, gl.SliceLayout(0, lay))
+    g = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        st = g % 3
+        mbarrier.wait(ready.index(st), (g // 3) & 1)
+        if readback != 0:
+            v = kv.index(st).load(lay)
+            gl.store(out_ptr + t.to(gl.int64) * 64 * 512 + rows[:, None] * 512 + cols[None, :], v)
+        mbarrier.arrive(empty.index(st))
+        g += 1
+
+
+@gluon.jit
+def _tma_load(desc, kv, ready, empty, idx_ptr, n_tiles):
+    """One warp: per tile, a one-row TMA copy per row and 64-lane block into the stage's 512 lines."""
+    g = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        st = g % 3
+        mbarrier.wait(empty.index(st), ((g // 3) & 1) ^ 1)
+        mbarrier.expect(ready.index(st), 64 * 512 * 2)
+        lines = kv.index(st)._reinterpret(kv.dtype, [512, 1, 64], desc.layout)  # line c * 64 + r: row r, block c
+        for r in range(64):
+            slot = gl.load(idx_ptr + t.to(gl.int64) * 64 + r)  # -1 or past the pool: outside the map, zero-filled
+            for c in gl.static_range(8):
+                tma.async_copy_global_to_shared(desc, [slot, c * 64], ready.index(st), lines.index(c * 64 + r))
+        g += 1
+
+
+@gluon.jit
+def _cp_load(kv_ptr, kv_s0, kv, ready, empty, idx_ptr, skv, n_tiles):
+    """Four warps: per tile, the prefill's cp.async gather of 64 rows x 512 lanes."""
+    cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    g = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        st = g % 3
+        mbarrier.wait(empty.index(st), ((g // 3) & 1) ^ 1)
+        slots = gl.load(idx_ptr + t.to(gl.int64) * 64 + gl.arange(0, 64, gl.SliceLayout(1, cp)))
+        _gather(kv_ptr, kv_s0, slots, skv, kv.index(st), 0, 512, cp)
+        async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
+        g += 1
+
+
+@gluon.jit(do_not_specialize=["readback", "n_tiles"])
+def _probe_kernel(desc, kv_ptr, kv_s0, idx_ptr, out_ptr, skv, n_tiles, readback, TMA: gl.constexpr):
+    dt: gl.constexpr = kv_ptr.dtype.element_ty
+    bar_l: gl.constexpr = mbarrier.MBarrierLayout()
+    kv = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
+    ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+    empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+    for i in gl.static_range(3):
+        mbarrier.init(ready.index(i), count=1 if TMA else 128)  # the TMA's expect, or one cp.async arrival a thread
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+    if TMA:
+        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+                            (_tma_load, (desc, kv, ready, empty, idx_ptr, n_tiles))], [1], [48])
+    else:
+        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+                            (_cp_load, (kv_ptr, kv_s0, kv, ready, empty, idx_ptr, skv, n_tiles))], [4], [64])
+
+
+def row_desc(kv: torch.Tensor) -> TensorDescriptor:
+    """The kv pool as a tensor map with a one-row box of 64 lanes."""
+    return TensorDescriptor(kv, list(kv.shape), [kv.stride(0), 1], [1, 64], ROW_BOX)
+
+
+def launcher(kv: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, tma_on: bool, grid: int):
+    desc = row_desc(kv)
+    args = (desc, kv, kv.stride(0), idx, out, kv.shape[0], idx.shape[0])
+    if tma_on:
+        compiled = _probe_kernel.warmup(*args, 1, TMA=True, grid=(grid,), num_warps=4)
+        if compiled.module is None:
+            swizzle_rows(compiled)
+
+    def run(readback: int) -> None:
+        _probe_kernel[(grid,)](*args, readback, TMA=tma_on, num_warps=4)
+
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tiles-per-sm", type=int, default=1500)
+    ap.add_argument("--skv", type=int, default=16384, help="kv pool rows (16,384: the 16K-row prefill's pool)")
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    out_dir, log = lab_output()
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    torch.manual_seed(0)
+    kv = torch.randn(args.skv, 576, device=dev, dtype=torch.bfloat16)
+
+    # Correctness: a few tiles, read back
+    n_chk = sms * 4
+    idx = torch.randint(0, args.skv, (n_chk, 64), device=dev, dtype=torch.int32)
+    idx[:, 5] = -1
+    idx[:, 9] = args.skv + 3
+    ref = kv[:, :512][idx.clamp(0, args.skv - 1).long()]
+    ref[(idx < 0) | (idx >= args.skv)] = 0
+    checks = {}
+    for name, tma_on in (("cp", False), ("tma", True)):
+        got = torch.full((n_chk, 64, 512), float("nan"), device=dev, dtype=torch.bfloat16)
+        try:
+            launcher(kv, idx, got, tma_on, sms)(1)
+            torch.cuda.synchronize()
+            bad = (got != ref).any(dim=-1)  # [tile, row]: a row with any lane wrong
+            checks[name] = {"rows_wrong": int(bad.sum()), "rows": int(bad.numel()),
+                            "first_wrong": [int(x) for x in bad.nonzero()[:3].flatten().tolist()]}
+            if bad.any():
+                t, r = (int(x) for x in bad.nonzero()[0])
+                g, w = got[t, r].float(), ref[t, r].float()
+                where = [int(i) for i in (g != w).nonzero().flatten()[:16].tolist()]
+                # where does the wrong row's first 8-lane chunk sit in the reference row?
+                chunk = g[:8]
+                found = [(int(j)) for j in range(64) if torch.equal(chunk, w[8 * j:8 * j + 8])]
+                checks[name].update({"lanes_wrong": where, "chunk0_found_at": found})
+        except Exception as e:  # noqa: BLE001 - a probe: report and go on
+            checks[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
+        log(f"check {name}: {checks[name]}")
+
+    # Throughput: gather only
+    n_tiles = sms * args.tiles_per_sm
+    idx = torch.randint(0, args.skv, (n_tiles, 64), device=dev, dtype=torch.int32)
+    idx[:, ::16] = -1  # one slot in 16 invalid, as short rows would leave
+    dummy = torch.empty(1, device=dev, dtype=torch.bfloat16)
+    runs = {name: launcher(kv, idx, dummy, tma_on, sms) for name, tma_on in (("cp", False), ("tma", True))
+            if "error" not in checks.get(name, {})}
+    warm_clocks(dev, 1.0)
+    times = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            run(0)
+            b.record()
+            b.synchronize()
+            times[name].append(a.elapsed_time(b) * 1e3)
+    gathered = n_tiles * 64 * 512 * 2
+    res = {}
+    for name, ts in times.items():
+        ts.sort()
+        med = ts[len(ts) // 2]
+        res[name] = {"median_us": med, "min_us": ts[0], "max_us": ts[-1], "tb_per_s": gathered / med / 1e6,
+                     "us_per_tile_per_sm": med / args.tiles_per_sm}
+        log(f"{name}: {med:9.1f} us median ({ts[0]:.1f}-{ts[-1]:.1f}), {gathered / med / 1e6:.2f} TB/s, "
+            f"{med / args.tiles_per_sm * 1e3:.0f} ns a tile per SM")
+    save_results(out_dir, "tma_probe", checks=checks, timing=res, tiles=n_tiles, skv=args.skv, sms=sms)
+
+
+if __name__ == "__main__":
+    main()
