@@ -74,24 +74,44 @@ def _consume(kv, ready, empty, out_ptr, n_tiles, readback):
 
 
 @gluon.jit
-def _tma_load(desc, kv, ready, empty, idx_ptr, n_tiles):
-    """One warp: per tile, a one-row TMA copy per row and 64-lane block into the stage's 512 lines."""
+def _expect(bar, part, nbytes: gl.constexpr):
+    """The first TMA warp expects the whole stage's bytes, the others only arrive (any order is safe)."""
+    if part == 0:
+        mbarrier.expect(bar, nbytes)
+    else:
+        mbarrier.arrive(bar)
+
+
+@gluon.jit
+def _tma_load(desc, kv, rope, ready, empty, idx_ptr, n_tiles, part, parts, rope_only):
+    """One warp: per tile, rows part, part + parts, ...: a one-row TMA copy per 64-lane block.
+
+    Into the stage's 512 lines (line c * 64 + r: row r, block c), or with ``rope_only`` only lanes
+    512-575 into the tile's rope buffer.
+    """
     g = 0
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         st = g % 3
         mbarrier.wait(empty.index(st), ((g // 3) & 1) ^ 1)
-        mbarrier.expect(ready.index(st), 64 * 512 * 2)
-        lines = kv.index(st)._reinterpret(kv.dtype, [512, 1, 64], desc.layout)  # line c * 64 + r: row r, block c
-        for r in range(64):
-            slot = gl.load(idx_ptr + t.to(gl.int64) * 64 + r)  # -1 or past the pool: outside the map, zero-filled
-            for c in gl.static_range(8):
-                tma.async_copy_global_to_shared(desc, [slot, c * 64], ready.index(st), lines.index(c * 64 + r))
+        if rope_only != 0:
+            _expect(ready.index(st), part, 64 * 64 * 2)
+            rlines = rope.index(st)._reinterpret(kv.dtype, [64, 1, 64], desc.layout)
+            for r in range(part, 64, parts):
+                slot = gl.load(idx_ptr + t.to(gl.int64) * 64 + r)  # -1 or past the pool: outside the map, zeros
+                tma.async_copy_global_to_shared(desc, [slot, 512], ready.index(st), rlines.index(r))
+        else:
+            _expect(ready.index(st), part, 64 * 512 * 2)
+            lines = kv.index(st)._reinterpret(kv.dtype, [512, 1, 64], desc.layout)
+            for r in range(part, 64, parts):
+                slot = gl.load(idx_ptr + t.to(gl.int64) * 64 + r)
+                for c in gl.static_range(8):
+                    tma.async_copy_global_to_shared(desc, [slot, c * 64], ready.index(st), lines.index(c * 64 + r))
         g += 1
 
 
 @gluon.jit
-def _cp_load(kv_ptr, kv_s0, kv, ready, empty, idx_ptr, skv, n_tiles):
-    """Four warps: per tile, the prefill's cp.async gather of 64 rows x 512 lanes."""
+def _cp_load(kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, with_rope):
+    """Four warps: per tile, the prefill's cp.async gather of 64 rows x 512 lanes (and with_rope: lanes 512-575)."""
     cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     g = 0
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
@@ -99,27 +119,59 @@ def _cp_load(kv_ptr, kv_s0, kv, ready, empty, idx_ptr, skv, n_tiles):
         mbarrier.wait(empty.index(st), ((g // 3) & 1) ^ 1)
         slots = gl.load(idx_ptr + t.to(gl.int64) * 64 + gl.arange(0, 64, gl.SliceLayout(1, cp)))
         _gather(kv_ptr, kv_s0, slots, skv, kv.index(st), 0, 512, cp)
+        if with_rope != 0:
+            _gather(kv_ptr, kv_s0, slots, skv, rope.index(st), 512, 64, cp)
         async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
         g += 1
 
 
+# What gathers each tile: (MODE, arrivals a stage: one cp.async arrival per loader thread, one expect per TMA warp)
+MODES = {"cp512": (0, 128), "cp576": (1, 128), "hybrid": (2, 129), "tma1": (3, 1), "tma2": (4, 2), "tma4": (5, 4)}
+
+
 @gluon.jit(do_not_specialize=["readback", "n_tiles"])
-def _probe_kernel(desc, kv_ptr, kv_s0, idx_ptr, out_ptr, skv, n_tiles, readback, TMA: gl.constexpr):
+def _probe_kernel(desc, kv_ptr, kv_s0, idx_ptr, out_ptr, skv, n_tiles, readback, MODE: gl.constexpr,
+                  ARRIVALS: gl.constexpr):
     dt: gl.constexpr = kv_ptr.dtype.element_ty
     bar_l: gl.constexpr = mbarrier.MBarrierLayout()
     kv = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
+    rope = gl.allocate_shared_memory(dt, [3, 64, 64], gl.NVMMASharedLayout.get_default_for([64, 64], dt))
     ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
     empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
     for i in gl.static_range(3):
-        mbarrier.init(ready.index(i), count=1 if TMA else 128)  # the TMA's expect, or one cp.async arrival a thread
+        mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=1)
     fence_async_shared()
-    if TMA:
+    zero = gl.program_id(0) * 0  # partition arguments must be values
+    if MODE == 0:
         gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
-                            (_tma_load, (desc, kv, ready, empty, idx_ptr, n_tiles))], [1], [48])
+                            (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, zero))],
+                           [4], [64])
+    elif MODE == 1:
+        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+                            (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles,
+                                              zero + 1))], [4], [64])
+    elif MODE == 2:
+        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+                            (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, zero)),
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 1, zero + 1))],
+                           [4, 1], [64, 48])
+    elif MODE == 3:
+        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 1,
+                                               zero))], [1], [48])
+    elif MODE == 4:
+        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 2, zero)),
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero + 1, zero + 2, zero))],
+                           [1, 1], [48, 48])
     else:
         gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
-                            (_cp_load, (kv_ptr, kv_s0, kv, ready, empty, idx_ptr, skv, n_tiles))], [4], [64])
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 4, zero)),
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero + 1, zero + 4, zero)),
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero + 2, zero + 4, zero)),
+                            (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero + 3, zero + 4, zero))],
+                           [1, 1, 1, 1], [48, 48, 48, 48])
 
 
 def row_desc(kv: torch.Tensor) -> TensorDescriptor:
@@ -127,16 +179,16 @@ def row_desc(kv: torch.Tensor) -> TensorDescriptor:
     return TensorDescriptor(kv, list(kv.shape), [kv.stride(0), 1], [1, 64], ROW_BOX)
 
 
-def launcher(kv: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, tma_on: bool, grid: int):
+def launcher(kv: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, mode: str, grid: int):
     desc = row_desc(kv)
     args = (desc, kv, kv.stride(0), idx, out, kv.shape[0], idx.shape[0])
-    if tma_on:
-        compiled = _probe_kernel.warmup(*args, 1, TMA=True, grid=(grid,), num_warps=4)
-        if compiled.module is None:
-            swizzle_rows(compiled)
+    consts = dict(MODE=MODES[mode][0], ARRIVALS=MODES[mode][1], num_warps=4)
+    compiled = _probe_kernel.warmup(*args, 1, grid=(grid,), **consts)
+    if compiled.module is None:
+        swizzle_rows(compiled)
 
     def run(readback: int) -> None:
-        _probe_kernel[(grid,)](*args, readback, TMA=tma_on, num_warps=4)
+        _probe_kernel[(grid,)](*args, readback, **consts)
 
     return run
 
@@ -161,10 +213,10 @@ def main() -> None:
     ref = kv[:, :512][idx.clamp(0, args.skv - 1).long()]
     ref[(idx < 0) | (idx >= args.skv)] = 0
     checks = {}
-    for name, tma_on in (("cp", False), ("tma", True)):
+    for name in ("cp512", "hybrid", "tma1", "tma4"):
         got = torch.full((n_chk, 64, 512), float("nan"), device=dev, dtype=torch.bfloat16)
         try:
-            launcher(kv, idx, got, tma_on, sms)(1)
+            launcher(kv, idx, got, name, sms)(1)
             torch.cuda.synchronize()
             bad = (got != ref).any(dim=-1)  # [tile, row]: a row with any lane wrong
             checks[name] = {"rows_wrong": int(bad.sum()), "rows": int(bad.numel()),
@@ -186,8 +238,7 @@ def main() -> None:
     idx = torch.randint(0, args.skv, (n_tiles, 64), device=dev, dtype=torch.int32)
     idx[:, ::16] = -1  # one slot in 16 invalid, as short rows would leave
     dummy = torch.empty(1, device=dev, dtype=torch.bfloat16)
-    runs = {name: launcher(kv, idx, dummy, tma_on, sms) for name, tma_on in (("cp", False), ("tma", True))
-            if "error" not in checks.get(name, {})}
+    runs = {name: launcher(kv, idx, dummy, name, sms) for name in MODES if "error" not in checks.get(name, {})}
     warm_clocks(dev, 1.0)
     times = {name: [] for name in runs}
     for _ in range(args.repeats):
@@ -198,11 +249,11 @@ def main() -> None:
             b.record()
             b.synchronize()
             times[name].append(a.elapsed_time(b) * 1e3)
-    gathered = n_tiles * 64 * 512 * 2
     res = {}
     for name, ts in times.items():
         ts.sort()
         med = ts[len(ts) // 2]
+        gathered = n_tiles * 64 * (576 if name in ("cp576", "hybrid") else 512) * 2
         res[name] = {"median_us": med, "min_us": ts[0], "max_us": ts[-1], "tb_per_s": gathered / med / 1e6,
                      "us_per_tile_per_sm": med / args.tiles_per_sm}
         log(f"{name}: {med:9.1f} us median ({ts[0]:.1f}-{ts[-1]:.1f}), {gathered / med / 1e6:.2f} TB/s, "
