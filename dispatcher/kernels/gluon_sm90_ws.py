@@ -60,6 +60,10 @@ if HAVE_GLUON:
     # Triton cache): cycle stamps into ``trace_ptr``, 24 a program, as gluon_sm90's partial kernel writes them.
     # A global because worker partitions take no constexpr arguments (Triton 3.6).
     TRACE = gl.constexpr(False)
+    # Timing experiments only (scripts/gpu/ablate_probe.py sets it before the first compile, in its own Triton
+    # cache): 1 leaves out every gather (the loader only hands stages over: the products, softmax and hand-overs
+    # alone), 2 every product (scores zero, no P·V: the gathers and hand-overs alone). Answers are then wrong.
+    ABLATE = gl.constexpr(0)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -168,18 +172,26 @@ if HAVE_GLUON:
                 else:
                     mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
                 fence_async_shared()
-                s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
-                                    use_acc=False, is_async=True)
-                if HALVES:
-                    mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
-                    fence_async_shared()
-                s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)), s0,
-                                    use_acc=False, is_async=True)
-                if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
-                    mbarrier.wait(rope_ready.index(par), c & 1)
-                    fence_async_shared()
-                    s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
-                s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
+                if ABLATE == 2:  # no products (timing experiments): every wait kept
+                    if HALVES:
+                        mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
+                    if DB > 0:
+                        mbarrier.wait(rope_ready.index(par), c & 1)
+                    s_a = s0
+                    s_b = s0
+                else:
+                    s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
+                                        use_acc=False, is_async=True)
+                    if HALVES:
+                        mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
+                        fence_async_shared()
+                    s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
+                                        s0, use_acc=False, is_async=True)
+                    if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
+                        mbarrier.wait(rope_ready.index(par), c & 1)
+                        fence_async_shared()
+                        s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
+                    s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
                 tmax = gl.max(s, axis=0)
                 m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
@@ -243,7 +255,13 @@ if HAVE_GLUON:
                 _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
                 fence_async_shared()
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
-                if HALVES:  # the stage's first half goes back to the loader as soon as its product is done
+                if ABLATE == 2:  # no products (timing experiments)
+                    o_lo = o_lo * alpha[None, :]
+                    o_hi = o_hi * alpha[None, :]
+                    o = o * alpha[None, :]
+                    if HALVES:
+                        mbarrier.arrive(kv_empty.index(2 * (g % 3)))
+                elif HALVES:  # the stage's first half goes back to the loader as soon as its product is done
                     o_lo = o_lo * alpha[None, :]
                     o_hi = o_hi * alpha[None, :]
                     kt = kv_a.index(g % 3).permute((1, 0))
@@ -325,12 +343,15 @@ if HAVE_GLUON:
                     for h in gl.static_range(2):
                         mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256, cp)
+                        if ABLATE != 1:
+                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256,
+                                    cp)
                         async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
                 else:
                     mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
                     fence_async_shared()
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+                    if ABLATE != 1:
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
                     async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 if g == 0:
                     _stamp(tp, 1)  # the first tile's copies issued
@@ -339,7 +360,8 @@ if HAVE_GLUON:
                     cj = gl.where(j == 0, c0, c1)
                     mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
                     fence_async_shared()
-                    _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
+                    if ABLATE != 1:
+                        _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
                     async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j
                     c1 += j

@@ -21,8 +21,9 @@ A 4-warp consumer takes each stage back. With ``--check`` it first reads every t
 the wgmma layout and compares it with torch's gather (rows -1 or past the pool: zeros). Then it
 times both without the read-back: bytes gathered per second, side by side in one run.
 
-Usage (device machine, repository root): python3 scripts/gpu/tma_probe.py [--tiles-per-sm N]
-Writes $OUT/tma_probe.json.
+Usage (device machine, repository root):
+    python3 scripts/gpu/tma_probe.py [--tiles-per-sm N] [--grid G] [--modes cp512,cp576,...] [--no-check]
+Writes $OUT/tma_probe_G.json (G: the programs).
 """
 
 from __future__ import annotations
@@ -198,10 +199,13 @@ def main() -> None:
     ap.add_argument("--tiles-per-sm", type=int, default=1500)
     ap.add_argument("--skv", type=int, default=16384, help="kv pool rows (16,384: the 16K-row prefill's pool)")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--grid", type=int, default=0, help="programs (default: one per multiprocessor)")
+    ap.add_argument("--modes", default=",".join(MODES), help="which ways to gather, timed")
+    ap.add_argument("--no-check", action="store_true")
     args = ap.parse_args()
     out_dir, log = lab_output()
     dev = torch.device("cuda")
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    sms = args.grid or torch.cuda.get_device_properties(dev).multi_processor_count
     torch.manual_seed(0)
     kv = torch.randn(args.skv, 576, device=dev, dtype=torch.bfloat16)
 
@@ -213,7 +217,7 @@ def main() -> None:
     ref = kv[:, :512][idx.clamp(0, args.skv - 1).long()]
     ref[(idx < 0) | (idx >= args.skv)] = 0
     checks = {}
-    for name in ("cp512", "hybrid", "tma1", "tma4"):
+    for name in () if args.no_check else ("cp512", "hybrid", "tma1", "tma4"):
         got = torch.full((n_chk, 64, 512), float("nan"), device=dev, dtype=torch.bfloat16)
         try:
             launcher(kv, idx, got, name, sms)(1)
@@ -238,7 +242,8 @@ def main() -> None:
     idx = torch.randint(0, args.skv, (n_tiles, 64), device=dev, dtype=torch.int32)
     idx[:, ::16] = -1  # one slot in 16 invalid, as short rows would leave
     dummy = torch.empty(1, device=dev, dtype=torch.bfloat16)
-    runs = {name: launcher(kv, idx, dummy, name, sms) for name in MODES if "error" not in checks.get(name, {})}
+    runs = {name: launcher(kv, idx, dummy, name, sms) for name in args.modes.split(",")
+            if "error" not in checks.get(name, {})}
     warm_clocks(dev, 1.0)
     times = {name: [] for name in runs}
     for _ in range(args.repeats):
@@ -258,7 +263,7 @@ def main() -> None:
                      "us_per_tile_per_sm": med / args.tiles_per_sm}
         log(f"{name}: {med:9.1f} us median ({ts[0]:.1f}-{ts[-1]:.1f}), {gathered / med / 1e6:.2f} TB/s, "
             f"{med / args.tiles_per_sm * 1e3:.0f} ns a tile per SM")
-    save_results(out_dir, "tma_probe", checks=checks, timing=res, tiles=n_tiles, skv=args.skv, sms=sms)
+    save_results(out_dir, f"tma_probe_{sms}", checks=checks, timing=res, tiles=n_tiles, skv=args.skv, sms=sms)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""The warp-specialised prefill with its gathers, or its products, left out (``gluon_sm90_ws.ABLATE``; session 14).
+
+The 16,384-row prefill at 512+64 moves its kv at about 7.1 TB/s; the same gathers alone, in
+``tma_probe.py``'s ring of stages with nothing computing, move 8.8 TB/s (S14-2). This times, by
+kernel time (``KernelTimer``), bf16, H = 16, top-k 2048, 16,384 rows, the kernel as built with
+``ABLATE`` = N, given on the command line (one process per value: the flag is a global read
+when the kernel compiles, so each value needs its own Triton cache):
+
+- 0: the kernel itself;
+- 1: no gathers (the loader hands each stage over untouched): products, softmax and hand-overs;
+- 2: no products (scores zero, no P·V): gathers, softmax and hand-overs.
+
+At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
+(``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
+of 1 and 2 are wrong on purpose; their timings are real.
+
+    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20]
+
+Writes $OUT/ablate_probe_N.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from triton.experimental.gluon import language as gl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90_ws  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import KernelTimer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+
+DEV = torch.device("cuda")
+NAMES = {0: "the kernel", 1: "no gathers", 2: "no products"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ablate", type=int, choices=sorted(NAMES), required=True)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--rows", type=int, default=16384)
+    opt = ap.parse_args()
+    gluon_sm90_ws.ABLATE = gl.constexpr(opt.ablate)  # before anything compiles
+    out, log = lab_output()
+    warm_clocks(DEV, 1.0)
+    rec = []
+    for spec in ("512+64", "512+0"):
+        lay = Layout(*(int(x) for x in spec.split("+")))
+        sets = make_sets(opt.rows, 2048, 16, lay, default_kv_len(opt.rows, 2048), dtype=torch.bfloat16, device=DEV)
+        k = KernelTimer(DEV).time(gluon_sm90_ws.launch_prefill_ws, sets, warmup=3, repeats=opt.repeats)
+        kv_bytes = opt.rows * 2048 * (lay.nope + lay.rope) * 2
+        rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=NAMES[opt.ablate],
+                        kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
+                        kv_tb_per_s=kv_bytes / k.median_us / 1e6))
+        log(f"ABLATE={opt.ablate} ({NAMES[opt.ablate]:11}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
+            f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s")
+        del sets
+        torch.cuda.empty_cache()
+    save_results(out, f"ablate_probe_{opt.ablate}", results=rec)
+
+
+if __name__ == "__main__":
+    main()
