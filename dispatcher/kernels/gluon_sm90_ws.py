@@ -60,10 +60,12 @@ if HAVE_GLUON:
     # Triton cache): cycle stamps into ``trace_ptr``, 24 a program, as gluon_sm90's partial kernel writes them.
     # A global because worker partitions take no constexpr arguments (Triton 3.6).
     TRACE = gl.constexpr(False)
-    # Timing experiments only (scripts/gpu/ablate_probe.py sets it before the first compile, in its own Triton
-    # cache): 1 leaves out every gather (the loader only hands stages over: the products, softmax and hand-overs
-    # alone), 2 every product (scores zero, no P·V: the gathers and hand-overs alone). Answers are then wrong.
-    ABLATE = gl.constexpr(0)
+    # Timing experiments only (scripts/gpu/ablate_probe.py sets them before the first compile, in its own Triton
+    # cache): leave out every gather (the loader only hands stages over), the scores' products (scores zero) or
+    # P·V's. Every wait and hand-over stays. Answers are then wrong.
+    NO_GATHER = gl.constexpr(False)
+    NO_SCORES = gl.constexpr(False)
+    NO_PV = gl.constexpr(False)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -172,7 +174,7 @@ if HAVE_GLUON:
                 else:
                     mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
                 fence_async_shared()
-                if ABLATE == 2:  # no products (timing experiments): every wait kept
+                if NO_SCORES:  # timing experiments: every wait kept
                     if HALVES:
                         mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
                     if DB > 0:
@@ -255,7 +257,7 @@ if HAVE_GLUON:
                 _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
                 fence_async_shared()
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
-                if ABLATE == 2:  # no products (timing experiments)
+                if NO_PV:  # timing experiments
                     o_lo = o_lo * alpha[None, :]
                     o_hi = o_hi * alpha[None, :]
                     o = o * alpha[None, :]
@@ -343,14 +345,14 @@ if HAVE_GLUON:
                     for h in gl.static_range(2):
                         mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
-                        if ABLATE != 1:
+                        if not NO_GATHER:
                             _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256,
                                     cp)
                         async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
                 else:
                     mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
                     fence_async_shared()
-                    if ABLATE != 1:
+                    if not NO_GATHER:
                         _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
                     async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 if g == 0:
@@ -360,7 +362,7 @@ if HAVE_GLUON:
                     cj = gl.where(j == 0, c0, c1)
                     mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
                     fence_async_shared()
-                    if ABLATE != 1:
+                    if not NO_GATHER:
                         _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
                     async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j

@@ -1,14 +1,17 @@
-"""The warp-specialised prefill with its gathers, or its products, left out (``gluon_sm90_ws.ABLATE``; session 14).
+"""The warp-specialised prefill with its gathers or products left out (``gluon_sm90_ws.NO_*``; session 14).
 
 The 16,384-row prefill at 512+64 moves its kv at about 7.1 TB/s; the same gathers alone, in
 ``tma_probe.py``'s ring of stages with nothing computing, move 8.8 TB/s (S14-2). This times, by
 kernel time (``KernelTimer``), bf16, H = 16, top-k 2048, 16,384 rows, the kernel as built with
-``ABLATE`` = N, given on the command line (one process per value: the flag is a global read
-when the kernel compiles, so each value needs its own Triton cache):
+the parts of ``--ablate N`` left out (one process per N: the flags are globals read when the
+kernel compiles, so each needs its own Triton cache); every wait and hand-over stays:
 
 - 0: the kernel itself;
 - 1: no gathers (the loader hands each stage over untouched): products, softmax and hand-overs;
-- 2: no products (scores zero, no P·V): gathers, softmax and hand-overs.
+- 2: no products (scores zero, no P·V): gathers, softmax and hand-overs;
+- 3: neither: softmax and hand-overs;
+- 4: no gathers, no P·V products: the scores' products, softmax and hand-overs;
+- 5: no gathers, no scores' products: P·V's products, softmax and hand-overs.
 
 At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
 (``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
@@ -38,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
-NAMES = {0: "the kernel", 1: "no gathers", 2: "no products"}
+NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only"}
+LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER", "NO_SCORES", "NO_PV"),
+            4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES")}
 
 
 def main() -> None:
@@ -47,7 +52,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows", type=int, default=16384)
     opt = ap.parse_args()
-    gluon_sm90_ws.ABLATE = gl.constexpr(opt.ablate)  # before anything compiles
+    for flag in LEFT_OUT[opt.ablate]:  # before anything compiles
+        setattr(gluon_sm90_ws, flag, gl.constexpr(True))
     out, log = lab_output()
     warm_clocks(DEV, 1.0)
     rec = []
@@ -59,7 +65,7 @@ def main() -> None:
         rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=NAMES[opt.ablate],
                         kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
                         kv_tb_per_s=kv_bytes / k.median_us / 1e6))
-        log(f"ABLATE={opt.ablate} ({NAMES[opt.ablate]:11}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
+        log(f"ablate {opt.ablate} ({NAMES[opt.ablate]:11}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
             f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s")
         del sets
         torch.cuda.empty_cache()
