@@ -66,6 +66,9 @@ if HAVE_GLUON:
     NO_GATHER = gl.constexpr(False)
     NO_SCORES = gl.constexpr(False)
     NO_PV = gl.constexpr(False)
+    NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
+    NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
+    Q_PREFETCH = gl.constexpr(False)  # warpgroup 0 asks L2 for the next item's q as it copies this one's
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -82,6 +85,20 @@ if HAVE_GLUON:
 
     # wgmma's accumulator layout for 64 x 16 per warpgroup, as gluon_sm90's kernels use it
     MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
+
+    @gluon.jit
+    def _prefetch_q(q_ptr, q_s0, q_s1, H, w, n_items, n_hb, splits, D: gl.constexpr):
+        """Ask L2 for work item w's q (16 heads x D lanes), one ``prefetch.global.L2`` a 128-byte line; none past the end."""
+        lay: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [4, 1], [1, 0])
+        if w < n_items:
+            row = w // n_hb // splits
+            heads = (w % n_hb) * 16 + gl.arange(0, 16, gl.SliceLayout(1, lay))
+            lines = gl.arange(0, 16, gl.SliceLayout(0, lay))
+            ok = (heads < H)[:, None] & (lines < (D * 2 + 127) // 128)[None, :]
+            offs = gl.where(ok, heads[:, None].to(gl.int64) * q_s1 + lines[None, :] * 64, 0)
+            gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l",
+                                      [q_ptr + row.to(gl.int64) * q_s0 + offs], dtype=gl.int32, is_pure=False,
+                                      pack=1)
 
     @gluon.jit
     def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
@@ -156,6 +173,8 @@ if HAVE_GLUON:
                 # one: copied by cp.async, which arrives on Q_READY, so its latency overlaps the count below
                 mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
                 _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
+                if Q_PREFETCH:
+                    _prefetch_q(q_ptr, q_s0, q_s1, H, w + gl.num_programs(0), n_items, n_hb, splits, 512 + DB)
                 async_copy.mbarrier_arrive(q_ready.index(0), increment_count=False)
             # The row's length (one load up to 2048 indices): only the softmax masks need it.
             n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 2048)
@@ -197,7 +216,7 @@ if HAVE_GLUON:
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
                 tmax = gl.max(s, axis=0)
                 m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
-                if t > 0:
+                if t > 0 and not NO_MCHAIN:
                     mbarrier.wait(m_ready.index(1 - par), cm & 1)
                     m_prev = m_smem.index(1 - par).load(heads_l)
                     cm += 1
@@ -264,8 +283,9 @@ if HAVE_GLUON:
                     if HALVES:
                         mbarrier.arrive(kv_empty.index(2 * (g % 3)))
                 elif HALVES:  # the stage's first half goes back to the loader as soon as its product is done
-                    o_lo = o_lo * alpha[None, :]
-                    o_hi = o_hi * alpha[None, :]
+                    if not NO_RESCALE:
+                        o_lo = o_lo * alpha[None, :]
+                        o_hi = o_hi * alpha[None, :]
                     kt = kv_a.index(g % 3).permute((1, 0))
                     o_lo = warpgroup_mma(kt.slice(0, 256, dim=0), _p_view(rp, j), o_lo, is_async=True)
                     o_hi = warpgroup_mma(kt.slice(256, 256, dim=0), _p_view(rp, j), o_hi, is_async=True)

@@ -11,7 +11,9 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
 - 2: no products (scores zero, no P·V): gathers, softmax and hand-overs;
 - 3: neither: softmax and hand-overs;
 - 4: no gathers, no P·V products: the scores' products, softmax and hand-overs;
-- 5: no gathers, no scores' products: P·V's products, softmax and hand-overs.
+- 5: no gathers, no scores' products: P·V's products, softmax and hand-overs;
+- 6: the kernel with ``Q_PREFETCH``: warpgroup 0 asks L2 for the next item's q (answers right);
+- 7: P·V leaves Oᵀ unrescaled; 8: each softmax warpgroup keeps its own max; 9: both.
 
 At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
 (``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
@@ -41,9 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
-NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only"}
+NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only",
+         6: "q prefetch", 7: "no rescale", 8: "no m chain", 9: "no rescale, no m chain"}
 LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER", "NO_SCORES", "NO_PV"),
-            4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES")}
+            4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES"), 6: ("Q_PREFETCH",), 7: ("NO_RESCALE",),
+            8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN")}
 
 
 def main() -> None:
@@ -60,13 +64,18 @@ def main() -> None:
     for spec in ("512+64", "512+0"):
         lay = Layout(*(int(x) for x in spec.split("+")))
         sets = make_sets(opt.rows, 2048, 16, lay, default_kv_len(opt.rows, 2048), dtype=torch.bfloat16, device=DEV)
+        sets[0].output.zero_()
+        gluon_sm90_ws.launch_prefill_ws(sets[0])
+        o = sets[0].output.double()
+        digest = (float(o.sum()), float(o.abs().sum()))  # equal across runs where the answers are the same
         k = KernelTimer(DEV).time(gluon_sm90_ws.launch_prefill_ws, sets, warmup=3, repeats=opt.repeats)
         kv_bytes = opt.rows * 2048 * (lay.nope + lay.rope) * 2
         rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=NAMES[opt.ablate],
                         kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
-                        kv_tb_per_s=kv_bytes / k.median_us / 1e6))
-        log(f"ablate {opt.ablate} ({NAMES[opt.ablate]:11}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
-            f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s")
+                        kv_tb_per_s=kv_bytes / k.median_us / 1e6, out_sum=digest[0], out_abs_sum=digest[1]))
+        log(f"ablate {opt.ablate} ({NAMES[opt.ablate]:22}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
+            f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s; "
+            f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
         del sets
         torch.cuda.empty_cache()
     save_results(out, f"ablate_probe_{opt.ablate}", results=rec)
