@@ -435,7 +435,7 @@ if HAVE_GLUON:
             return rp.index(j)._reinterpret(rp.dtype, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], rp.dtype))
 
     @gluon.jit
-    def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale, lane0=0):
+    def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale, lane0: gl.constexpr = 0):
         """Write Oᵀ · scale (per head) into lanes < ``lanes`` of 16 output rows, cast to the pointer's type.
 
         Oᵀ holds lanes [lane0, lane0 + its rows): all 512, or one half of them.

@@ -69,9 +69,6 @@ if HAVE_GLUON:
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
     Q_PREFETCH = gl.constexpr(False)  # warpgroup 0 asks L2 for the next item's q as it copies this one's
-    # With stages handed over in halves, a P·V warpgroup per 256-lane half (a global: worker partitions take no
-    # constexpr arguments in Triton 3.6; launches read it for the register split).
-    PV_SPLIT = gl.constexpr(True)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -248,19 +245,16 @@ if HAVE_GLUON:
     @gluon.jit
     def _pv_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
-                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp, half):
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp):
         """Oᵀ over the item's tiles in order, P from the two softmax warpgroups in turn; their totals merged at the end.
 
         Each softmax warpgroup's totals (its last max and its sum relative to it) come with its last
         P of the item; a warpgroup with no tile in the item (one tile, or none) contributes nothing.
-        With ``PV_SPLIT`` (and HALVES) two warpgroups run this, each with the Oᵀ of lanes
-        [256 ``half``, 256 ``half`` + 256), releasing its half of each stage; else one (``half`` -1).
         """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         mma: gl.constexpr = MMA
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
         HALVES: gl.constexpr = kv_empty.shape[0] == 6
-        SPLIT: gl.constexpr = PV_SPLIT and HALVES
         g = 0
         c0 = 0
         c1 = 0
@@ -269,7 +263,7 @@ if HAVE_GLUON:
                                                       ragged)
             o = gl.zeros([512, 16], gl.float32, mma)
             o_lo = gl.zeros([256, 16], gl.float32, mma)
-            o_hi = gl.zeros([256, 16], gl.float32, mma)  # (with SPLIT: this warpgroup's half)
+            o_hi = gl.zeros([256, 16], gl.float32, mma)
             m0 = gl.full([16], float("-inf"), gl.float32, heads_l)
             m1 = m0
             l0 = gl.zeros([16], gl.float32, heads_l)
@@ -286,16 +280,8 @@ if HAVE_GLUON:
                     o_lo = o_lo * alpha[None, :]
                     o_hi = o_hi * alpha[None, :]
                     o = o * alpha[None, :]
-                    if HALVES and not SPLIT:
+                    if HALVES:
                         mbarrier.arrive(kv_empty.index(2 * (g % 3)))
-                elif SPLIT:  # this warpgroup's half of the lanes
-                    if not NO_RESCALE:
-                        o_hi = o_hi * alpha[None, :]
-                    kh = kv_a.index(g % 3).slice(0, 256, dim=1)
-                    if half != 0:
-                        kh = kv_a.index(g % 3).slice(256, 256, dim=1)
-                    o_hi = warpgroup_mma(kh.permute((1, 0)), _p_view(rp, j), o_hi, is_async=True)
-                    o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
                 elif HALVES:  # the stage's first half goes back to the loader as soon as its product is done
                     if not NO_RESCALE:
                         o_lo = o_lo * alpha[None, :]
@@ -319,9 +305,7 @@ if HAVE_GLUON:
                         m1 = _vec_view(rp, 1, FIN_M).load(heads_l)
                         l1 = _vec_view(rp, 1, FIN_L).load(heads_l)
                 mbarrier.arrive(buf_empty.index(j))  # P read: the loader may gather the next rope lanes there
-                if SPLIT:
-                    mbarrier.arrive(kv_empty.index(2 * (g % 3) + half))
-                elif HALVES:
+                if HALVES:
                     mbarrier.arrive(kv_empty.index(2 * (g % 3) + 1))
                 else:
                     mbarrier.arrive(kv_empty.index(g % 3))
@@ -337,20 +321,15 @@ if HAVE_GLUON:
                 inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
                 lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
                 part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
-                gl.store(part_lse_ptr + part, lse, mask=hmask & (half <= 0))
-                if SPLIT:
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256 * half)
-                elif HALVES:
+                gl.store(part_lse_ptr + part, lse, mask=hmask)
+                if HALVES:
                     _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_lo, inv)
                     _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
                 else:
                     _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
             else:
                 scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-                if SPLIT:
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale,
-                             256 * half)
-                elif HALVES:
+                if HALVES:
                     _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_lo, scale)
                     _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
                 else:
@@ -465,7 +444,7 @@ if HAVE_GLUON:
                 mbarrier.init(kv_empty.index(i), count=1)
         for i in gl.static_range(2):
             mbarrier.init(p_ready.index(i), count=1)
-            mbarrier.init(buf_empty.index(i), count=2 if PV_SPLIT and HALVES else 1)  # each P·V warpgroup
+            mbarrier.init(buf_empty.index(i), count=1)
             mbarrier.init(m_ready.index(i), count=1)
             mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
         mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
@@ -478,46 +457,18 @@ if HAVE_GLUON:
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-        largs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv, n_items, n_hb,
-                 splits, tp)
-        if PV_SPLIT and HALVES:  # a P·V warpgroup per 256-lane half
-            gl.warp_specialize([
-                (_softmax_part, sargs + (zero, tp)),
-                (_softmax_part, sargs + (zero + 1, tp)),
-                (_pv_part, wargs + (zero,)),
-                (_pv_part, wargs + (zero + 1,)),
-                (_load_part, largs),
-            ], [4, 4, 4, 4], WREGS)
-        else:
-            gl.warp_specialize([
-                (_softmax_part, sargs + (zero, tp)),
-                (_softmax_part, sargs + (zero + 1, tp)),
-                (_pv_part, wargs + (zero - 1,)),
-                (_load_part, largs),
-            ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); the first softmax warpgroup gets the rest
+        gl.warp_specialize([
+            (_softmax_part, sargs + (zero, tp)),
+            (_softmax_part, sargs + (zero + 1, tp)),
+            (_pv_part, wargs),
+            (_load_part, (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
+                          n_items, n_hb, splits, tp)),
+        ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); the first softmax warpgroup gets the rest
 
 
 # Registers per thread of the second softmax warpgroup, P·V and the loader (setmaxnreg; the first softmax
 # warpgroup, the default partition, gets what is left of 4 x 128 per warp slot, 168 here).
 WORKER_REGS = (160, 128, 56)
-# With PV_SPLIT, five warpgroups: the second softmax warpgroup, the two P·V warpgroups and the loader (the first
-# softmax warpgroup gets what is left of 5 x 96).
-SPLIT_WORKER_REGS = (136, 80, 80, 48)
-
-
-def split_pv(consts: dict) -> bool:
-    """Whether a launch with these constexprs runs two P·V warpgroups (PV_SPLIT, with halves)."""
-    return bool(consts.get("HALVES")) and bool(getattr(PV_SPLIT, "value", PV_SPLIT))
-
-
-def max_regs(pv_split: bool) -> int:
-    """Registers per thread at launch: the register file (65,536) over the block's threads (16 or 20 warps)."""
-    return 96 if pv_split else 128
-
-
-def default_regs(halves: bool) -> tuple[int, ...]:
-    """The workers' registers for a launch with or without halves (five warpgroups with PV_SPLIT)."""
-    return SPLIT_WORKER_REGS if split_pv({"HALVES": halves}) else WORKER_REGS
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
@@ -549,16 +500,15 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items, n_hb, splits,
-        int(partial), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=max_regs(split_pv(consts)), **consts,
+        int(partial), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, **consts,
     )
 
 
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
                       halves: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
-    halves = STAGE_HALVES if halves is None else bool(halves)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or default_regs(halves)),
-                  HALVES=halves)
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
+                  HALVES=STAGE_HALVES if halves is None else bool(halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
@@ -569,5 +519,5 @@ def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.T
     ``trace`` (timing experiments only, with the module's TRACE set): int64, 24 stamps a program.
     """
     extra = {"trace_ptr": trace} if trace is not None else {}
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl,
-                  WREGS=tuple(worker_regs or default_regs(STAGE_HALVES)), HALVES=STAGE_HALVES, **extra)
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS),
+                  HALVES=STAGE_HALVES, **extra)

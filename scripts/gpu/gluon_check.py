@@ -6,8 +6,7 @@ device machine has (3.6 there): Gluon's API moves between versions, so a check u
 Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE] ... | ws]
 (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
-stages handed over in halves (and, with PV_SPLIT, a P·V warpgroup per half: four worker registers);
-default: a few of each)
+stages handed over in halves; default: a few of each)
 """
 
 from __future__ import annotations
@@ -55,12 +54,11 @@ def main(argv: list[str]) -> None:
             from dispatcher.kernels import gluon_sm90_ws
 
             kind, _, rest = spec.partition(":")
+            regs = [int(x) for x in rest.split(",")] if rest else list(gluon_sm90_ws.WORKER_REGS)
             halves = kind == "wsh"  # each stage handed over in two 256-lane halves (STAGE_HALVES)
-            regs = [int(x) for x in rest.split(",")] if rest else list(gluon_sm90_ws.default_regs(halves))
             for db in (64, 0):
                 got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs),
-                                                             "HALVES": halves},
-                                  maxnreg=gluon_sm90_ws.max_regs(gluon_sm90_ws.split_pv({"HALVES": halves})))
+                                                             "HALVES": halves}, maxnreg=128)
                 print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch, pipe = ([int(x) for x in spec.split(",")] + [0])[:5]
