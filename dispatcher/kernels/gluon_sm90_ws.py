@@ -68,7 +68,12 @@ if HAVE_GLUON:
     NO_PV = gl.constexpr(False)
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
-    Q_PREFETCH = gl.constexpr(False)  # warpgroup 0 asks L2 for the next item's q as it copies this one's
+    # Lazy rescaling (FlashAttention-4's): the max that P and Oᵀ are relative to moves only where a head's tile
+    # max passes it by more than LAZY_LOG2 (P then stays <= 2^8), so after the first tiles P·V mostly skips
+    # rescaling Oᵀ, 64 multiplies a thread on its critical path (leaving them all out: 2.5% faster at 512+64,
+    # S14-5). A global so experiments can turn it off (scripts/gpu/ablate_probe.py).
+    LAZY = gl.constexpr(True)
+    LAZY_LOG2 = gl.constexpr(8.0)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -87,20 +92,6 @@ if HAVE_GLUON:
     MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
 
     @gluon.jit
-    def _prefetch_q(q_ptr, q_s0, q_s1, H, w, n_items, n_hb, splits, D: gl.constexpr):
-        """Ask L2 for work item w's q (16 heads x D lanes), one ``prefetch.global.L2`` a 128-byte line; none past the end."""
-        lay: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [4, 1], [1, 0])
-        if w < n_items:
-            row = w // n_hb // splits
-            heads = (w % n_hb) * 16 + gl.arange(0, 16, gl.SliceLayout(1, lay))
-            lines = gl.arange(0, 16, gl.SliceLayout(0, lay))
-            ok = (heads < H)[:, None] & (lines < (D * 2 + 127) // 128)[None, :]
-            offs = gl.where(ok, heads[:, None].to(gl.int64) * q_s1 + lines[None, :] * 64, 0)
-            gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l",
-                                      [q_ptr + row.to(gl.int64) * q_s0 + offs], dtype=gl.int32, is_pure=False,
-                                      pack=1)
-
-    @gluon.jit
     def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
         """Work item w: (row, first head, split, offset of the row's first index, row width, positions [lo, hi))."""
         hb = w % n_hb
@@ -117,6 +108,8 @@ if HAVE_GLUON:
     ALPHA = gl.constexpr(512)
     FIN_M = gl.constexpr(528)
     FIN_L = gl.constexpr(544)
+    MOVED = gl.constexpr(560)  # 1.0 where the tile moved the max (Oᵀ must be rescaled), else 0.0 (LAZY)
+    ALL16 = gl.constexpr(gl.BlockedLayout([16], [32], [4], [0]))  # 16 floats in every thread: a reduction in place
 
     if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
 
@@ -173,8 +166,6 @@ if HAVE_GLUON:
                 # one: copied by cp.async, which arrives on Q_READY, so its latency overlaps the count below
                 mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
                 _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
-                if Q_PREFETCH:
-                    _prefetch_q(q_ptr, q_s0, q_s1, H, w + gl.num_programs(0), n_items, n_hb, splits, 512 + DB)
                 async_copy.mbarrier_arrive(q_ready.index(0), increment_count=False)
             # The row's length (one load up to 2048 indices): only the softmax masks need it.
             n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 2048)
@@ -220,7 +211,10 @@ if HAVE_GLUON:
                     mbarrier.wait(m_ready.index(1 - par), cm & 1)
                     m_prev = m_smem.index(1 - par).load(heads_l)
                     cm += 1
-                m_new = gl.maximum(m_prev, tmax)
+                if LAZY:  # the max moves only where this tile passes it by more than 2^LAZY_LOG2
+                    m_new = gl.where(tmax > m_prev + LAZY_LOG2, tmax, m_prev)
+                else:
+                    m_new = gl.maximum(m_prev, tmax)
                 if t + 1 < nt:  # the other warpgroup's next tile waits for it
                     m_smem.index(par).store(m_new)
                     mbarrier.arrive(m_ready.index(par))
@@ -232,6 +226,9 @@ if HAVE_GLUON:
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
                 _vec_view(rp, par, ALPHA).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
+                if LAZY:  # whether any head's max moved: P·V rescales Oᵀ only then
+                    moved = gl.max(gl.where(m_new != m_prev, 1.0, 0.0), axis=0)
+                    _vec_view(rp, par, MOVED).store(gl.full([16], moved, gl.float32, heads_l))
                 if t + 2 >= nt:  # this warpgroup's last tile of the item: its totals, relative to its last max
                     _vec_view(rp, par, FIN_M).store(m)
                     _vec_view(rp, par, FIN_L).store(gl.sum(l_acc, axis=0))
@@ -276,6 +273,9 @@ if HAVE_GLUON:
                 _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
                 fence_async_shared()
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
+                rescale = True
+                if LAZY:
+                    rescale = gl.max(_vec_view(rp, j, MOVED).load(ALL16), axis=0) > 0.0
                 if NO_PV:  # timing experiments
                     o_lo = o_lo * alpha[None, :]
                     o_hi = o_hi * alpha[None, :]
@@ -283,7 +283,7 @@ if HAVE_GLUON:
                     if HALVES:
                         mbarrier.arrive(kv_empty.index(2 * (g % 3)))
                 elif HALVES:  # the stage's first half goes back to the loader as soon as its product is done
-                    if not NO_RESCALE:
+                    if rescale and not NO_RESCALE:
                         o_lo = o_lo * alpha[None, :]
                         o_hi = o_hi * alpha[None, :]
                     kt = kv_a.index(g % 3).permute((1, 0))
@@ -293,7 +293,8 @@ if HAVE_GLUON:
                     mbarrier.arrive(kv_empty.index(2 * (g % 3)))
                     o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
                 else:
-                    o = o * alpha[None, :]
+                    if rescale:
+                        o = o * alpha[None, :]
                     o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
                     o = warpgroup_mma_wait(0, deps=(o,))
                 _stamp(tp, 4 + 2 * gl.minimum(t, 7))  # tile t's P·V done
