@@ -68,12 +68,6 @@ if HAVE_GLUON:
     NO_PV = gl.constexpr(False)
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
-    # Lazy rescaling (FlashAttention-4's): the max that P and Oᵀ are relative to moves only where a head's tile
-    # max passes it by more than LAZY_LOG2 (P then stays <= 2^8), so after the first tiles P·V mostly skips
-    # rescaling Oᵀ, 64 multiplies a thread on its critical path (leaving them all out: 2.5% faster at 512+64,
-    # S14-5). A global so experiments can turn it off (scripts/gpu/ablate_probe.py).
-    LAZY = gl.constexpr(True)
-    LAZY_LOG2 = gl.constexpr(8.0)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -108,8 +102,6 @@ if HAVE_GLUON:
     ALPHA = gl.constexpr(512)
     FIN_M = gl.constexpr(528)
     FIN_L = gl.constexpr(544)
-    MOVED = gl.constexpr(560)  # 1.0 where the tile moved the max (Oᵀ must be rescaled), else 0.0 (LAZY)
-    ALL16 = gl.constexpr(gl.BlockedLayout([16], [32], [4], [0]))  # 16 floats in every thread: a reduction in place
 
     if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
 
@@ -211,10 +203,7 @@ if HAVE_GLUON:
                     mbarrier.wait(m_ready.index(1 - par), cm & 1)
                     m_prev = m_smem.index(1 - par).load(heads_l)
                     cm += 1
-                if LAZY:  # the max moves only where this tile passes it by more than 2^LAZY_LOG2
-                    m_new = gl.where(tmax > m_prev + LAZY_LOG2, tmax, m_prev)
-                else:
-                    m_new = gl.maximum(m_prev, tmax)
+                m_new = gl.maximum(m_prev, tmax)
                 if t + 1 < nt:  # the other warpgroup's next tile waits for it
                     m_smem.index(par).store(m_new)
                     mbarrier.arrive(m_ready.index(par))
@@ -226,9 +215,6 @@ if HAVE_GLUON:
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
                 _vec_view(rp, par, ALPHA).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
-                if LAZY:  # whether any head's max moved: P·V rescales Oᵀ only then
-                    moved = gl.max(gl.where(m_new != m_prev, 1.0, 0.0), axis=0)
-                    _vec_view(rp, par, MOVED).store(gl.full([16], moved, gl.float32, heads_l))
                 if t + 2 >= nt:  # this warpgroup's last tile of the item: its totals, relative to its last max
                     _vec_view(rp, par, FIN_M).store(m)
                     _vec_view(rp, par, FIN_L).store(gl.sum(l_acc, axis=0))
@@ -273,9 +259,6 @@ if HAVE_GLUON:
                 _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
                 fence_async_shared()
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
-                rescale = True
-                if LAZY:
-                    rescale = gl.max(_vec_view(rp, j, MOVED).load(ALL16), axis=0) > 0.0
                 if NO_PV:  # timing experiments
                     o_lo = o_lo * alpha[None, :]
                     o_hi = o_hi * alpha[None, :]
@@ -283,7 +266,7 @@ if HAVE_GLUON:
                     if HALVES:
                         mbarrier.arrive(kv_empty.index(2 * (g % 3)))
                 elif HALVES:  # the stage's first half goes back to the loader as soon as its product is done
-                    if rescale and not NO_RESCALE:
+                    if not NO_RESCALE:
                         o_lo = o_lo * alpha[None, :]
                         o_hi = o_hi * alpha[None, :]
                     kt = kv_a.index(g % 3).permute((1, 0))
@@ -293,8 +276,7 @@ if HAVE_GLUON:
                     mbarrier.arrive(kv_empty.index(2 * (g % 3)))
                     o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
                 else:
-                    if rescale:
-                        o = o * alpha[None, :]
+                    o = o * alpha[None, :]
                     o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
                     o = warpgroup_mma_wait(0, deps=(o,))
                 _stamp(tp, 4 + 2 * gl.minimum(t, 7))  # tile t's P·V done
