@@ -17,11 +17,15 @@ beside ``ablate_probe.py``'s for the untraced kernel (the stamps change no answe
 ``test_sm90_decode_trace_stamps_are_ordered_and_change_no_answer`` checks that for the decode).
 Writes $OUT/prefill_trace.json.
 
-    python3 scripts/gpu/prefill_trace.py
+    python3 scripts/gpu/prefill_trace.py [--left-out NO_GATHER,NO_SCORES,NO_PV]
+
+``--left-out`` builds the traced kernel with those parts left out, as ``ablate_probe.py`` does (its
+answers are then wrong; the digest shows it), and names the output prefill_trace_<flags>.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -64,6 +68,14 @@ def intervals(stamps: torch.Tensor) -> dict[str, list[float]]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--left-out", default="", help="comma-separated NO_* flags of gluon_sm90_ws")
+    opt = ap.parse_args()
+    flags = [f for f in opt.left_out.split(",") if f]
+    for flag in flags:
+        if flag not in ("NO_GATHER", "NO_SCORES", "NO_PV", "NO_RESCALE", "NO_MCHAIN"):
+            raise SystemExit(f"unknown flag {flag}")
+        setattr(gluon_sm90_ws, flag, gl.constexpr(True))
     gluon_sm90_ws.TRACE = gl.constexpr(True)  # before anything compiles
     out, log = lab_output()
     warm_clocks(DEV, 1.0)
@@ -82,11 +94,11 @@ def main() -> None:
         o = a.output.double()
         digest = (float(o.sum()), float(o.abs().sum()))
         summary = {k: [statistics.median(r[k][i] for r in runs) for i in range(6)] for k in runs[0]}
-        rec.append(dict(layout=spec, out_sum=digest[0], out_abs_sum=digest[1], runs=runs, median=summary))
+        rec.append(dict(layout=spec, left_out=flags, out_sum=digest[0], out_abs_sum=digest[1], runs=runs, median=summary))
         log(f"{spec}: output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
         for k, v in summary.items():
             log(f"  {k:22} tiles 1-6: " + " ".join(f"{x:7.0f}" for x in v) + " cycles")
-    save_results(out, "prefill_trace", results=rec)
+    save_results(out, "_".join(["prefill_trace"] + flags), results=rec)
 
 
 if __name__ == "__main__":
