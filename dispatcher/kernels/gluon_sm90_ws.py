@@ -377,7 +377,7 @@ if HAVE_GLUON:
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
-                   trace_ptr=None):
+                   PV_DEFAULT: gl.constexpr = False, trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = part_lse_ptr  # the stamps' pointer (TRACE only; unread otherwise): partition arguments must be values
         if TRACE:
@@ -440,13 +440,22 @@ if HAVE_GLUON:
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-        gl.warp_specialize([
-            (_softmax_part, sargs + (zero, tp)),
-            (_softmax_part, sargs + (zero + 1, tp)),
-            (_pv_part, wargs),
-            (_load_part, (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                          n_items, n_hb, splits, tp)),
-        ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); the first softmax warpgroup gets the rest
+        largs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv, n_items, n_hb,
+                 splits, tp)
+        if PV_DEFAULT:  # P·V as the default partition, both softmax warpgroups workers (experiment, S14)
+            gl.warp_specialize([
+                (_pv_part, wargs),
+                (_softmax_part, sargs + (zero, tp)),
+                (_softmax_part, sargs + (zero + 1, tp)),
+                (_load_part, largs),
+            ], [4, 4, 4], WREGS)
+        else:
+            gl.warp_specialize([
+                (_softmax_part, sargs + (zero, tp)),
+                (_softmax_part, sargs + (zero + 1, tp)),
+                (_pv_part, wargs),
+                (_load_part, largs),
+            ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); the first softmax warpgroup gets the rest
 
 
 # Registers per thread of the second softmax warpgroup, P·V and the loader (setmaxnreg; the first softmax
