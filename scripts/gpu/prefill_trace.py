@@ -17,7 +17,9 @@ beside ``ablate_probe.py``'s for the untraced kernel (the stamps change no answe
 ``test_sm90_decode_trace_stamps_are_ordered_and_change_no_answer`` checks that for the decode).
 Writes $OUT/prefill_trace.json.
 
-    python3 scripts/gpu/prefill_trace.py [--left-out NO_GATHER,NO_SCORES,NO_PV] [--pv-default]
+    python3 scripts/gpu/prefill_trace.py [--left-out NO_GATHER,NO_SCORES,NO_PV]
+
+(S14-12 ran it with ``--pv-default``, since removed: P·V became the default partition in every build.)
 
 ``--left-out`` builds the traced kernel with those parts left out, as ``ablate_probe.py`` does (its
 answers are then wrong; the digest shows it), and names the output prefill_trace_<flags>.json.
@@ -49,13 +51,9 @@ from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 DEV = torch.device("cuda")
 
 
-PV_DEFAULT = "--pv-default" in sys.argv  # P·V as the default partition (ablate_probe.py's mode 12)
-
-
 def launch(a, trace: torch.Tensor) -> None:
-    regs = (160, 160, 56) if PV_DEFAULT else tuple(gluon_sm90_ws.WORKER_REGS)
-    gluon_sm90_ws.launch_kernel(gluon_sm90_ws._ws_kernel, a, 1, None, None, False, WREGS=regs, HALVES=True,
-                                PV_DEFAULT=PV_DEFAULT, trace_ptr=trace)
+    gluon_sm90_ws.launch_kernel(gluon_sm90_ws._ws_kernel, a, 1, None, None, False,
+                                WREGS=tuple(gluon_sm90_ws.WORKER_REGS), HALVES=True, trace_ptr=trace)
 
 
 def intervals(stamps: torch.Tensor) -> dict[str, list[float]]:
@@ -74,7 +72,6 @@ def intervals(stamps: torch.Tensor) -> dict[str, list[float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--left-out", default="", help="comma-separated NO_* flags of gluon_sm90_ws")
-    ap.add_argument("--pv-default", action="store_true", help="P·V as the default partition")
     opt = ap.parse_args()
     flags = [f for f in opt.left_out.split(",") if f]
     for flag in flags:
@@ -103,7 +100,7 @@ def main() -> None:
         log(f"{spec}: output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
         for k, v in summary.items():
             log(f"  {k:22} tiles 1-6: " + " ".join(f"{x:7.0f}" for x in v) + " cycles")
-    save_results(out, "_".join(["prefill_trace"] + flags + (["pv_default"] if PV_DEFAULT else [])), results=rec)
+    save_results(out, "_".join(["prefill_trace"] + flags), results=rec)
 
 
 if __name__ == "__main__":
