@@ -7,15 +7,16 @@ hand tiles over through mbarriers, FlashAttention-3 style:
 - the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 once P·V of tile t - 3 has
   released it, each 256-lane half as soon as that half is free (``STAGE_HALVES``), then its 64
   rope lanes into buffer t % 2 once P·V has read what that buffer held;
-- two scores+softmax warpgroups (workers) take alternate tiles of an
-  item, tile t going to warpgroup t % 2 with rope buffer t % 2: each computes Sᵀ = KV · qᵀ and the
+- two scores+softmax warpgroups (workers) take alternate tiles of an item, tile t going to
+  warpgroup t % 2 with rope buffer t % 2: each computes Sᵀ = KV · qᵀ and the
   online softmax, then writes the tile's P and rescale factors (and, at its last tile of the
   item, its totals) over the rope lanes its scores are done with. One's exponentials and
   hand-over run while the other's scores are on the tensor cores. Only the running max passes
   between them (m_smem), so P·V sees one max sequence; each keeps its own sum;
-- the P·V partition (4 warps, the default partition since S14-12) keeps Oᵀ (two 256-lane halves), rescales and accumulates, releases
-  each half of the stage as soon as its product is done, then the buffer, and writes the output
-  with both warpgroups' totals merged: the attention output (the prefill), or a normalised
+- the P·V partition (4 warps, the default partition since S14-12) keeps Oᵀ (two 256-lane halves),
+  rescales and accumulates, releases each half of the stage as soon as its product is done, then
+  the buffer, and writes the output with both warpgroups' totals merged: the attention output
+  (the prefill), or a normalised
   partial and its log-sum-exp (the split-K decode's partial pass, which ``triton_decode``'s
   reduce combines).
 
@@ -30,11 +31,10 @@ layouts with rope lanes (512+64), for the prefill and for ``launch_decode(ws=Tru
 (docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
 session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
 3.6-4.6% slower than that one, which therefore keeps D = 512. Stages handed over in halves made
-it 0.8-1.9% faster: 5.38-5.43 ms (S13). Its time is not set by the shared-memory pipe S5-1 named
-(5.48 ms at a 1.80 GHz SM clock, 5.45 at 1.98) nor by L2's hit rate (random, hot or contiguous rows
-within 1.6%), but by its gathers' 16-byte copies, in a way not yet pinned down: it follows their
-count across layouts, copies that move nothing cost more, and holding their issue back costs 8-24%
-(docs/benchmarks.md, session 13).
+it 0.8-1.9% faster (S13), and P·V as the default partition another 1.9%: 5.35-5.37 ms (S14).
+What that time is made of (docs/benchmarks.md, session 14): the products, softmax and hand-overs
+alone take 4.82 ms, and add up rather than overlap; the gathers alone 4.31-4.38 ms, at a per-SM
+ceiling of about 8.8 TB/s from L2 that follows bytes, not the number or kind of copies.
 """
 
 from __future__ import annotations
