@@ -34,7 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="prefill_trace_cache_")  # not the production build's
+if __name__ == "__main__":  # the traced build must not share a cache with the production one
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="prefill_trace_cache_")
 
 import torch  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402

@@ -1,0 +1,76 @@
+"""The GPU labs' parts that need no GPU: the stamps' arithmetic, the tensor-map patch, the flags they set.
+
+The labs themselves (scripts/gpu/) run on the H200 only; their figures are in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dispatcher.kernels import gluon_sm90
+
+LABS = Path(__file__).resolve().parents[2] / "scripts" / "gpu"
+needs_gluon = pytest.mark.skipif(not gluon_sm90.HAVE_GLUON, reason="this Triton has no Gluon")
+
+
+@pytest.fixture(scope="module")
+def labs():
+    sys.path.insert(0, str(LABS))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(LABS))
+
+
+@needs_gluon
+def test_prefill_trace_intervals_read_each_tiles_stamps(labs):
+    import prefill_trace
+
+    # two programs; tile t's P ready at 1000 t + 100 + p, its P·V done at 1000 t + 600 + 2 p (program p)
+    stamps = torch.zeros((2, 24), dtype=torch.int64)
+    for p in range(2):
+        for t in range(8):
+            stamps[p, 3 + 2 * t] = 1000 * t + 100 + p
+            stamps[p, 4 + 2 * t] = 1000 * t + 600 + 2 * p
+    got = prefill_trace.intervals(stamps)  # medians over programs: torch's, the lower of two middle values
+    assert got["period"] == [1000.0] * 6
+    assert got["P after P·V free"] == [499.0] * 6  # 500 (program 0) and 499 (program 1)
+    assert got["P·V once both are in"] == [500.0] * 6  # 500 and 501
+    stamps[:, 3 + 2 * 3] = 5000  # tile 3's P arrives late for both programs
+    got = prefill_trace.intervals(stamps)
+    assert got["P after P·V free"][2] == 5000 - 2602 and got["P after P·V free"][1] == 499.0
+    assert got["P·V once both are in"][2] == 3600 - 5000  # P·V done before its P: a sign the stamps are off
+
+
+@needs_gluon
+def test_tma_probe_patches_the_swizzle_before_the_first_launch_only(labs):
+    import tma_probe
+
+    compiled = SimpleNamespace(module=None, metadata=SimpleNamespace(
+        tensordesc_meta=[{"swizzle": 0, "block_size": [1, 64]}, {"swizzle": 0, "block_size": [1, 64]}]))
+    tma_probe.swizzle_rows(compiled)
+    assert [m["swizzle"] for m in compiled.metadata.tensordesc_meta] == [3, 3]  # CU_TENSOR_MAP_SWIZZLE_128B
+    compiled.module = object()  # loaded: its launcher has encoded the maps already
+    with pytest.raises(AssertionError):
+        tma_probe.swizzle_rows(compiled)
+    # the box the kernel compiles: one row of 64 16-bit lanes, unswizzled (Triton wants 8 rows to swizzle)
+    assert tma_probe.ROW_BOX.swizzle_byte_width == 0 and tma_probe.ROW_BOX.element_bitwidth == 16
+
+
+@needs_gluon
+def test_ablate_probe_sets_only_flags_the_kernel_reads(labs):
+    import ablate_probe
+    from dispatcher.kernels import gluon_sm90_ws
+
+    assert set(ablate_probe.LEFT_OUT) == set(ablate_probe.NAMES) and ablate_probe.LEFT_OUT[0] == ()
+    for flags in ablate_probe.LEFT_OUT.values():
+        for flag in flags:  # each a module constexpr, off in the production build
+            assert getattr(gluon_sm90_ws, flag).value is False, flag
+    src = Path(gluon_sm90_ws.__file__).read_text()
+    for flag in {f for flags in ablate_probe.LEFT_OUT.values() for f in flags}:
+        assert src.count(flag) >= 2, flag  # defined and read
