@@ -13,13 +13,18 @@ least [8, 64]"), so the kernel is compiled with an unswizzled one-row box and th
 encoded with the 128-byte swizzle (``swizzle_rows``). It also puts a barrier after every TMA copy
 except in a one-warp partition, so one warp issues them.
 
-The probe gathers the same tiles (64 random rows of 512 lanes, some -1 and some past the pool)
-into a ring of three 64 KB stages, one program per multiprocessor, two ways:
-- ``cp``: the prefill's way, 16-byte cp.async copies by a 4-warp loader (gluon_sm90._gather);
-- ``tma``: a 1-warp loader, one one-row TMA copy per row and 64-lane block, 8 per row.
-A 4-warp consumer takes each stage back. With ``--check`` it first reads every tile back through
-the wgmma layout and compares it with torch's gather (rows -1 or past the pool: zeros). Then it
-times both without the read-back: bytes gathered per second, side by side in one run.
+The probe gathers the same tiles (64 random rows of 512 lanes, one slot in 16 -1 when timed; a
+-1 column and a past-the-pool column when checked) into a ring of three 64 KB stages, one
+program per multiprocessor unless ``--grid`` says otherwise, in one of these ways (``MODES``):
+- ``cp512``: the prefill's way, 16-byte cp.async copies by a 4-warp loader (gluon_sm90._gather);
+- ``cp576``: the same with the 64 rope lanes too, into a buffer of their own;
+- ``hybrid``: cp.async for the 512 lanes and a 1-warp TMA loader for the rope lanes;
+- ``tma1``, ``tma2``, ``tma4``: one-row TMA copies, 8 a row, from 1, 2 or 4 one-warp loaders.
+A 4-warp consumer takes each stage back. Unless ``--no-check``, it first reads the tiles of
+``cp512``, ``hybrid``, ``tma1`` and ``tma4`` back through the wgmma layout and compares them with
+torch's gather (rows -1 or past the pool: zeros). Then it times each mode without the read-back:
+bytes gathered per second, side by side in one run. On an H200 (S14-2, S14-3): every row right;
+cp.async 8.5-8.9 TB/s, the hybrid no faster, TMA 1.3-2.0 TB/s.
 
 Usage (device machine, repository root):
     python3 scripts/gpu/tma_probe.py [--tiles-per-sm N] [--grid G] [--modes cp512,cp576,...] [--no-check]
