@@ -47,6 +47,10 @@ if HAVE_GLUON:
     from .gluon_sm90 import _copy_q, _final_scale, _p_view, _row_len, _valid
     from .gluon_sm90_ws import MMA, _item, _load_part
 
+    # Timing and debugging experiments only (scripts/gpu/pp_probe.py --left-out sets it before the first compile,
+    # in its own Triton cache): leave out the rope lanes' product. Answers are then wrong.
+    NO_ROPE_MMA = gl.constexpr(False)
+
     # Floats a (program, item parity, warpgroup) slot of the scratch holds: a 256-lane half of Oᵀ
     # (256 x 16), then the warpgroup's max and sum (16 each).
     HALF = gl.constexpr(256 * 16)
@@ -107,7 +111,8 @@ if HAVE_GLUON:
                 if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
                     mbarrier.wait(rope_ready.index(par), c & 1)
                     fence_async_shared()
-                    s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
+                    if not NO_ROPE_MMA:
+                        s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                 s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 # this warpgroup's last scores of the item are done with q: the next item's may be copied
                 mbarrier.arrive(q_free.index(0), pred=t + 2 >= nt)

@@ -6,8 +6,12 @@ full size (the largest difference, and each output's digest), then times both by
 (``KernelTimer``, CUPTI), bf16, H = 16, top-k 2048, alternately, ``--rounds`` rounds each.
 
     python3 scripts/gpu/pp_probe.py [--rows 16384] [--rounds 2] [--repeats 20] [--regs 224,56 ...]
+        [--left-out FLAG ...] [--tag NAME]
 
-``--regs`` adds a timed variant per worker-register pair. Writes $OUT/pp_probe.json.
+``--regs`` adds a timed variant per worker-register pair. ``--left-out`` sets experiment flags of
+``gluon_sm90_pp`` (NO_ROPE_MMA) or of ``gluon_sm90_ws`` (NO_GATHER, ...: the loader is that
+module's, so NO_GATHER leaves the gathers out of both kernels) before anything compiles; run
+each set in its own process and Triton cache. Writes $OUT/pp_probe[_NAME].json.
 """
 
 from __future__ import annotations
@@ -44,7 +48,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--layouts", default="512+64,448+64,512+0")
     ap.add_argument("--regs", nargs="*", default=[])
+    ap.add_argument("--left-out", nargs="*", default=[])
+    ap.add_argument("--tag", default="")
     opt = ap.parse_args()
+    from triton.experimental.gluon import language as gl
+
+    from dispatcher.kernels import gluon_sm90_ws
+
+    for flag in opt.left_out:  # before anything compiles
+        mod = gluon_sm90_pp if hasattr(gluon_sm90_pp, flag) else gluon_sm90_ws
+        if not hasattr(mod, flag):
+            raise SystemExit(f"no experiment flag {flag} in gluon_sm90_pp or gluon_sm90_ws")
+        setattr(mod, flag, gl.constexpr(True))
     out, log = lab_output()
     warm_clocks(DEV, 1.0)
     rec = []
@@ -57,16 +72,25 @@ def main() -> None:
         # the small check: the reference's answer, with -1 slots and lengths as the sweep's checks build them
         for dtype in (torch.bfloat16, torch.float16):
             small = build(64, layout=lay, dtype=dtype, device=DEV, topk=2048)
+            if "NO_ROPE_MMA" in opt.left_out:  # the reference without rope lanes is what that build computes
+                small.q[..., lay.nope:] = 0
             ref = small._replace(output=torch.zeros_like(small.output))
             torch_prefill(ref)
             got = small._replace(output=torch.full_like(small.output, float("nan")))
             gluon_sm90_pp.launch_prefill_pp(got)
             torch.cuda.synchronize()
-            err = float((got.output.float() - ref.output.float()).abs().max())
+            e = (got.output.float() - ref.output.float()).abs().nan_to_num(float("inf"))
+            err = float(e.max())
             scale = float(ref.output.float().abs().max())
+            by_row = e.amax(dim=(1, 2))
+            halves = [float(e[:, :, :256].max()), float(e[:, :, 256:].max())]
+            bad_rows = [int(i) for i in torch.nonzero(by_row > 0.05).flatten()[:16]]
             rec.append(dict(check="reference", layout=lspec, dtype=str(dtype), max_abs_err=err, ref_max=scale,
-                            finite=bool(torch.isfinite(got.output.float()).all())))
-            log(f"{lspec} {dtype}: pp against the reference, 64 rows: max |err| {err:.3e} (|ref| max {scale:.3e})")
+                            finite=bool(torch.isfinite(got.output.float()).all()), err_by_half=halves,
+                            bad_rows=bad_rows, n_bad_rows=int((by_row > 0.05).sum())))
+            log(f"{lspec} {dtype}: pp against the reference, 64 rows: max |err| {err:.3e} (|ref| max {scale:.3e}); "
+                f"by lane half {halves[0]:.2e} / {halves[1]:.2e}; rows over 0.05: {int((by_row > 0.05).sum())} "
+                f"{bad_rows}")
         sets = make_sets(opt.rows, 2048, 16, lay, default_kv_len(opt.rows, 2048), dtype=torch.bfloat16, device=DEV)
         outs = {}
         for name, fn in variants.items():
@@ -90,7 +114,7 @@ def main() -> None:
                     f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s")
         del sets
         torch.cuda.empty_cache()
-    save_results(out, "pp_probe", results=rec)
+    save_results(out, "pp_probe" + (f"_{opt.tag}" if opt.tag else ""), left_out=opt.left_out, results=rec)
 
 
 if __name__ == "__main__":
