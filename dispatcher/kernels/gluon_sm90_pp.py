@@ -44,12 +44,36 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import _copy_q, _final_scale, _p_view, _row_len, _valid
+    from .gluon_sm90 import _copy_q, _final_scale, _load_slots, _p_view, _row_len, _valid
     from .gluon_sm90_ws import MMA, _item, _load_part
 
     # Timing and debugging experiments only (scripts/gpu/pp_probe.py --left-out sets it before the first compile,
     # in its own Triton cache): leave out the rope lanes' product. Answers are then wrong.
     NO_ROPE_MMA = gl.constexpr(False)
+    # Debugging only (pp_probe.py --left-out DEBUG_ROPE): each tile compares the rope lanes its scores read, and
+    # each item q, with global memory, counting mismatches into the two floats after the scratch's slots.
+    DEBUG_ROPE = gl.constexpr(False)
+
+    @gluon.jit
+    def _debug_rope(rp, qb_smem, par, kv_ptr, kv_s0, slots, skv, q_ptr, q_s0, q_s1, row, h0, H, cnt_ptr, check_q):
+        blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows_b: gl.constexpr = gl.SliceLayout(1, blk)
+        lanes_b: gl.constexpr = gl.SliceLayout(0, blk)
+        got = rp.index(par).load(blk)
+        slot = gl.convert_layout(slots, rows_b).to(gl.int64)
+        valid = (slot >= 0) & (slot < skv)
+        offs = 512 + gl.arange(0, 64, lanes_b)
+        want = gl.load(kv_ptr + gl.where(valid, slot, 0)[:, None] * kv_s0 + offs[None, :], mask=valid[:, None],
+                       other=0.0)
+        bad = gl.sum(gl.sum(((got != want) & valid[:, None]).to(gl.float32), axis=1), axis=0)
+        gl.atomic_add(cnt_ptr, bad)
+        if check_q:
+            gq = qb_smem.load(blk)  # [16, 64] in a [64, 64] layout: rows wrap
+            offs_h = h0 + gl.arange(0, 16, rows_b)
+            wq = gl.load(q_ptr + row.to(gl.int64) * q_s0 + offs_h[:, None] * q_s1 + offs[None, :],
+                         mask=(offs_h < H)[:, None], other=0.0)
+            badq = gl.sum(gl.sum(((gq != wq) & (offs_h < H)[:, None]).to(gl.float32), axis=1), axis=0)
+            gl.atomic_add(cnt_ptr + 1, badq)
 
     # Floats a (program, item parity, warpgroup) slot of the scratch holds: a 256-lane half of Oᵀ
     # (256 x 16), then the warpgroup's max and sum (16 each).
@@ -59,7 +83,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend_part(qa_smem, qb_smem, kv_a, rp, bars, q_ptr, q_s0, q_s1, H, idx_ptr, idx_s0, idx_s1, width,
                      indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len, sink_ptr, sink_s0, has_sink,
-                     out_ptr, scr_ptr, lanes, o_s0, o_s1, o_s2, n_items, n_hb, splits, par):
+                     out_ptr, scr_ptr, lanes, o_s0, o_s1, o_s2, n_items, n_hb, splits, kv_ptr, kv_s0, par):
         """Compute warpgroup ``par``: scores, softmax and P·V of the tiles t with t % 2 == par of every item.
 
         At each item's end it leaves the other warpgroup's half of Oᵀ (lanes 256 (1 - par) on) and
@@ -73,6 +97,7 @@ if HAVE_GLUON:
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
         s0 = gl.zeros([64, 16], gl.float32, mma)
+        n_dbg = gl.num_programs(0) * 4 * SLOT  # the debugging counters, past the scratch's slots (DEBUG_ROPE)
         offs_f = gl.arange(0, 256, rows_s)
         offs_hl = gl.arange(0, 16, heads_l)
         half_offs = offs_f[:, None] * 16 + offs_hl[None, :]  # a half of Oᵀ in the scratch, in this layout's order
@@ -111,6 +136,10 @@ if HAVE_GLUON:
                 if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
                     mbarrier.wait(rope_ready.index(par), c & 1)
                     fence_async_shared()
+                    if DEBUG_ROPE:
+                        slots_dbg = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_s)
+                        _debug_rope(rp, qb_smem, par, kv_ptr, kv_s0, slots_dbg, skv, q_ptr, q_s0, q_s1, row, h0, H,
+                                    scr_ptr + n_dbg, t == par)
                     if not NO_ROPE_MMA:
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                 s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
@@ -214,7 +243,7 @@ if HAVE_GLUON:
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
         cargs = (qa_smem, qb_smem, kv_a, rp, bars, q_ptr, q_s0, q_s1, H, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
                  skv, sm_scale2, len_ptr, len_s0, ragged, has_len, sink_ptr, sink_s0, has_sink, out_ptr, scr_ptr,
-                 lanes, o_s0, o_s1, o_s2, n_items, n_hb, zero + 1)
+                 lanes, o_s0, o_s1, o_s2, n_items, n_hb, zero + 1, kv_ptr, kv_s0)
         largs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv, n_items, n_hb,
                  zero + 1, out_ptr)
         gl.warp_specialize([
@@ -230,12 +259,16 @@ WORKER_REGS = (224, 56)
 
 
 def scratch_floats(programs: int) -> int:
-    """Floats of the merge's scratch: a slot per (program, item parity, warpgroup)."""
-    return programs * 2 * 2 * (256 * 16 + 32)
+    """Floats of the merge's scratch: a slot per (program, item parity, warpgroup), then two debugging counters."""
+    return programs * 2 * 2 * (256 * 16 + 32) + 2
 
 
-def launch_prefill_pp(args: KernelArgs, *, worker_regs: tuple[int, int] | None = None) -> None:
-    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
+def launch_prefill_pp(args: KernelArgs, *, worker_regs: tuple[int, int] | None = None,
+                      scratch: torch.Tensor | None = None) -> None:
+    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor.
+
+    ``scratch`` (experiments only): float32, ``scratch_floats(grid)`` or more, for the debugging counters.
+    """
     from .triton_decode import sm_count
 
     q, kv, out = args.q, args.kv, args.output
@@ -246,7 +279,8 @@ def launch_prefill_pp(args: KernelArgs, *, worker_regs: tuple[int, int] | None =
     n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
     items = rows * n_hb
     grid = min(items, sm_count(q.device))
-    scratch = torch.empty(scratch_floats(grid), dtype=torch.float32, device=q.device)
+    if scratch is None:
+        scratch = torch.empty(scratch_floats(grid), dtype=torch.float32, device=q.device)
     _pp_kernel[(grid,)](
         q, kv, p.idx, p.length, p.indptr, p.sink, out, scratch,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,

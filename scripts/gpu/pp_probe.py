@@ -77,8 +77,16 @@ def main() -> None:
             ref = small._replace(output=torch.zeros_like(small.output))
             torch_prefill(ref)
             got = small._replace(output=torch.full_like(small.output, float("nan")))
-            gluon_sm90_pp.launch_prefill_pp(got)
+            scr = None
+            if "DEBUG_ROPE" in opt.left_out:  # zeroed, for the kernel's mismatch counters after the slots
+                from dispatcher.kernels.triton_decode import sm_count
+
+                scr = torch.zeros(gluon_sm90_pp.scratch_floats(min(64, sm_count(DEV))), device=DEV)
+            gluon_sm90_pp.launch_prefill_pp(got, scratch=scr)
             torch.cuda.synchronize()
+            if scr is not None:
+                log(f"{lspec} {dtype}: rope lanes read that differ from kv's {float(scr[-2]):.0f}; "
+                    f"q's rope lanes that differ {float(scr[-1]):.0f}")
             e = (got.output.float() - ref.output.float()).abs().nan_to_num(float("inf"))
             err = float(e.max())
             scale = float(ref.output.float().abs().max())
