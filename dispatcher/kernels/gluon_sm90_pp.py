@@ -51,7 +51,7 @@ if HAVE_GLUON:
     # in its own Triton cache): leave out the rope lanes' product. Answers are then wrong.
     NO_ROPE_MMA = gl.constexpr(False)
     # Debugging only (pp_probe.py --left-out DEBUG_ROPE): each tile compares the rope lanes its scores read, and
-    # each item q, with global memory, counting mismatches into the two floats after the scratch's slots.
+    # each item q, with global memory, counting mismatches into the floats after the scratch's slots, and P after its product.
     DEBUG_ROPE = gl.constexpr(False)
 
     @gluon.jit
@@ -164,6 +164,10 @@ if HAVE_GLUON:
                 o_lo = warpgroup_mma_wait(1, deps=(o_lo,))
                 mbarrier.arrive(kv_empty.index(2 * st))  # the stage's first half back to the loader
                 o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
+                if DEBUG_ROPE:  # P still as written, now that its product is done?
+                    p_back = _p_view(rp, par).load(mma)
+                    gl.atomic_add(scr_ptr + n_dbg + 2, gl.sum(gl.sum((p_back != p.to(dt)).to(gl.float32), axis=1),
+                                                               axis=0))
                 mbarrier.arrive(kv_empty.index(2 * st + 1))
                 mbarrier.arrive(buf_empty.index(par))  # P read: the loader may gather the next rope lanes there
                 c += 1
@@ -259,8 +263,8 @@ WORKER_REGS = (224, 56)
 
 
 def scratch_floats(programs: int) -> int:
-    """Floats of the merge's scratch: a slot per (program, item parity, warpgroup), then two debugging counters."""
-    return programs * 2 * 2 * (256 * 16 + 32) + 2
+    """Floats of the merge's scratch: a slot per (program, item parity, warpgroup), then three debugging counters."""
+    return programs * 2 * 2 * (256 * 16 + 32) + 3
 
 
 def launch_prefill_pp(args: KernelArgs, *, worker_regs: tuple[int, int] | None = None,

@@ -85,8 +85,8 @@ def main() -> None:
             gluon_sm90_pp.launch_prefill_pp(got, scratch=scr)
             torch.cuda.synchronize()
             if scr is not None:
-                log(f"{lspec} {dtype}: rope lanes read that differ from kv's {float(scr[-2]):.0f}; "
-                    f"q's rope lanes that differ {float(scr[-1]):.0f}")
+                log(f"{lspec} {dtype}: rope lanes read that differ from kv's {float(scr[-3]):.0f}; "
+                    f"q's rope lanes that differ {float(scr[-2]):.0f}; P changed under its product {float(scr[-1]):.0f}")
             e = (got.output.float() - ref.output.float()).abs().nan_to_num(float("inf"))
             err = float(e.max())
             scale = float(ref.output.float().abs().max())
