@@ -53,6 +53,8 @@ if HAVE_GLUON:
     # Debugging only (pp_probe.py --left-out DEBUG_ROPE): each tile compares the rope lanes its scores read, and
     # each item q, with global memory, counting mismatches into the floats after the scratch's slots, and P after its product.
     DEBUG_ROPE = gl.constexpr(False)
+    # Debugging only: the rope product into its own accumulator (1), or after a partition barrier (2).
+    ROPE_MODE = gl.constexpr(0)
 
     @gluon.jit
     def _debug_rope(rp, qb_smem, par, kv_ptr, kv_s0, slots, skv, q_ptr, q_s0, q_s1, row, h0, H, cnt_ptr, check_q):
@@ -140,7 +142,14 @@ if HAVE_GLUON:
                         slots_dbg = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_s)
                         _debug_rope(rp, qb_smem, par, kv_ptr, kv_s0, slots_dbg, skv, q_ptr, q_s0, q_s1, row, h0, H,
                                     scr_ptr + n_dbg, t == par)
-                    if not NO_ROPE_MMA:
+                    if ROPE_MODE == 2:
+                        gl.thread_barrier()
+                        fence_async_shared()
+                    if ROPE_MODE == 1:
+                        s_r = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
+                        s_r = warpgroup_mma_wait(0, deps=(s_r,))
+                        s_a = s_a + s_r
+                    elif not NO_ROPE_MMA:
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                 s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 # this warpgroup's last scores of the item are done with q: the next item's may be copied

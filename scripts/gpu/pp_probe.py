@@ -55,11 +55,12 @@ def main() -> None:
 
     from dispatcher.kernels import gluon_sm90_ws
 
-    for flag in opt.left_out:  # before anything compiles
+    for spec in opt.left_out:  # before anything compiles; FLAG or FLAG=int
+        flag, _, val = spec.partition("=")
         mod = gluon_sm90_pp if hasattr(gluon_sm90_pp, flag) else gluon_sm90_ws
         if not hasattr(mod, flag):
             raise SystemExit(f"no experiment flag {flag} in gluon_sm90_pp or gluon_sm90_ws")
-        setattr(mod, flag, gl.constexpr(True))
+        setattr(mod, flag, gl.constexpr(int(val) if val else True))
     out, log = lab_output()
     warm_clocks(DEV, 1.0)
     rec = []
