@@ -53,7 +53,7 @@ if HAVE_GLUON:
     # Debugging only (pp_probe.py --left-out DEBUG_ROPE): each tile compares the rope lanes its scores read, and
     # each item q, with global memory, counting mismatches into the floats after the scratch's slots, and P after its product.
     DEBUG_ROPE = gl.constexpr(False)
-    # Debugging only: the rope product into its own accumulator (1), or after a partition barrier (2).
+    # Debugging only: the rope product onto the second half's accumulator (1), or after a partition barrier (2).
     ROPE_MODE = gl.constexpr(0)
 
     @gluon.jit
@@ -146,9 +146,7 @@ if HAVE_GLUON:
                         gl.thread_barrier()
                         fence_async_shared()
                     if ROPE_MODE == 1:
-                        s_r = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
-                        s_r = warpgroup_mma_wait(0, deps=(s_r,))
-                        s_a = s_a + s_r
+                        s_b = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_b, is_async=True)
                     elif not NO_ROPE_MMA:
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                 s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
