@@ -50,6 +50,8 @@ def main() -> None:
     ap.add_argument("--regs", nargs="*", default=[])
     ap.add_argument("--left-out", nargs="*", default=[])
     ap.add_argument("--tag", default="")
+    ap.add_argument("--inputs", action="store_true",
+                    help="debugging: the 64-row check again with the rope lanes of kv or q zeroed, constant, or alone")
     opt = ap.parse_args()
     from triton.experimental.gluon import language as gl
 
@@ -100,6 +102,24 @@ def main() -> None:
             log(f"{lspec} {dtype}: pp against the reference, 64 rows: max |err| {err:.3e} (|ref| max {scale:.3e}); "
                 f"by lane half {halves[0]:.2e} / {halves[1]:.2e}; rows over 0.05: {int((by_row > 0.05).sum())} "
                 f"{bad_rows}")
+        if opt.inputs and lay.rope:
+            for name, edit in (("kv rope 0", lambda a: a.kv[..., lay.nope:].zero_()),
+                               ("kv rope 1", lambda a: a.kv[..., lay.nope:].fill_(1)),
+                               ("q nope 0", lambda a: a.q[..., :lay.nope].zero_()),
+                               ("kv nope 0", lambda a: a.kv[..., :lay.nope].zero_())):
+                small = build(64, layout=lay, dtype=torch.bfloat16, device=DEV, topk=2048)
+                edit(small)
+                ref = small._replace(output=torch.zeros_like(small.output))
+                torch_prefill(ref)
+                got = small._replace(output=torch.full_like(small.output, float("nan")))
+                gluon_sm90_pp.launch_prefill_pp(got)
+                ws = small._replace(output=torch.full_like(small.output, float("nan")))
+                gluon_sm90.launch_prefill(ws)
+                torch.cuda.synchronize()
+                e = float((got.output.float() - ref.output.float()).abs().nan_to_num(float("inf")).max())
+                e_ws = float((ws.output.float() - ref.output.float()).abs().nan_to_num(float("inf")).max())
+                rec.append(dict(check="inputs", layout=lspec, edit=name, max_abs_err=e, default_max_abs_err=e_ws))
+                log(f"{lspec} {name:10}: pp max |err| {e:.3e}; the default's {e_ws:.3e}")
         sets = make_sets(opt.rows, 2048, 16, lay, default_kv_len(opt.rows, 2048), dtype=torch.bfloat16, device=DEV)
         outs = {}
         for name, fn in variants.items():
