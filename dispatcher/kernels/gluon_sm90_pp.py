@@ -53,7 +53,8 @@ if HAVE_GLUON:
     # Debugging only (pp_probe.py --left-out DEBUG_ROPE): each tile compares the rope lanes its scores read, and
     # each item q, with global memory, counting mismatches into the floats after the scratch's slots, and P after its product.
     DEBUG_ROPE = gl.constexpr(False)
-    # Debugging only: the rope product onto the second half's accumulator (1), or after a partition barrier (2).
+    # Debugging only: the rope product onto the second half's accumulator (1), after a partition barrier (2),
+    # with qa's first lanes for qb (3), with the stage's first lanes for the rope buffer (4).
     ROPE_MODE = gl.constexpr(0)
 
     @gluon.jit
@@ -145,7 +146,12 @@ if HAVE_GLUON:
                     if ROPE_MODE == 2:
                         gl.thread_barrier()
                         fence_async_shared()
-                    if ROPE_MODE == 1:
+                    if ROPE_MODE == 3:  # B from qa's first 64 lanes instead of qb (wrong math, for debugging)
+                        s_a = warpgroup_mma(rp.index(par), qa_smem.slice(0, 64, dim=1).permute((1, 0)), s_a,
+                                            is_async=True)
+                    elif ROPE_MODE == 4:  # A from the stage's first 64 lanes instead of the rope buffer
+                        s_a = warpgroup_mma(ka.slice(0, 64, dim=1), qb_smem.permute((1, 0)), s_a, is_async=True)
+                    elif ROPE_MODE == 1:
                         s_b = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_b, is_async=True)
                     elif not NO_ROPE_MMA:
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)

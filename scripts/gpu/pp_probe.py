@@ -99,6 +99,7 @@ def main() -> None:
             rec.append(dict(check="reference", layout=lspec, dtype=str(dtype), max_abs_err=err, ref_max=scale,
                             finite=bool(torch.isfinite(got.output.float()).all()), err_by_half=halves,
                             bad_rows=bad_rows, n_bad_rows=int((by_row > 0.05).sum())))
+            log(f"{lspec} {dtype}: {int(torch.isnan(got.output).sum())} NaN, {int(torch.isinf(got.output).sum())} inf")
             log(f"{lspec} {dtype}: pp against the reference, 64 rows: max |err| {err:.3e} (|ref| max {scale:.3e}); "
                 f"by lane half {halves[0]:.2e} / {halves[1]:.2e}; rows over 0.05: {int((by_row > 0.05).sum())} "
                 f"{bad_rows}")
