@@ -6,7 +6,7 @@ device machine has (3.6 there): Gluon's API moves between versions, so a check u
 Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE] ... | ws]
 (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
-stages handed over in halves; ``pp[:A,B]``: gluon_sm90_pp's kernel; default: a few of each)
+stages handed over in halves; default: a few of each)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_check import PTRS, sass_loop, signature  # noqa: E402
 
-PTRS = {**PTRS, "trace_ptr": "*i64", "o_ptr": "*bf16", "scr_ptr": "*fp32"}  # cycle stamps (TRACE; off here); 16-bit partials
+PTRS = {**PTRS, "trace_ptr": "*i64", "o_ptr": "*bf16"}  # cycle stamps (TRACE; off here); 16-bit partials
 from dispatcher.kernels import gluon_sm90  # noqa: E402
 
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
@@ -50,15 +50,6 @@ def compile_one(fn, consts: dict, **options) -> dict:
 def main(argv: list[str]) -> None:
     specs = argv or ["64,2,0,1", "64,3,1,1", "64,3,1,2", "64,2,0,2", "0,3,0,2", "ws"]
     for spec in specs:
-        if spec.startswith("pp"):  # two whole-pipeline warpgroups (gluon_sm90_pp), both head layouts
-            from dispatcher.kernels import gluon_sm90_pp
-
-            _, _, rest = spec.partition(":")
-            regs = [int(x) for x in rest.split(",")] if rest else list(gluon_sm90_pp.WORKER_REGS)
-            for db in (64, 0):
-                got = compile_one(gluon_sm90_pp._pp_kernel, {"DB": db, "WREGS": tuple(regs)}, maxnreg=168)
-                print(f"pp DB={db} worker regs {regs} _pp_kernel", got, flush=True)
-            continue
         if spec.startswith("ws"):  # the warp-specialised kernel (gluon_sm90_ws), both head layouts
             from dispatcher.kernels import gluon_sm90_ws
 

@@ -17,7 +17,11 @@ cupti``), in alternating rounds, bf16, H = 16, top-k 2048:
 Each variant's answer is compared with the default's (bit-identical where the products' per-element
 order is the same; the largest difference is printed).
 
-    python3 scripts/gpu/halves_probe.py [--repeats 20] [--rows 16384,2048] [--rounds 2]
+- ``d512 pv``, ``d512 pv 168`` and ``d512 softmax`` (session 15, D = 512 only): ``gluon_sm90_ws_d512``
+  with P·V as the default partition (softmax warpgroups at 160 or 168 registers) or with the first
+  softmax warpgroup as the default, session 4's order.
+
+    python3 scripts/gpu/halves_probe.py [--repeats 20] [--rows 16384,2048] [--rounds 2] [--variants a,b,...]
 
 Writes $OUT/halves_probe.json.
 """
@@ -31,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, gluon_sm90_ws  # noqa: E402
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_d512  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
@@ -44,14 +48,19 @@ VARIANTS = {
     "default": gluon_sm90.launch_prefill,
     "ws whole": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=False),
     "ws halves": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=True),
+    # S15: gluon_sm90_ws_d512 (D = 512 only) with P·V or the first softmax warpgroup as the default partition
+    "d512 pv": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=True),
+    "d512 pv 168": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=True, worker_regs=(168, 168, 48)),
+    "d512 softmax": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=False),
 }
 
 
-def probe(lay: Layout, rows: int, repeats: int, rounds: int, log) -> list[dict]:
+def probe(lay: Layout, rows: int, repeats: int, rounds: int, log, names: list[str]) -> list[dict]:
     """One layout and row count: each variant's answer against the default's, then ``rounds`` of timings."""
     sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
     answers, rec = {}, []
-    for name, fn in VARIANTS.items():
+    variants = {name: VARIANTS[name] for name in ["default"] + [n for n in names if n != "default"]}
+    for name, fn in variants.items():
         sets[0].output.fill_(float("nan"))
         fn(sets[0])
         torch.cuda.synchronize()
@@ -63,7 +72,7 @@ def probe(lay: Layout, rows: int, repeats: int, rounds: int, log) -> list[dict]:
             f"finite {bool(got.isfinite().all())}")
         rec.append(dict(layout=str(lay), rows=rows, variant=name, identical=same, max_abs_diff=diff))
     for rnd in range(rounds):
-        for name, fn in VARIANTS.items():
+        for name, fn in variants.items():
             k = KernelTimer(DEV).time(fn, sets, warmup=3, repeats=repeats)
             rec.append(dict(layout=str(lay), rows=rows, variant=name, round=rnd, kernel_us=k.median_us,
                             p20_us=k.p20_us, p80_us=k.p80_us))
@@ -78,7 +87,13 @@ def main() -> None:
     ap.add_argument("--rows", default="16384,2048")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--layouts", default="512+64,448+64,512+0")
+    ap.add_argument("--variants", default="default,ws whole,ws halves",
+                    help=f"comma-separated, of: {', '.join(VARIANTS)} (the d512 ones at D = 512 only)")
     opt = ap.parse_args()
+    names = [n.strip() for n in opt.variants.split(",")]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     out, log = lab_output()
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     warm_clocks(DEV, 2.0)
@@ -86,7 +101,7 @@ def main() -> None:
     for spec in opt.layouts.split(","):
         lay = Layout(*(int(x) for x in spec.split("+")))
         for rows in (int(r) for r in opt.rows.split(",")):
-            rec += probe(lay, rows, opt.repeats, opt.rounds, log)
+            rec += probe(lay, rows, opt.repeats, opt.rounds, log, names)
             torch.cuda.empty_cache()
     save_results(out, "halves_probe", results=rec)
     log("done")

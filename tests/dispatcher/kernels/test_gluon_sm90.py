@@ -186,6 +186,9 @@ COMPILE = textwrap.dedent("""
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
                       "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
                       "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES}
+            if d512 and fn is d512[0]:  # its own partition order and registers
+                consts.update(PV_DEFAULT=gluon_sm90_ws_d512.PV_DEFAULT,
+                              WREGS=gluon_sm90_ws_d512.REGS[gluon_sm90_ws_d512.PV_DEFAULT])
             opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
             sig, attrs = {}, {}
             for i, name in enumerate(fn.arg_names):

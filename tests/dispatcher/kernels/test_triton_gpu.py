@@ -119,7 +119,7 @@ def _hopper():
 
 
 SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
-                "ws-decode": "ws", "ws-whole-stages": "whole", "pp-prefill": "pp"}
+                "ws-decode": "ws", "ws-whole-stages": "whole"}
 
 
 @pytest.mark.parametrize("config", list(SM90_CONFIGS))
@@ -140,11 +140,6 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
                     from dispatcher.kernels import gluon_sm90_ws
 
                     gluon_sm90_ws.launch_prefill_ws(a, halves=False)
-                    return
-                if spec == "pp" and fast is g.launch_prefill:  # gluon_sm90_pp: two whole-pipeline warpgroups
-                    from dispatcher.kernels import gluon_sm90_pp
-
-                    gluon_sm90_pp.launch_prefill_pp(a)
                     return
                 fast(a, **kw, **({"ws": True} if spec == "ws" and fast is g.launch_decode else {}))
             else:
