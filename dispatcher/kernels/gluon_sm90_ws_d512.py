@@ -5,7 +5,10 @@ slower than this kernel at D = 512 on an H200, where there are no rope lanes to 
 S5-5, same runs; Nsight Compute in S5-4 shows its softmax warpgroups waiting longer for gathered
 stages, the cause not established). So ``gluon_sm90`` takes this one for D = 512 and that one
 for 512+64. Since session 6 it takes its work items and launcher from ``gluon_sm90_ws`` (its
-SASS unchanged). What follows is this kernel's own description, as written in session 4.
+SASS unchanged). Since session 15 P·V is its default partition and both softmax warpgroups are
+workers, as in ``gluon_sm90_ws`` (``PV_DEFAULT``; 0.3-0.9% faster at 448+64 and 512+0, answers
+bit-identical, no spills: docs/benchmarks.md, S15-7). What follows is this kernel's own
+description, as written in session 4 (with the first softmax warpgroup as the default partition).
 
 Sparse MLA attention for Hopper with warp specialisation: a loader, two scores+softmax warpgroups, P·V.
 
