@@ -138,6 +138,31 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
 
 
 @needs_gluon
+def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
+    """gluon_sm90_ws_d512 runs P·V as its default partition (S15-7) with that order's worker registers; session
+    4's order, asked for, gets its own registers, and the decode's partials follow the module's default."""
+    from dispatcher.kernels import gluon_sm90_ws_d512, triton_decode
+
+    rec = RecordingLaunch(gluon_sm90_ws_d512._ws_kernel)
+    monkeypatch.setattr(gluon_sm90_ws_d512, "_ws_kernel", rec)
+    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    a = build(40, layout=Layout(448, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096)
+    gluon_sm90_ws_d512.launch_prefill_ws(a)
+    kw = rec.calls[-1][1]
+    assert gluon_sm90_ws_d512.PV_DEFAULT is True and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
+    assert kw["DB"] == 0 and kw["partial"] == 0 and kw["maxnreg"] == 128
+    gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=False)
+    kw = rec.calls[-1][1]
+    assert kw["PV_DEFAULT"] is False and kw["WREGS"] == (128, 152, 64)  # session 4's order and registers
+    gluon_sm90_ws_d512.launch_prefill_ws(a, worker_regs=(152, 160, 56))
+    assert rec.calls[-1][1]["WREGS"] == (152, 160, 56)
+    part_o = torch.empty(40, 2, 16, 512)
+    gluon_sm90_ws_d512.launch_partials_ws(a, part_o, torch.empty(40, 2, 16), 2, pdl=False)
+    kw = rec.calls[-1][1]
+    assert kw["partial"] == 1 and kw["splits"] == 2 and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
+
+
+@needs_gluon
 def test_the_warp_specialised_kernel_is_chosen_by_layout(monkeypatch):
     """512+64 (rope lanes) takes gluon_sm90_ws; D = 512 (448+64, 512+0) session 4's gluon_sm90_ws_d512,
     each the faster on an H200 (S5), for the prefill and for ws=True decode partials."""
