@@ -422,6 +422,18 @@ if HAVE_GLUON:
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
 
+    if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
+
+        @gluon.jit
+        def _p_view(rp, j):
+            """P of buffer j's tile (64 slots x 16 heads, wgmma's B operand for P·V): the buffer's first 2 KB."""
+            return rp.index(j).reinterpret(rp.dtype, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], rp.dtype))
+    else:
+
+        @gluon.jit
+        def _p_view(rp, j):
+            return rp.index(j)._reinterpret(rp.dtype, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], rp.dtype))
+
     @gluon.jit
     def _store_t(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale, lane0: gl.constexpr = 0):
         """Write Oᵀ · scale (per head) into lanes < ``lanes`` of 16 output rows, cast to the pointer's type.

@@ -52,7 +52,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import (_copy_q, _final_scale, _gather, _load_slots, _prefetch_span, _row_len,
+    from .gluon_sm90 import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _prefetch_span, _row_len,
                               _row_span, _store_t, _valid)
 
     STAGES = 3
@@ -106,40 +106,16 @@ if HAVE_GLUON:
     if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
 
         @gluon.jit
-        def _regions(rp, dt: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
-            return rp.reinterpret(dt, shape, layout)
+        def _vec_view(rp, j, at: gl.constexpr):
+            """16 floats of buffer j from float ``at`` on (ALPHA, FIN_M, FIN_L), past the P written there."""
+            n: gl.constexpr = rp.shape[1] * rp.shape[2] // 2  # the buffer as floats
+            return rp.index(j).reinterpret(gl.float32, [n], gl.SwizzledSharedLayout(1, 1, 1, [0])).slice(at, 16)
     else:
 
         @gluon.jit
-        def _regions(rp, dt: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
-            return rp._reinterpret(dt, shape, layout)
-
-    @gluon.jit
-    def _p_at(rp, k):
-        """P in 4 KB region k of the buffers (64 slots x 16 heads, wgmma's B operand for P·V): its first 2 KB.
-
-        A 64-lane buffer (512+64) holds two regions, slots 0 and 1 (``P_NEXT``); a 32-lane one (512+0) one.
-        Region 2 j (or j) starts where buffer j does."""
-        n: gl.constexpr = rp.shape[0] * rp.shape[1] * rp.shape[2] // 1024  # 2 KB blocks of P's shape
-        return _regions(rp, rp.dtype, [n, 64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], rp.dtype)).index(2 * k)
-
-    @gluon.jit
-    def _vec_at(rp, k, at: gl.constexpr):
-        """16 floats of region k from float ``at`` on (ALPHA, FIN_M, FIN_L), past the P written there."""
-        n: gl.constexpr = rp.shape[0] * rp.shape[1] * rp.shape[2] // 2048  # 4 KB regions
-        return _regions(rp, gl.float32, [n, 1024], gl.SwizzledSharedLayout(1, 1, 1, [0])).index(k).slice(at, 16)
-
-    @gluon.jit
-    def _p_region(par, t, nt, rpb: gl.constexpr, pnext: gl.constexpr):
-        """The region tile t's P goes to (its softmax warpgroup is ``par``, its item has ``nt`` tiles).
-
-        Without ``P_NEXT``: over its own rope lanes, region 0 of buffer par. With it: over the next tile's
-        rope lanes once their scores are done (slot 0 of buffer 1 - par), or, for the item's last tile,
-        beside the P already there (slot 1 of its own buffer)."""
-        k = par * rpb
-        if pnext:
-            k = gl.where(t + 1 < nt, (1 - par) * rpb, par * rpb + 1)
-        return k
+        def _vec_view(rp, j, at: gl.constexpr):
+            n: gl.constexpr = rp.shape[1] * rp.shape[2] // 2
+            return rp.index(j)._reinterpret(gl.float32, [n], gl.SwizzledSharedLayout(1, 1, 1, [0])).slice(at, 16)
 
     @gluon.jit
     def _softmax_part(qa_smem, qb_smem, kv_a, rp, m_smem, bars, q_ptr, q_s0, q_s1, H,
@@ -159,14 +135,12 @@ if HAVE_GLUON:
         them, for P·V, which releases the buffer (rope_empty) to the loader for the warpgroup's
         next tile.
         """
-        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free, rope_done = bars
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         if par == 0:
             _stamp(tp, 21)  # softmax warpgroup 0 starts
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
-        PN: gl.constexpr = rope_done.shape[0] == 2 and DB > 0  # P over the next tile's rope lanes (P_NEXT)
-        RPB: gl.constexpr = rp.shape[2] // 32  # 4 KB regions a buffer: 2 with rope lanes, else 1
         dt: gl.constexpr = kv_a.dtype
         mma: gl.constexpr = MMA
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
@@ -175,8 +149,6 @@ if HAVE_GLUON:
         gbase = 0  # tiles of this program's earlier items: stage and phase of kv_ready
         c = 0  # tiles this warpgroup has handed to P·V: phase of its buffer's barriers
         cm = 0  # running maxima received from the other warpgroup: phase of its m_bar
-        u0 = 0  # P_NEXT: rope lanes gathered into buffer 0 and 1 in earlier items (phases of rope_done)
-        u1 = 0
         k = 0  # items done
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
             row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
@@ -224,10 +196,6 @@ if HAVE_GLUON:
                         fence_async_shared()
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                     s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
-                if PN:  # this tile's rope lanes are read: the previous tile's P may go over them. Tile 0's
-                    # buffer holds no P when a tile follows, so it goes straight back to the loader.
-                    mbarrier.arrive(rope_done.index(par))
-                    mbarrier.arrive(buf_empty.index(0), pred=(t == 0) & (nt >= 2))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
                 tmax = gl.max(s, axis=0)
                 m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
@@ -245,22 +213,16 @@ if HAVE_GLUON:
                 m = m_new
                 if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
-                if PN:  # over the next tile's rope lanes, once the other warpgroup's scores have read them
-                    un = gl.where(par == 0, u1, u0) + (t + 1) // 2  # their use of buffer 1 - par
-                    mbarrier.wait(rope_done.index(1 - par), un & 1, pred=t + 1 < nt)
-                pk = _p_region(par, t, nt, RPB, PN)
-                _p_at(rp, pk).store(p.to(dt))  # over rope lanes whose scores are done (waited)
-                _vec_at(rp, pk, ALPHA).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
+                _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
+                _vec_view(rp, par, ALPHA).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
                 if t + 2 >= nt:  # this warpgroup's last tile of the item: its totals, relative to its last max
-                    _vec_at(rp, pk, FIN_M).store(m)
-                    _vec_at(rp, pk, FIN_L).store(gl.sum(l_acc, axis=0))
+                    _vec_view(rp, par, FIN_M).store(m)
+                    _vec_view(rp, par, FIN_L).store(gl.sum(l_acc, axis=0))
                 fence_async_shared()
                 mbarrier.arrive(p_ready.index(par))
                 c += 1
             mbarrier.arrive(q_free.index(0))  # this warpgroup's scores of the item are done with q
             gbase += nt
-            u0 += (nt + 1) // 2
-            u1 += nt // 2
             k += 1
 
     @gluon.jit
@@ -272,12 +234,10 @@ if HAVE_GLUON:
         Each softmax warpgroup's totals (its last max and its sum relative to it) come with its last
         P of the item; a warpgroup with no tile in the item (one tile, or none) contributes nothing.
         """
-        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free, rope_done = bars
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         mma: gl.constexpr = MMA
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
         HALVES: gl.constexpr = kv_empty.shape[0] == 6
-        PN: gl.constexpr = rope_done.shape[0] == 2 and rp.shape[2] == 64  # P_NEXT (rope lanes only)
-        RPB: gl.constexpr = rp.shape[2] // 32
         g = 0
         c0 = 0
         c1 = 0
@@ -298,8 +258,7 @@ if HAVE_GLUON:
                 mbarrier.wait(p_ready.index(j), cj & 1)
                 _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
                 fence_async_shared()
-                pk = _p_region(j, t, nt, RPB, PN)
-                alpha = _vec_at(rp, pk, ALPHA).load(heads_l)
+                alpha = _vec_view(rp, j, ALPHA).load(heads_l)
                 if NO_PV:  # timing experiments
                     o_lo = o_lo * alpha[None, :]
                     o_hi = o_hi * alpha[None, :]
@@ -311,29 +270,24 @@ if HAVE_GLUON:
                         o_lo = o_lo * alpha[None, :]
                         o_hi = o_hi * alpha[None, :]
                     kt = kv_a.index(g % 3).permute((1, 0))
-                    o_lo = warpgroup_mma(kt.slice(0, 256, dim=0), _p_at(rp, pk), o_lo, is_async=True)
-                    o_hi = warpgroup_mma(kt.slice(256, 256, dim=0), _p_at(rp, pk), o_hi, is_async=True)
+                    o_lo = warpgroup_mma(kt.slice(0, 256, dim=0), _p_view(rp, j), o_lo, is_async=True)
+                    o_hi = warpgroup_mma(kt.slice(256, 256, dim=0), _p_view(rp, j), o_hi, is_async=True)
                     o_lo = warpgroup_mma_wait(1, deps=(o_lo,))
                     mbarrier.arrive(kv_empty.index(2 * (g % 3)))
                     o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
                 else:
                     o = o * alpha[None, :]
-                    o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_at(rp, pk), o, is_async=True)
+                    o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
                     o = warpgroup_mma_wait(0, deps=(o,))
                 _stamp(tp, 4 + 2 * gl.minimum(t, 7))  # tile t's P·V done
                 if t + 2 >= nt:  # warpgroup j's last tile: its totals
                     if j == 0:
-                        m0 = _vec_at(rp, pk, FIN_M).load(heads_l)
-                        l0 = _vec_at(rp, pk, FIN_L).load(heads_l)
+                        m0 = _vec_view(rp, 0, FIN_M).load(heads_l)
+                        l0 = _vec_view(rp, 0, FIN_L).load(heads_l)
                     else:
-                        m1 = _vec_at(rp, pk, FIN_M).load(heads_l)
-                        l1 = _vec_at(rp, pk, FIN_L).load(heads_l)
-                if PN:  # the buffer holding P is free once its last P is read: the next tile's, or (the item's
-                    # last two tiles share one) the last tile's
-                    mbarrier.arrive(buf_empty.index((t + 1) % 2), pred=t + 3 <= nt)
-                    mbarrier.arrive(buf_empty.index(j), pred=t + 1 == nt)
-                else:
-                    mbarrier.arrive(buf_empty.index(j))  # P read: the loader may gather the next rope lanes there
+                        m1 = _vec_view(rp, 1, FIN_M).load(heads_l)
+                        l1 = _vec_view(rp, 1, FIN_L).load(heads_l)
+                mbarrier.arrive(buf_empty.index(j))  # P read: the loader may gather the next rope lanes there
                 if HALVES:
                     mbarrier.arrive(kv_empty.index(2 * (g % 3) + 1))
                 else:
@@ -373,7 +327,7 @@ if HAVE_GLUON:
 
         Each item's slot numbers are asked of L1 first, so the tiles' loads of them do not wait on L2.
         """
-        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free, rope_done = bars
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
@@ -423,7 +377,7 @@ if HAVE_GLUON:
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
-                   PNEXT: gl.constexpr = 0, trace_ptr=None):
+                   trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = part_lse_ptr  # the stamps' pointer (TRACE only; unread otherwise): partition arguments must be values
         if TRACE:
@@ -462,12 +416,7 @@ if HAVE_GLUON:
         rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # a tile's rope lanes in buffer j
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
-        # P_NEXT (PNEXT 1, rope lanes only): buffer j's rope lanes are read by their scores. Its shape tells the
-        # partitions; at PNEXT 0 q_free stands in, unused, so that build allocates and initialises nothing more.
-        rope_done = q_free
-        if PNEXT:
-            rope_done = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
-        bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free, rope_done)
+        bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
         for i in gl.static_range(3):
             if HALVES:
                 for h in gl.static_range(2):
@@ -483,9 +432,6 @@ if HAVE_GLUON:
             mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
         mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
         mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
-        if PNEXT:
-            for i in gl.static_range(2):
-                mbarrier.init(rope_done.index(i), count=1)
         fence_async_shared()
         sargs = (qa_smem, qb_smem, kv_a, rp, m_smem, bars, q_ptr, q_s0, q_s1, H,
                  idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,
@@ -515,10 +461,6 @@ WORKER_REGS = (160, 160, 56)
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
 # bit-identical). At D = 512 gluon_sm90_ws_d512, the default there, was slower in halves (S13-6).
 STAGE_HALVES = True
-# Each tile's P over the next tile's rope lanes once their scores are done (the item's last P beside the one
-# before it), not over its own: a rope buffer then goes back to the loader when P·V has read the previous
-# tile's P, so the loader gathers rope lanes a tile further ahead. 512+64 only (buffers of rope lanes).
-P_NEXT = False
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
@@ -540,8 +482,6 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     partial = part_o is not None
     if not partial:  # the prefill writes no partials: any float32 tensor serves as the unread pointers
         part_o = part_lse = out.new_empty(1, dtype=torch.float32)
-    if "PNEXT" in consts:  # P over the next tile's rope lanes: only where there are rope buffers (512+64)
-        consts["PNEXT"] = int(bool(consts["PNEXT"]) and q.shape[2] > 512)
     kernel[(min(items, sm_count(q.device)),)](
         q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
@@ -552,20 +492,19 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
 
 
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      halves: bool | None = None, p_next: bool | None = None) -> None:
+                      halves: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
     launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
-                  HALVES=STAGE_HALVES if halves is None else bool(halves),
-                  PNEXT=P_NEXT if p_next is None else bool(p_next))
+                  HALVES=STAGE_HALVES if halves is None else bool(halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
                        pdl: bool, worker_regs: tuple[int, int, int] | None = None,
-                       trace: torch.Tensor | None = None, p_next: bool | None = None) -> None:
+                       trace: torch.Tensor | None = None) -> None:
     """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads.
 
     ``trace`` (timing experiments only, with the module's TRACE set): int64, 24 stamps a program.
     """
     extra = {"trace_ptr": trace} if trace is not None else {}
     launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS),
-                  HALVES=STAGE_HALVES, PNEXT=P_NEXT if p_next is None else bool(p_next), **extra)
+                  HALVES=STAGE_HALVES, **extra)

@@ -17,9 +17,6 @@ cupti``), in alternating rounds, bf16, H = 16, top-k 2048:
 Each variant's answer is compared with the default's (bit-identical where the products' per-element
 order is the same; the largest difference is printed).
 
-- ``ws p-next`` (session 16): ``gluon_sm90_ws`` with each tile's P over the next tile's rope lanes
-  (``P_NEXT``), so that a rope buffer goes back to the loader a tile sooner.
-
 - ``d512 pv``, ``d512 pv 168`` and ``d512 softmax`` (session 15, D = 512 only): ``gluon_sm90_ws_d512``
   with P·V as the default partition (softmax warpgroups at 160 or 168 registers) or with the first
   softmax warpgroup as the default, session 4's order.
@@ -51,8 +48,6 @@ VARIANTS = {
     "default": gluon_sm90.launch_prefill,
     "ws whole": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=False),
     "ws halves": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=True),
-    # S16: each P over the next tile's rope lanes (512+64 only; elsewhere the same as "ws halves")
-    "ws p-next": lambda a: gluon_sm90_ws.launch_prefill_ws(a, p_next=True),
     # S15: gluon_sm90_ws_d512 (D = 512 only) with P·V or the first softmax warpgroup as the default partition
     "d512 pv": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=True),
     "d512 pv 168": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=True, worker_regs=(168, 168, 48)),

@@ -119,23 +119,16 @@ def _hopper():
 
 
 SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
-                "ws-decode": "ws", "ws-whole-stages": "whole", "ws-p-next": "pnext"}
+                "ws-decode": "ws", "ws-whole-stages": "whole"}
 
 
 @pytest.mark.parametrize("config", list(SM90_CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_sm90_full_shapes_match_the_reference(compiled, dtype, config, monkeypatch):
-    """Every correctness case; the calls the Hopper kernels do not take go to Triton (counted, and few).
-
-    ``ws-p-next``: gluon_sm90_ws with each P over the next tile's rope lanes, for the prefill and for the
-    warp-specialised decode partials (512+64 only; the other layouts run as the default)."""
+def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
+    """Every correctness case; the calls the Hopper kernels do not take go to Triton (counted, and few)."""
     g = _hopper()
     prefill, decode = compiled
     spec = SM90_CONFIGS[config]
-    if spec == "pnext":
-        from dispatcher.kernels import gluon_sm90_ws
-
-        monkeypatch.setattr(gluon_sm90_ws, "P_NEXT", True)
     kw = {"config": g.Sm90Config(*spec)} if isinstance(spec, tuple) else {}
     took = {"gluon": 0, "triton": 0}
 
@@ -148,8 +141,7 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config, monkeypat
 
                     gluon_sm90_ws.launch_prefill_ws(a, halves=False)
                     return
-                ws = spec in ("ws", "pnext") and fast is g.launch_decode
-                fast(a, **kw, **({"ws": True} if ws else {}))
+                fast(a, **kw, **({"ws": True} if spec == "ws" and fast is g.launch_decode else {}))
             else:
                 took["triton"] += 1
                 slow(a)
