@@ -6,10 +6,14 @@ With the argument ``layouts``: the prefill and the one-split decode at 16384 row
 512+0 instead (why the D=512 prefill is slower than the D=576 one, docs/benchmarks.md). With ``sm90``:
 the Hopper Gluon kernels' prefill at 16384 rows and decode at 16 rows. With ``ws-layouts``: the
 two warp-specialised prefills (session 4's gluon_sm90_ws_d512, then gluon_sm90_ws) at 16384 rows, 512+0 then 512+64.
+With ``ws-prefill``: the registry's prefill at 512+64 (``gluon_sm90_ws``) alone, 16384 rows; the environment's
+``RS_ABLATE`` (comma-separated ``gluon_sm90_ws`` flags, e.g. ``NO_GATHER``) leaves parts out first, as
+``ablate_probe.py`` does (give such a process its own ``TRITON_CACHE_DIR``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +39,14 @@ def main() -> None:
 
         plan = [(16384, launch, layout) for layout in (Layout(512, 0), Layout(512, 64))
                 for launch in (gluon_sm90_ws_d512.launch_prefill_ws, gluon_sm90_ws.launch_prefill_ws)]
+    if sys.argv[1:] == ["ws-prefill"]:  # the 512+64 prefill alone (session 16's source-level profile)
+        from triton.experimental.gluon import language as gl
+
+        from dispatcher.kernels import gluon_sm90, gluon_sm90_ws
+
+        for flag in filter(None, os.environ.get("RS_ABLATE", "").split(",")):
+            setattr(gluon_sm90_ws, flag, gl.constexpr(True))
+        plan = [(16384, gluon_sm90.launch_prefill, Layout(512, 64))]
     if sys.argv[1:] == ["layouts"]:
         plan = [(16384, launch, layout) for layout in (Layout(512, 64), Layout(512, 0))
                 for launch in (triton_prefill.launch, triton_decode.launch)]
