@@ -245,10 +245,7 @@ if HAVE_GLUON:
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         RB: gl.constexpr = 1 if ROPE1 else STAGES  # rope buffers
         LATE: gl.constexpr = ROPE1 and DB > 0  # gathers issued once this tile's scores are done
-        # ABLATE 3 (an experiment, S16; real work): the prologue starts a tile in every stage, tile 0's
-        # iteration refills none, so tile 1's gather is in flight beside tile 0's from the start
-        EAGER: gl.constexpr = ABLATE == 3 and not LATE
-        AHEAD: gl.constexpr = STAGES if EAGER else STAGES - 1  # tiles the prologue starts
+        AHEAD: gl.constexpr = STAGES - 1  # tiles the prologue starts
         gl.static_assert(STAGES >= 2, "at least two stages: one computed, one gathering")
         kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
@@ -288,19 +285,13 @@ if HAVE_GLUON:
         for t in range(n_tiles):
             stage = t % STAGES
             ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
-            if EAGER:  # tile 0: the prologue's later tiles may still be in flight
-                if t == 0:
-                    async_copy.wait_group(STAGES - 1)
-                else:
-                    async_copy.wait_group(STAGES - 2)
-            else:
-                async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
+            async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
             if not LATE:  # refill the stage tile t - 1 used
                 if ABLATE != 1:
-                    if (t + STAGES - 1 < n_tiles) and (not EAGER or t > 0):
+                    if t + STAGES - 1 < n_tiles:
                         g = (t + STAGES - 1) % STAGES
                         _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), 0, 512, cp)
                         if DB > 0:
