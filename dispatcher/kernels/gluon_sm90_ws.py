@@ -321,48 +321,6 @@ if HAVE_GLUON:
             _stamp_time(tp, 23)
 
     @gluon.jit
-    def _rope_in(kv_ptr, kv_s0, slots, skv, rp, buf_empty, rope_ready, t, c0, c1, DB: gl.constexpr,
-                 cp: gl.constexpr):
-        """Tile t's rope lanes into buffer t % 2 once P·V has read the P written over its previous ones."""
-        j = t % 2
-        cj = gl.where(j == 0, c0, c1)
-        mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-        fence_async_shared()
-        if not NO_GATHER:
-            _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
-        async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
-        return c0 + 1 - j, c1 + j
-
-    @gluon.jit
-    def _load_lagged(kv_a, rp, kv_ready, kv_empty, buf_empty, rope_ready, kv_ptr, kv_s0, idx_ptr, base, idx_s1, lo, hi,
-                     skv, g, c0, c1, DB: gl.constexpr, cp: gl.constexpr, rows_cp: gl.constexpr):
-        """One item's tiles in halves, each tile's rope lanes gathered between the next tile's halves (ROPE_LAG).
-
-        Tile t's rope buffer and tile t + 1's second half are both freed by the end of P·V of tile t - 2,
-        its first half earlier, midway through that P·V: in this order the loader never waits for the
-        rope buffer while a first half it could gather is free. ``g``, ``c0``, ``c1``: the stage and rope
-        counts before the item; the caller advances them."""
-        nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
-        slots_prev = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
-        for t in range(nt):
-            st = g % 3
-            slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-            for h in gl.static_range(2):
-                if h == 1:
-                    if t > 0:
-                        c0, c1 = _rope_in(kv_ptr, kv_s0, slots_prev, skv, rp, buf_empty, rope_ready, t - 1, c0, c1,
-                                          DB, cp)
-                mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
-                fence_async_shared()
-                if not NO_GATHER:
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256, cp)
-                async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
-            slots_prev = slots
-            g += 1
-        if nt > 0:
-            _rope_in(kv_ptr, kv_s0, slots_prev, skv, rp, buf_empty, rope_ready, nt - 1, c0, c1, DB, cp)
-
-    @gluon.jit
     def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                    n_items, n_hb, splits, tp):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
@@ -373,8 +331,6 @@ if HAVE_GLUON:
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
-        # ROPE_LAG (a third, unused rope_ready barrier says so): tile t's rope lanes between tile t + 1's halves
-        LAG: gl.constexpr = rope_ready.shape[0] == 3 and HALVES and DB > 0
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         g = 0
@@ -385,51 +341,43 @@ if HAVE_GLUON:
                                                       ragged)
             for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
                 _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            if LAG:  # tile t's rope lanes between tile t + 1's halves: they wait for what its second half waits for
-                _load_lagged(kv_a, rp, kv_ready, kv_empty, buf_empty, rope_ready, kv_ptr, kv_s0, idx_ptr, base, idx_s1,
-                             lo, hi, skv, g, c0, c1, DB, cp, rows_cp)
-                nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
-                g += nt
-                c0 += (nt + 1) // 2
-                c1 += nt // 2
-            else:
-                for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
-                    st = g % 3
-                    slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                    if HALVES:  # each 256-lane half as soon as P·V is done with it
-                        for h in gl.static_range(2):
-                            mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
-                            fence_async_shared()
-                            if not NO_GATHER:
-                                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h,
-                                        256, cp)
-                            async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
-                    else:
-                        mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
+                st = g % 3
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
+                if HALVES:  # each 256-lane half as soon as P·V is done with it
+                    for h in gl.static_range(2):
+                        mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
                         if not NO_GATHER:
-                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                        async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
-                    if g == 0:
-                        _stamp(tp, 1)  # the first tile's copies issued
-                    if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
-                        j = t % 2
-                        cj = gl.where(j == 0, c0, c1)
-                        mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-                        fence_async_shared()
-                        if not NO_GATHER:
-                            _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
-                        async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
-                        c0 += 1 - j
-                        c1 += j
-                    g += 1
+                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256,
+                                    cp)
+                        async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
+                else:
+                    mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+                    fence_async_shared()
+                    if not NO_GATHER:
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+                    async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                if g == 0:
+                    _stamp(tp, 1)  # the first tile's copies issued
+                if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
+                    j = t % 2
+                    cj = gl.where(j == 0, c0, c1)
+                    mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
+                    fence_async_shared()
+                    if not NO_GATHER:
+                        _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
+                    async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
+                    c0 += 1 - j
+                    c1 += j
+                g += 1
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
-                   ROPE_LAG: gl.constexpr = 0, trace_ptr=None):
+                   trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = part_lse_ptr  # the stamps' pointer (TRACE only; unread otherwise): partition arguments must be values
         if TRACE:
@@ -465,8 +413,7 @@ if HAVE_GLUON:
         p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's P, alpha (and totals) in buffer j
         buf_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # P·V is done with buffer j
         m_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's running max in m_smem j
-        # a tile's rope lanes in buffer j; a third, unused, tells the loader ROPE_LAG
-        rope_ready = gl.allocate_shared_memory(gl.int64, [2 + ROPE_LAG, 1], bar_l)
+        rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # a tile's rope lanes in buffer j
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
@@ -514,9 +461,6 @@ WORKER_REGS = (160, 160, 56)
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
 # bit-identical). At D = 512 gluon_sm90_ws_d512, the default there, was slower in halves (S13-6).
 STAGE_HALVES = True
-# The loader gathers tile t's rope lanes between tile t + 1's two halves, not right after tile t's (S16):
-# both wait for the end of P·V of tile t - 2, and a first half waits only for the middle of it.
-ROPE_LAG = False
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
@@ -548,12 +492,10 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
 
 
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      halves: bool | None = None, rope_lag: bool | None = None) -> None:
+                      halves: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
-    halves = STAGE_HALVES if halves is None else bool(halves)
-    lag = ROPE_LAG if rope_lag is None else bool(rope_lag)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS), HALVES=halves,
-                  ROPE_LAG=int(lag and halves and args.q.shape[2] > 512))
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
+                  HALVES=STAGE_HALVES if halves is None else bool(halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
