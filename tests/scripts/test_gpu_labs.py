@@ -74,3 +74,36 @@ def test_ablate_probe_sets_only_flags_the_kernel_reads(labs):
     src = Path(gluon_sm90_ws.__file__).read_text()
     for flag in {f for flags in ablate_probe.LEFT_OUT.values() for f in flags}:
         assert src.count(flag) >= 2, flag  # defined and read
+
+
+def test_ncu_waits_splits_partitions_and_charges_each_barrier_wait(labs):
+    """A made-up source page: two partitions after their USETMAXREG, a wait (inline try, then the branch
+    into the retry loop at the end) in each, and a short hand-off stretch that is no partition."""
+    import ncu_waits
+
+    head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "stall_long_sb", "stall_barrier",
+            "stall_long_sb (Not Issued)"]
+    code = [("USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xa0", 0, 0, 0)]  # partition "regs 160"
+    code += [("SYNCS.PHASECHK.TRANS64.TRYWAIT P4, [R29+URZ+0x38a80], R24", 5, 0, 5),
+             ("@!P4 BRA 0x1000", 30, 30, 0)] + [("FMUL R1, R2, R3", 1, 0, 0)] * 20
+    code += [("USETMAXREG.DEALLOC.CTAPOOL 0x50", 0, 0, 0), ("NOP", 7, 0, 0)]  # a hand-off: 2 instructions
+    code += [("USETMAXREG.DEALLOC.CTAPOOL 0x38", 0, 0, 0)]  # partition "regs 56"
+    code += [("@!P5 BRA 0x1010", 40, 40, 0)] + [("LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]", 2, 2, 0)] * 20
+    code += [("USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0x100", 0, 0, 0)]  # the retry loops, at the end
+    loops = {0x1000: "SYNCS.PHASECHK.TRANS64.TRYWAIT P4, [R29+URZ+0x38a80], R24",
+             0x1010: "SYNCS.PHASECHK.TRANS64.TRYWAIT P5, [UR7+0x38af0], R41"}
+    lines = ['"Kernel Name","_ws_kernel",', ",".join(f'"{h}"' for h in head)]
+    for i, (src, n, lsb, bar) in enumerate(code):
+        lines.append(f'"{hex(0x10 * i)}","{src}","{n}","{lsb}","{bar}","0"')
+    for addr, src in loops.items():
+        lines.append(f'"{hex(addr)}","{src}","0","0","0","0"')
+    insns = ncu_waits.parse(lines)
+    assert insns[1].stalls == {"long_sb": 0.0, "barrier": 5.0}  # the "(Not Issued)" columns are left out
+    parts = ncu_waits.partitions(insns)
+    assert [p.name for p in parts] == ["regs 160 #1", "regs 56 #1"]  # the 2-instruction hand-off is not one
+    assert ncu_waits.barrier_waits(insns, parts[0]) == {"0x38a80": 35.0}  # inline try 5 + branch 30
+    assert ncu_waits.barrier_waits(insns, parts[1]) == {"0x38af0": 40.0}
+    text = ncu_waits.report(insns, {"0x38af0": "buf_empty"})
+    assert "waits on buf_empty" in text and "regs 56 #1" in text
+    with pytest.raises(ValueError, match="SourceCounters"):
+        ncu_waits.parse(['"Kernel Name","k",', '"Address","Source"'])
