@@ -321,39 +321,6 @@ if HAVE_GLUON:
             _stamp_time(tp, 23)
 
     @gluon.jit
-    def _load_item_ahead(kv_a, rp, kv_ready, kv_empty, buf_empty, rope_ready, kv_ptr, kv_s0, idx_ptr, base, idx_s1,
-                         lo, hi, skv, g, c0, c1, DB: gl.constexpr, cp: gl.constexpr, rows_cp: gl.constexpr):
-        """One item's tiles as ``_load_part`` gathers them (halves, then rope lanes), each tile's slot numbers
-        loaded at the top of the tile before (``SLOTS_AHEAD``, S16).
-
-        The loader's loads queue behind its own copies (S13-2): loaded where ``_load_part`` loads them,
-        after the previous tile's rope copies, a tile's slot numbers held up its first half's gather (11% of
-        the loader's samples in S16-2). Returns the stage and rope counts after the item."""
-        nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
-        slots = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
-        for t in range(nt):
-            st = g % 3
-            nxt = _load_slots(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, rows_cp)  # before this tile's copies
-            for h in gl.static_range(2):
-                mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
-                fence_async_shared()
-                if not NO_GATHER:
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256, cp)
-                async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
-            j = t % 2
-            cj = gl.where(j == 0, c0, c1)
-            mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-            fence_async_shared()
-            if not NO_GATHER:
-                _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
-            async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
-            c0 += 1 - j
-            c1 += j
-            slots = nxt
-            g += 1
-        return g, c0, c1
-
-    @gluon.jit
     def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                    n_items, n_hb, splits, tp):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
@@ -364,8 +331,6 @@ if HAVE_GLUON:
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
-        # SLOTS_AHEAD (a third, unused rope_ready barrier says so): each tile's slot numbers a tile ahead
-        AHEAD: gl.constexpr = rope_ready.shape[0] == 3 and HALVES and DB > 0
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         g = 0
@@ -376,47 +341,43 @@ if HAVE_GLUON:
                                                       ragged)
             for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
                 _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            if AHEAD:
-                g, c0, c1 = _load_item_ahead(kv_a, rp, kv_ready, kv_empty, buf_empty, rope_ready, kv_ptr, kv_s0,
-                                             idx_ptr, base, idx_s1, lo, hi, skv, g, c0, c1, DB, cp, rows_cp)
-            else:
-                for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
-                    st = g % 3
-                    slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                    if HALVES:  # each 256-lane half as soon as P·V is done with it
-                        for h in gl.static_range(2):
-                            mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
-                            fence_async_shared()
-                            if not NO_GATHER:
-                                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256,
-                                        cp)
-                            async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
-                    else:
-                        mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
+                st = g % 3
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
+                if HALVES:  # each 256-lane half as soon as P·V is done with it
+                    for h in gl.static_range(2):
+                        mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
                         if not NO_GATHER:
-                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                        async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
-                    if g == 0:
-                        _stamp(tp, 1)  # the first tile's copies issued
-                    if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
-                        j = t % 2
-                        cj = gl.where(j == 0, c0, c1)
-                        mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-                        fence_async_shared()
-                        if not NO_GATHER:
-                            _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
-                        async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
-                        c0 += 1 - j
-                        c1 += j
-                    g += 1
+                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256,
+                                    cp)
+                        async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
+                else:
+                    mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+                    fence_async_shared()
+                    if not NO_GATHER:
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+                    async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                if g == 0:
+                    _stamp(tp, 1)  # the first tile's copies issued
+                if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
+                    j = t % 2
+                    cj = gl.where(j == 0, c0, c1)
+                    mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
+                    fence_async_shared()
+                    if not NO_GATHER:
+                        _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
+                    async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
+                    c0 += 1 - j
+                    c1 += j
+                g += 1
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
-                   SLOTS_AHEAD: gl.constexpr = 0, trace_ptr=None):
+                   trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = part_lse_ptr  # the stamps' pointer (TRACE only; unread otherwise): partition arguments must be values
         if TRACE:
@@ -452,8 +413,7 @@ if HAVE_GLUON:
         p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's P, alpha (and totals) in buffer j
         buf_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # P·V is done with buffer j
         m_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's running max in m_smem j
-        # a tile's rope lanes in buffer j; a third, unused, tells the loader SLOTS_AHEAD
-        rope_ready = gl.allocate_shared_memory(gl.int64, [2 + SLOTS_AHEAD, 1], bar_l)
+        rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # a tile's rope lanes in buffer j
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
@@ -501,8 +461,6 @@ WORKER_REGS = (160, 160, 56)
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
 # bit-identical). At D = 512 gluon_sm90_ws_d512, the default there, was slower in halves (S13-6).
 STAGE_HALVES = True
-# The loader loads each tile's slot numbers at the top of the tile before, ahead of that tile's copies (S16).
-SLOTS_AHEAD = False
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
@@ -534,12 +492,10 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
 
 
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      halves: bool | None = None, slots_ahead: bool | None = None) -> None:
+                      halves: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
-    halves = STAGE_HALVES if halves is None else bool(halves)
-    ahead = SLOTS_AHEAD if slots_ahead is None else bool(slots_ahead)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS), HALVES=halves,
-                  SLOTS_AHEAD=int(ahead and halves and args.q.shape[2] > 512))
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
+                  HALVES=STAGE_HALVES if halves is None else bool(halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,

@@ -48,9 +48,6 @@ VARIANTS = {
     "default": gluon_sm90.launch_prefill,
     "ws whole": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=False),
     "ws halves": lambda a: gluon_sm90_ws.launch_prefill_ws(a, halves=True),
-    # S16: each tile's slot numbers loaded a tile ahead (512+64 only), the loader at 56 or 64 registers
-    "ws ahead": lambda a: gluon_sm90_ws.launch_prefill_ws(a, slots_ahead=True),
-    "ws ahead 64": lambda a: gluon_sm90_ws.launch_prefill_ws(a, slots_ahead=True, worker_regs=(160, 160, 64)),
     # S15: gluon_sm90_ws_d512 (D = 512 only) with P·V or the first softmax warpgroup as the default partition
     "d512 pv": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=True),
     "d512 pv 168": lambda a: gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=True, worker_regs=(168, 168, 48)),

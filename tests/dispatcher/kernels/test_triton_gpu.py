@@ -119,7 +119,7 @@ def _hopper():
 
 
 SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
-                "ws-decode": "ws", "ws-whole-stages": "whole", "ws-slots-ahead": "ahead"}
+                "ws-decode": "ws", "ws-whole-stages": "whole"}
 
 
 @pytest.mark.parametrize("config", list(SM90_CONFIGS))
@@ -136,10 +136,10 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
         def fn(a):
             if g.supports(a):
                 took["gluon"] += 1
-                if spec in ("whole", "ahead") and fast is g.launch_prefill:  # gluon_sm90_ws, any layout: whole
-                    from dispatcher.kernels import gluon_sm90_ws  # stages, or slot numbers loaded a tile ahead
+                if spec == "whole" and fast is g.launch_prefill:  # gluon_sm90_ws, whole-stage hand-over, any layout
+                    from dispatcher.kernels import gluon_sm90_ws
 
-                    gluon_sm90_ws.launch_prefill_ws(a, **({"halves": False} if spec == "whole" else {"slots_ahead": True}))
+                    gluon_sm90_ws.launch_prefill_ws(a, halves=False)
                     return
                 fast(a, **kw, **({"ws": True} if spec == "ws" and fast is g.launch_decode else {}))
             else:
