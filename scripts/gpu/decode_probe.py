@@ -1,0 +1,108 @@
+"""One partial-kernel config for the split-K decode, checked and timed beside the default (session 17).
+
+``--trial`` names a ``gluon_sm90.Sm90Config`` (its fields in order, as ``sm90_lab.py --check-decode``
+takes them: stages, rope1, ablate, chains, pipe). The default trial is session 17's pipelined
+decode at 512+64, ``3,0,0,1,1``: three 512-lane stages and one rope buffer (``_attend_pipe``).
+
+1. Every decode correctness case (bf16 and fp16, ``dispatcher/sweep/correctness.py``) through the
+   trial at the layouts in ``--layouts`` (the default kernel takes the other layouts' cases).
+2. At each layout and row count (bf16, H = 16, top-k 2048): each variant's error against the torch
+   reference, and whether the two answers are bit-identical.
+3. Timing in alternating rounds, default then trial, by kernel time (``KernelTimer``: CUPTI, first
+   kernel start to last kernel end) beside the event pair of the same calls.
+
+    python3 scripts/gpu/decode_probe.py [--trial 3,0,0,1,1] [--layouts 512+64] [--rows 2,16] [--rounds 3]
+
+Writes $OUT/decode_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90, triton_decode  # noqa: E402
+from dispatcher.kernels.gluon_sm90 import Sm90Config  # noqa: E402
+from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
+from dispatcher.sweep.correctness import run_checks  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import KernelTimer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import lab_output, rel_err, save_results, warm_clocks  # noqa: E402
+
+DEV = torch.device("cuda")
+
+
+def layout(spec: str) -> Layout:
+    a, _, b = spec.partition("+")
+    return Layout(int(a), int(b or 0))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trial", default="3,0,0,1,1", help="Sm90Config fields: stages,rope1,ablate,chains,pipe")
+    ap.add_argument("--layouts", default="512+64", help="comma-separated, e.g. 512+64,448+64")
+    ap.add_argument("--rows", default="2,16")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=100)
+    ap.add_argument("--skip-checks", action="store_true")
+    opt = ap.parse_args()
+    trial_cfg = Sm90Config(*[int(x) for x in opt.trial.split(",")])
+    layouts = [layout(s) for s in opt.layouts.split(",")]
+    dims = {lay.head_dim for lay in layouts}
+    out, log = lab_output()
+    log(f"trial {trial_cfg} at {[str(lay) for lay in layouts]}")
+    rec: list[dict] = []
+
+    def trial(a):  # the trial at the layouts under test, the default elsewhere
+        if gluon_sm90.supports(a):
+            cfg = trial_cfg if int(a.q.shape[2]) in dims else None
+            gluon_sm90.launch_decode(a, config=cfg, ws=False if cfg else None)
+        else:
+            triton_decode.launch(a)
+
+    if not opt.skip_checks:
+        found = run_checks({"decode": trial}, (torch.bfloat16, torch.float16), DEV, big=True)
+        bad = [c for c in found if not c.ok]
+        worst = max((c.rel_err for c in found), default=0.0)
+        log(f"decode checks through the trial: {len(found) - len(bad)}/{len(found)} pass (worst rel err {worst:.2e})")
+        for c in bad:
+            log(f"FAIL {c}")
+        rec.append(dict(checks=len(found), failed=len(bad), worst_rel_err=worst))
+    variants = {"default": gluon_sm90.launch_decode, "trial": trial}
+    warm_clocks(DEV, 2.0)
+    for lay in layouts:
+        for rows in (int(r) for r in opt.rows.split(",")):
+            sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+            ref = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=DEV))
+            torch_ref(ref)
+            answers = {}
+            for name, fn in variants.items():
+                sets[0].output.fill_(float("nan"))
+                fn(sets[0])
+                torch.cuda.synchronize()
+                answers[name] = sets[0].output.clone()
+            same = bool(torch.equal(answers["default"], answers["trial"]))
+            errs = {name: rel_err(got, ref.output) for name, got in answers.items()}
+            log(f"{lay} {rows} rows: rel err default {errs['default']:.2e}, trial {errs['trial']:.2e}; "
+                f"bit-identical: {same}")
+            rec.append(dict(layout=str(lay), rows=rows, identical=same, rel_err=errs))
+            for rnd in range(opt.rounds):
+                for name, fn in variants.items():
+                    k, e = KernelTimer(DEV).paired(fn, sets, warmup=3, repeats=opt.repeats)
+                    rec.append(dict(layout=str(lay), rows=rows, variant=name, round=rnd, kernel_us=k.median_us,
+                                    kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us))
+                    log(f"{lay} {rows:3} rows round {rnd} {name:8} kernel {k.median_us:6.2f} us (p20 {k.p20_us:.2f}, "
+                        f"p80 {k.p80_us:.2f}); events {e.median_us:6.2f} us")
+    save_results(out, "decode_probe", trial=list(trial_cfg), results=rec)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
