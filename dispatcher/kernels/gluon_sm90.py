@@ -350,7 +350,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                      q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
-                     trace_ptr=None, TRACE: gl.constexpr = False):
+                     ABLATE: gl.constexpr = 0, trace_ptr=None, TRACE: gl.constexpr = False):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
         Three stages of the 512 lanes: tile t - 1 (its P·V in flight), tile t (its scores) and tile
@@ -362,8 +362,14 @@ if HAVE_GLUON:
         stages, or two rope buffers beside three 512-lane stages, do not fit in shared memory. Each
         tile's rope product goes first, into its own accumulator, and as soon as it is done (the
         512-lane scores and P·V still running) the next tile's rope lanes are gathered into the
-        buffer it read; its 512 lanes went out at the top of the tile, as at D = 512.
+        buffer it read; its 512 lanes went out at the top of the tile, as at D = 512. ABLATE (timing
+        experiments only): 4 leaves the rope lanes of tiles after the first stale (wrong answers), 5
+        drops the barrier before their gather, 6 leaves out the rope product and every rope gather after
+        the first; 7 (real answers) loads the next tile's rope lanes into registers at the top of the
+        tile, beside its 512 lanes' gather, and stores them into the rope buffer at the tile's end.
         """
+        ROPE: gl.constexpr = DB > 0 and ABLATE != 6
+        STAGED: gl.constexpr = DB > 0 and ABLATE == 7
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -403,16 +409,23 @@ if HAVE_GLUON:
         _stamp(trace_ptr, 3, TRACE)  # tile 0 landed
         nxt = slots  # tile 1's slot numbers, for its rope lanes once tile 0's are read
         slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, 0, n_tiles, cp)
-        if DB > 0:
+        if STAGED:
+            rope = _load_rope(kv_ptr, kv_s0, nxt, skv, DB, cp)
+        if ROPE:
             s_r = warpgroup_mma(kv_b, qb_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
         s = warpgroup_mma(kv_a.index(0), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
-        if DB > 0:
-            s_r = _refill_rope(kv_ptr, kv_s0, nxt, skv, kv_b, s_r, 1, 1 < n_tiles, DB, cp)
+        if ROPE and not STAGED:
+            s_r = _refill_rope(kv_ptr, kv_s0, nxt, skv, kv_b, s_r, 1, 1 < n_tiles, DB, ABLATE, cp)
+        if STAGED:
+            s_r = warpgroup_mma_wait(1, deps=(s_r,))
         s = warpgroup_mma_wait(0, deps=(s,))
-        if DB > 0:
+        if ROPE:
             s = s + s_r
         m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
         p_smem.index(0).store(p.to(dt))
+        if STAGED:  # every warp is done with tile 0's rope lanes
+            cta_barrier()
+            kv_b.store(rope)
         fence_async_shared()
         _stamp(trace_ptr, 4, TRACE)  # tile 0's scores and softmax done
         ok = ok_next
@@ -424,20 +437,27 @@ if HAVE_GLUON:
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
             nxt = slots
             slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
-            if DB > 0:
+            if STAGED:
+                rope = _load_rope(kv_ptr, kv_s0, nxt, skv, DB, cp)
+            if ROPE:
                 s_r = warpgroup_mma(kv_b, qb_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             s = warpgroup_mma(kv_a.index(t % 3), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             # tile t - 1's P·V, queued behind the scores: it runs under this tile's softmax
             o = warpgroup_mma(kv_a.index((t + 2) % 3).permute((1, 0)), p_smem.index((t + 1) % 2), o, is_async=True)
-            if DB > 0:
-                s_r = _refill_rope(kv_ptr, kv_s0, nxt, skv, kv_b, s_r, 2, t + 1 < n_tiles, DB, cp)
+            if ROPE and not STAGED:
+                s_r = _refill_rope(kv_ptr, kv_s0, nxt, skv, kv_b, s_r, 2, t + 1 < n_tiles, DB, ABLATE, cp)
+            if STAGED:
+                s_r = warpgroup_mma_wait(2, deps=(s_r,))
             s = warpgroup_mma_wait(1, deps=(s,))
-            if DB > 0:
+            if ROPE:
                 s = s + s_r
             m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
             o = warpgroup_mma_wait(0, deps=(o,))
             o = o * alpha[None, :]
             p_smem.index(t % 2).store(p.to(dt))
+            if STAGED:  # every warp is done with tile t's rope lanes
+                cta_barrier()
+                kv_b.store(rope)
             fence_async_shared()
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's scores and softmax done
             ok = ok_next
@@ -449,8 +469,17 @@ if HAVE_GLUON:
         return m, gl.sum(l_acc, axis=0), o
 
     @gluon.jit
+    def _load_rope(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
+        """One tile's DB rope lanes (after the 512) into registers, 16-byte vectors; invalid slots as zeros."""
+        slot = slots.to(gl.int64)
+        valid = (slot >= 0) & (slot < skv)
+        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
+        offs = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
+        return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0)
+
+    @gluon.jit
     def _refill_rope(kv_ptr, kv_s0, slots, skv, kv_b, s_r, behind: gl.constexpr, more, DB: gl.constexpr,
-                     cp: gl.constexpr):
+                     ABLATE: gl.constexpr, cp: gl.constexpr):
         """Wait for the rope product (``behind`` wgmma groups issued after it still running), then gather the
         next tile's rope lanes into the buffer it read (one commit group): the pipelined decode at 512+64.
 
@@ -458,8 +487,9 @@ if HAVE_GLUON:
         into rows another warp's part reads.
         """
         s_r = warpgroup_mma_wait(behind, deps=(s_r,))
-        cta_barrier()
-        if more:
+        if ABLATE != 5:
+            cta_barrier()
+        if more and ABLATE != 4:
             _gather(kv_ptr, kv_s0, slots, skv, kv_b, 512, DB, cp)
         async_copy.commit_group()
         return s_r
@@ -534,7 +564,7 @@ if HAVE_GLUON:
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
-                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB, ABLATE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
@@ -571,7 +601,7 @@ if HAVE_GLUON:
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                                    q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   trace_ptr, TRACE)
+                                   ABLATE, trace_ptr, TRACE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,

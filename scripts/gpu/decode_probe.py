@@ -1,17 +1,19 @@
 """One partial-kernel config for the split-K decode, checked and timed beside the default (session 17).
 
-``--trial`` names a ``gluon_sm90.Sm90Config`` (its fields in order, as ``sm90_lab.py --check-decode``
-takes them: stages, rope1, ablate, chains, pipe). The default trial is session 17's pipelined
-decode at 512+64, ``3,0,0,1,1``: three 512-lane stages and one rope buffer (``_attend_pipe``).
+``--trial`` (repeatable) names a ``gluon_sm90.Sm90Config`` (its fields in order, as ``sm90_lab.py
+--check-decode`` takes them: stages, rope1, ablate, chains, pipe). The default trial is session 17's
+pipelined decode at 512+64, ``3,0,0,1,1``: three 512-lane stages and one rope buffer
+(``_attend_pipe``); ``3,0,A,1,1`` runs its ABLATE variant A.
 
-1. Every decode correctness case (bf16 and fp16, ``dispatcher/sweep/correctness.py``) through the
-   trial at the layouts in ``--layouts`` (the default kernel takes the other layouts' cases).
+1. Every decode correctness case (bf16 and fp16, ``dispatcher/sweep/correctness.py``) through each
+   trial meant to be right (ablate 0, 5 or 7) at the layouts in ``--layouts`` (the default kernel
+   takes the other layouts' cases).
 2. At each layout and row count (bf16, H = 16, top-k 2048): each variant's error against the torch
-   reference, and whether the two answers are bit-identical.
-3. Timing in alternating rounds, default then trial, by kernel time (``KernelTimer``: CUPTI, first
-   kernel start to last kernel end) beside the event pair of the same calls.
+   reference, and whether its answer is bit-identical to the default's.
+3. Timing in alternating rounds, the default then each trial, by kernel time (``KernelTimer``:
+   CUPTI, first kernel start to last kernel end) beside the event pair of the same calls.
 
-    python3 scripts/gpu/decode_probe.py [--trial 3,0,0,1,1] [--layouts 512+64] [--rows 2,16] [--rounds 3]
+    python3 scripts/gpu/decode_probe.py [--trial 3,0,0,1,1 ...] [--layouts 512+64] [--rows 2,16] [--rounds 3]
 
 Writes $OUT/decode_probe.json.
 """
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, rel_err, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
+REAL = (0, 5, 7)  # the ablate values whose answers are meant to be right (gluon_sm90._attend_pipe)
 
 
 def layout(spec: str) -> Layout:
@@ -46,36 +49,42 @@ def layout(spec: str) -> Layout:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trial", default="3,0,0,1,1", help="Sm90Config fields: stages,rope1,ablate,chains,pipe")
+    ap.add_argument("--trial", action="append", help="Sm90Config fields: stages,rope1,ablate,chains,pipe "
+                    "(repeatable; default 3,0,0,1,1)")
     ap.add_argument("--layouts", default="512+64", help="comma-separated, e.g. 512+64,448+64")
     ap.add_argument("--rows", default="2,16")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--skip-checks", action="store_true")
     opt = ap.parse_args()
-    trial_cfg = Sm90Config(*[int(x) for x in opt.trial.split(",")])
+    trials = [Sm90Config(*[int(x) for x in spec.split(",")]) for spec in opt.trial or ["3,0,0,1,1"]]
     layouts = [layout(s) for s in opt.layouts.split(",")]
     dims = {lay.head_dim for lay in layouts}
     out, log = lab_output()
-    log(f"trial {trial_cfg} at {[str(lay) for lay in layouts]}")
+    log(f"trials {trials} at {[str(lay) for lay in layouts]}")
     rec: list[dict] = []
 
-    def trial(a):  # the trial at the layouts under test, the default elsewhere
-        if gluon_sm90.supports(a):
-            cfg = trial_cfg if int(a.q.shape[2]) in dims else None
-            gluon_sm90.launch_decode(a, config=cfg, ws=False if cfg else None)
-        else:
-            triton_decode.launch(a)
+    def through(cfg_under_test):
+        def run(a):  # the trial at the layouts under test, the default elsewhere
+            if gluon_sm90.supports(a):
+                cfg = cfg_under_test if int(a.q.shape[2]) in dims else None
+                gluon_sm90.launch_decode(a, config=cfg, ws=False if cfg else None)
+            else:
+                triton_decode.launch(a)
+        return run
 
-    if not opt.skip_checks:
-        found = run_checks({"decode": trial}, (torch.bfloat16, torch.float16), DEV, big=True)
+    variants = {"default": gluon_sm90.launch_decode}
+    variants.update({",".join(map(str, cfg)): through(cfg) for cfg in trials})
+    for cfg in trials:
+        if opt.skip_checks or cfg.ablate not in REAL:
+            continue
+        found = run_checks({"decode": through(cfg)}, (torch.bfloat16, torch.float16), DEV, big=True)
         bad = [c for c in found if not c.ok]
         worst = max((c.rel_err for c in found), default=0.0)
-        log(f"decode checks through the trial: {len(found) - len(bad)}/{len(found)} pass (worst rel err {worst:.2e})")
+        log(f"decode checks through {cfg}: {len(found) - len(bad)}/{len(found)} pass (worst rel err {worst:.2e})")
         for c in bad:
             log(f"FAIL {c}")
-        rec.append(dict(checks=len(found), failed=len(bad), worst_rel_err=worst))
-    variants = {"default": gluon_sm90.launch_decode, "trial": trial}
+        rec.append(dict(trial=list(cfg), checks=len(found), failed=len(bad), worst_rel_err=worst))
     warm_clocks(DEV, 2.0)
     for lay in layouts:
         for rows in (int(r) for r in opt.rows.split(",")):
@@ -88,19 +97,19 @@ def main() -> None:
                 fn(sets[0])
                 torch.cuda.synchronize()
                 answers[name] = sets[0].output.clone()
-            same = bool(torch.equal(answers["default"], answers["trial"]))
-            errs = {name: rel_err(got, ref.output) for name, got in answers.items()}
-            log(f"{lay} {rows} rows: rel err default {errs['default']:.2e}, trial {errs['trial']:.2e}; "
-                f"bit-identical: {same}")
-            rec.append(dict(layout=str(lay), rows=rows, identical=same, rel_err=errs))
+            for name, got in answers.items():
+                same = bool(torch.equal(answers["default"], got))
+                err = rel_err(got, ref.output)
+                log(f"{lay} {rows} rows: {name:10} rel err {err:.2e}, bit-identical to the default: {same}")
+                rec.append(dict(layout=str(lay), rows=rows, variant=name, identical=same, rel_err=err))
             for rnd in range(opt.rounds):
                 for name, fn in variants.items():
                     k, e = KernelTimer(DEV).paired(fn, sets, warmup=3, repeats=opt.repeats)
                     rec.append(dict(layout=str(lay), rows=rows, variant=name, round=rnd, kernel_us=k.median_us,
                                     kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us))
-                    log(f"{lay} {rows:3} rows round {rnd} {name:8} kernel {k.median_us:6.2f} us (p20 {k.p20_us:.2f}, "
+                    log(f"{lay} {rows:3} rows round {rnd} {name:10} kernel {k.median_us:6.2f} us (p20 {k.p20_us:.2f}, "
                         f"p80 {k.p80_us:.2f}); events {e.median_us:6.2f} us")
-    save_results(out, "decode_probe", trial=list(trial_cfg), results=rec)
+    save_results(out, "decode_probe", trials=[list(cfg) for cfg in trials], results=rec)
     log("done")
 
 

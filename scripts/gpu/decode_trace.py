@@ -13,7 +13,8 @@ flag TRACE set before anything compiles, in a Triton cache of its own): the load
 first copies, softmax warpgroup 0 the item's q, and P·V each tile's P arriving and its product
 done.
 
-Usage (device machine, repository root): python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30] [--ws]
+Usage (device machine, repository root):
+    python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30] [--ws | --config 3,0,0,1,1]
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 2])
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--ws", action="store_true", help="the warp-specialised kernel's partials")
+    ap.add_argument("--config", type=lambda v: gluon_sm90.Sm90Config(*[int(x) for x in v.split(",")]),
+                    default=gluon_sm90.DECODE_SM90, help="the partial kernel's Sm90Config fields, e.g. 3,0,0,1,1 "
+                    "(the pipelined one: each tile's stamp 4 + 2t once its scores and softmax are done)")
     ap.add_argument("--with-len", action="store_true",
                     help="topk_length given (every row full): no count in the kernel")
     opt = ap.parse_args()
@@ -83,9 +87,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     warm_clocks(DEV, 2.0)
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=DEV)
-    cfg = gluon_sm90.DECODE_SM90
+    cfg = opt.config
     result = {"device": torch.cuda.get_device_name(), "kernel": "gluon_sm90_ws" if opt.ws else "gluon_sm90",
-              "topk_length_given": opt.with_len, "runs": []}
+              "config": list(cfg), "topk_length_given": opt.with_len, "runs": []}
     for rows in opt.rows:
         lay = Layout(512, 64)
         sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)

@@ -3,7 +3,7 @@
 Prints shared memory, registers, spills, the wgmma count in the SASS (HGMMA) and the loop's
 instruction mix, as compile_check.py does for the Triton kernels. Run it under the Triton the
 device machine has (3.6 there): Gluon's API moves between versions, so a check under another
-Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE] ... | ws]
+Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE[,ABLATE]] ... | ws]
 (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
 stages handed over in halves; default: a few of each)
@@ -61,9 +61,9 @@ def main(argv: list[str]) -> None:
                                                              "HALVES": halves}, maxnreg=128)
                 print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
-        db, stages, rr, ch, pipe = ([int(x) for x in spec.split(",")] + [0])[:5]
+        db, stages, rr, ch, pipe, ablate = ([int(x) for x in spec.split(",")] + [0, 0])[:6]
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})):
-            consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": 0, "CHAINS": ch, "CNT_BLOCK": 2048,
+            consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": ablate, "CHAINS": ch, "CNT_BLOCK": 2048,
                       "PIPE": bool(pipe), **extra}
             print(spec, fn.__name__, compile_one(fn, consts), flush=True)
 
