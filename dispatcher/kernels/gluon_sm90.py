@@ -256,6 +256,12 @@ if HAVE_GLUON:
         qb_smem = qa_smem
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
+        # The first tile's slot numbers head the chain every tile waits on (their load, then the gather,
+        # then the products): they are asked for before anything else is issued. ABLATE 3 (timing
+        # experiments only) asks for them after q's copies and the prefetch, as before session 17.
+        EARLY: gl.constexpr = ABLATE != 3
+        if EARLY:
+            sl0 = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
         # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ), copied by
         # cp.async ahead of the first gathers, in their commit group: a plain load is scheduled after
         # the gathers' issue and queues behind every program's gathers (S5-1: 17% of the decode's time
@@ -270,7 +276,10 @@ if HAVE_GLUON:
         if (has_len != 0) | (ragged != 0):  # no count will load the row's slot numbers: this split's into L1
             _prefetch_span(idx_ptr, base, idx_s1, lo, hi)
         for i in gl.static_range(AHEAD):  # prologue: the first tiles in flight, one commit group each
-            sl = _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp)
+            if EARLY and i == 0:
+                sl = sl0
+            else:
+                sl = _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp)
             _gather(kv_ptr, kv_s0, sl, skv, kv_a.index(i), 0, 512, cp)
             if DB > 0:
                 if i < RB:
