@@ -157,6 +157,34 @@ if HAVE_GLUON:
         return gl.maximum(n, 0)
 
     @gluon.jit
+    def _row_len_start(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK: gl.constexpr):
+        """``_row_len``'s loads, issued now and reduced later by ``_row_len_finish``: (topk_length, or 0 without
+        it; a dense row's first CNT_BLOCK slot numbers, or -1s)."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        offs = gl.arange(0, CNT_BLOCK, lay)
+        count = (has_len == 0) & (ragged == 0)
+        first = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=(offs < seg) & count, other=-1)
+        given = gl.load(len_ptr + row.to(gl.int64) * len_s0, mask=has_len != 0, other=0)
+        return given, first
+
+    @gluon.jit
+    def _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len, CNT_BLOCK: gl.constexpr):
+        """The row's length from ``_row_len_start``'s loads, as ``_row_len`` gives it (rows wider than CNT_BLOCK
+        load the rest here)."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        n = seg
+        if has_len != 0:
+            n = gl.minimum(given.to(gl.int32), seg)
+        elif ragged == 0:
+            cnt = (first >= 0).to(gl.int32)
+            for j0 in range(CNT_BLOCK, seg, CNT_BLOCK):
+                offs = j0 + gl.arange(0, CNT_BLOCK, lay)
+                v = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < seg, other=-1)
+                cnt += (v >= 0).to(gl.int32)
+            n = gl.sum(cnt, axis=0)
+        return gl.maximum(n, 0)
+
+    @gluon.jit
     def _prefetch_span(idx_ptr, base, idx_s1, lo, hi):
         """Ask L1 for the slot numbers of positions [lo, min(hi, lo + 256)): one ``prefetch.global.L1`` a slot.
 
@@ -257,8 +285,11 @@ if HAVE_GLUON:
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
         # The first tile's slot numbers head the chain every tile waits on (their load, then the gather,
-        # then the products): they are asked for before anything else is issued. ABLATE 3 (timing
-        # experiments only) asks for them after q's copies and the prefetch, as before session 17.
+        # then the products): they are asked for before anything else is issued. The row's length is
+        # loaded in the prologue but reduced only once tile 0's scores are issued, so that the loop's
+        # set-up runs while the loads are in flight, not after them. ABLATE 3 (timing experiments only)
+        # keeps the prologue as it was before session 17: the slot numbers after q's copies, the
+        # length reduced before the loop.
         EARLY: gl.constexpr = ABLATE != 3
         if EARLY:
             sl0 = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
@@ -287,13 +318,18 @@ if HAVE_GLUON:
             async_copy.commit_group()
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
-        n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
-        lim = gl.minimum(hi, n)  # positions [lim, hi) are past the row's length
-        ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
-        _stamp(trace_ptr, 2, TRACE)  # the row's length known
+        if EARLY:
+            given, first = _row_len_start(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+            lim = hi  # until the length is known, in tile 0
+        else:
+            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+            lim = gl.minimum(hi, n)  # positions [lim, hi) are past the row's length
+            ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
+            _stamp(trace_ptr, 2, TRACE)  # the row's length known
         for t in range(n_tiles):
             stage = t % STAGES
-            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
+            if not EARLY:
+                ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
             async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
@@ -319,6 +355,13 @@ if HAVE_GLUON:
                                        s0, use_acc=False, is_async=True)
                 if DB > 0:
                     s = warpgroup_mma(kv_b.index(t % RB), qb_smem.permute((1, 0)), s, is_async=True)
+            if EARLY:  # under tile t's scores: the row's length (tile 0), which positions count
+                if t == 0:
+                    lim = gl.minimum(hi, _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len,
+                                                         CNT_BLOCK))
+                    _stamp(trace_ptr, 2, TRACE)  # the row's length known
+                ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
+            if ABLATE != 2:
                 if CHAINS == 1:
                     s = warpgroup_mma_wait(0, deps=(s,))
                 else:
@@ -344,7 +387,8 @@ if HAVE_GLUON:
                 o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's products done
-            ok = ok_next
+            if not EARLY:
+                ok = ok_next
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
 

@@ -14,6 +14,7 @@ pipelined decode at 512+64, ``3,0,0,1,1``: three 512-lane stages and one rope bu
    CUPTI, first kernel start to last kernel end) beside the event pair of the same calls.
 
     python3 scripts/gpu/decode_probe.py [--trial 3,0,0,1,1 ...] [--layouts 512+64] [--rows 2,16] [--rounds 3]
+                                        [--with-len]
 
 Writes $OUT/decode_probe.json.
 """
@@ -56,6 +57,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--with-len", action="store_true", help="time with topk_length given (every row full)")
     opt = ap.parse_args()
     trials = [Sm90Config(*[int(x) for x in spec.split(",")]) for spec in opt.trial or ["3,0,0,1,1"]]
     layouts = [layout(s) for s in opt.layouts.split(",")]
@@ -89,6 +91,9 @@ def main() -> None:
     for lay in layouts:
         for rows in (int(r) for r in opt.rows.split(",")):
             sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
+            if opt.with_len:  # no count in the kernels: the length is loaded
+                full = torch.full((rows,), 2048, dtype=torch.int32, device=DEV)
+                sets = [s._replace(index=s.index._replace(topk_length=full)) for s in sets]
             ref = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=DEV))
             torch_ref(ref)
             answers = {}
@@ -109,7 +114,7 @@ def main() -> None:
                                     kernel_p20=k.p20_us, kernel_p80=k.p80_us, events_us=e.median_us))
                     log(f"{lay} {rows:3} rows round {rnd} {name:10} kernel {k.median_us:6.2f} us (p20 {k.p20_us:.2f}, "
                         f"p80 {k.p80_us:.2f}); events {e.median_us:6.2f} us")
-    save_results(out, "decode_probe", trials=[list(cfg) for cfg in trials], results=rec)
+    save_results(out, "decode_probe", trials=[list(cfg) for cfg in trials], with_len=opt.with_len, results=rec)
     log("done")
 
 
