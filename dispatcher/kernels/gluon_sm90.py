@@ -406,23 +406,15 @@ if HAVE_GLUON:
                      ABLATE: gl.constexpr = 0, trace_ptr=None, TRACE: gl.constexpr = False):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
-        Three stages of the 512 lanes: tile t - 1 (its P·V in flight), tile t (its scores) and tile
-        t + 1 (gathering, one tile ahead as in ``_attend``). Per tile: the scores are issued, then the
-        previous tile's P·V; the scores' wait leaves P·V running under the exponentials; then P·V's
-        wait, Oᵀ's rescale and P's store into the other of two P buffers.
-
-        With DB rope lanes (512+64) there is one rope buffer, not one per stage: three 576-lane
-        stages, or two rope buffers beside three 512-lane stages, do not fit in shared memory. Each
-        tile's rope product goes first, into its own accumulator, and as soon as it is done (the
-        512-lane scores and P·V still running) the next tile's rope lanes are gathered into the
-        buffer it read; its 512 lanes went out at the top of the tile, as at D = 512. ABLATE (timing
-        experiments only): 4 leaves the rope lanes of tiles after the first stale (wrong answers), 5
-        drops the barrier before their gather, 6 leaves out the rope product and every rope gather after
-        the first; 7 (real answers) loads the next tile's rope lanes into registers at the top of the
-        tile, beside its 512 lanes' gather, and stores them into the rope buffer at the tile's end.
+        Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
+        one tile ahead as in ``_attend``). Per tile: the scores are issued, then the previous tile's
+        P·V; the scores' wait leaves P·V running under the exponentials; then P·V's wait, Oᵀ's
+        rescale and P's store into the other of two P buffers. Three stages fit in shared memory
+        only at D = 512 (512+0, 448+64), not with a separate rope block (512+64). The prologue is
+        ``_attend``'s: the row's length is reduced under tile 0's scores (ABLATE 3: before them).
         """
-        ROPE: gl.constexpr = DB > 0 and ABLATE != 6
-        STAGED: gl.constexpr = DB > 0 and ABLATE == 7
+        EARLY: gl.constexpr = ABLATE != 3
+        gl.static_assert(DB == 0, "three stages of 576 lanes do not fit in shared memory")
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -431,121 +423,71 @@ if HAVE_GLUON:
         kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         p_smem = gl.allocate_shared_memory(dt, [2, 64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
         qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
-        kv_b = kv_a
-        qb_smem = qa_smem
-        if DB > 0:
-            kv_b = gl.allocate_shared_memory(dt, [64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
-            qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
-        _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
+        _copy_q(qa_smem, qa_smem, q_ptr, q_s0, q_s1, H, row, h0, 0)
         m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
         l_acc = gl.zeros([64, 16], gl.float32, mma)
         o = gl.zeros([512, 16], gl.float32, mma)
         s0 = gl.zeros([64, 16], gl.float32, mma)
         n_tiles = gl.maximum(gl.cdiv(hi - lo, 64), 1)  # an empty split runs one masked tile: m -inf, l 0, Oᵀ 0
 
-        slots = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
-        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(0), 0, 512, cp)
-        if DB > 0:
-            _gather(kv_ptr, kv_s0, slots, skv, kv_b, 512, DB, cp)
+        _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, kv_a.index(0), 0, 512, cp)
         async_copy.commit_group()
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
-        n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
-        lim = gl.minimum(hi, n)
-        ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
-        _stamp(trace_ptr, 2, TRACE)  # the row's length known
+        if EARLY:
+            given, first = _row_len_start(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+        else:
+            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+            lim = gl.minimum(hi, n)
+            ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
+            _stamp(trace_ptr, 2, TRACE)  # the row's length known
+            ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
         # Tile 0: its scores and softmax, nothing before it to overlap.
-        ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
         async_copy.wait_group(0)
         fence_async_shared()
         cta_barrier()
         _stamp(trace_ptr, 3, TRACE)  # tile 0 landed
-        nxt = slots  # tile 1's slot numbers, for its rope lanes once tile 0's are read
         slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, 0, n_tiles, cp)
-        if STAGED:
-            rope = _load_rope(kv_ptr, kv_s0, nxt, skv, DB, cp)
-        if ROPE:
-            s_r = warpgroup_mma(kv_b, qb_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
         s = warpgroup_mma(kv_a.index(0), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
-        if ROPE and not STAGED:
-            s_r = _refill_rope(kv_ptr, kv_s0, nxt, skv, kv_b, s_r, 1, 1 < n_tiles, DB, ABLATE, cp)
-        if STAGED:
-            s_r = warpgroup_mma_wait(1, deps=(s_r,))
+        if EARLY:  # under tile 0's scores
+            lim = gl.minimum(hi, _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len, CNT_BLOCK))
+            _stamp(trace_ptr, 2, TRACE)  # the row's length known
+            ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         s = warpgroup_mma_wait(0, deps=(s,))
-        if ROPE:
-            s = s + s_r
         m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
         p_smem.index(0).store(p.to(dt))
-        if STAGED:  # every warp is done with tile 0's rope lanes
-            cta_barrier()
-            kv_b.store(rope)
         fence_async_shared()
         _stamp(trace_ptr, 4, TRACE)  # tile 0's scores and softmax done
-        ok = ok_next
+        if not EARLY:
+            ok = ok_next
         for t in range(1, n_tiles):
-            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)
+            if not EARLY:
+                ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)
             async_copy.wait_group(0)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # tile t landed everywhere; P(t - 1) written; tile t - 2's P·V done in every warp
             _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
-            nxt = slots
             slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
-            if STAGED:
-                rope = _load_rope(kv_ptr, kv_s0, nxt, skv, DB, cp)
-            if ROPE:
-                s_r = warpgroup_mma(kv_b, qb_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             s = warpgroup_mma(kv_a.index(t % 3), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             # tile t - 1's P·V, queued behind the scores: it runs under this tile's softmax
             o = warpgroup_mma(kv_a.index((t + 2) % 3).permute((1, 0)), p_smem.index((t + 1) % 2), o, is_async=True)
-            if ROPE and not STAGED:
-                s_r = _refill_rope(kv_ptr, kv_s0, nxt, skv, kv_b, s_r, 2, t + 1 < n_tiles, DB, ABLATE, cp)
-            if STAGED:
-                s_r = warpgroup_mma_wait(2, deps=(s_r,))
+            if EARLY:
+                ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
             s = warpgroup_mma_wait(1, deps=(s,))
-            if ROPE:
-                s = s + s_r
             m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
             o = warpgroup_mma_wait(0, deps=(o,))
             o = o * alpha[None, :]
             p_smem.index(t % 2).store(p.to(dt))
-            if STAGED:  # every warp is done with tile t's rope lanes
-                cta_barrier()
-                kv_b.store(rope)
             fence_async_shared()
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's scores and softmax done
-            ok = ok_next
+            if not EARLY:
+                ok = ok_next
         cta_barrier()  # the last P written everywhere
         last = n_tiles - 1
         o = warpgroup_mma(kv_a.index(last % 3).permute((1, 0)), p_smem.index(last % 2), o, is_async=True)
         o = warpgroup_mma_wait(0, deps=(o,))
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
-
-    @gluon.jit
-    def _load_rope(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
-        """One tile's DB rope lanes (after the 512) into registers, 16-byte vectors; invalid slots as zeros."""
-        slot = slots.to(gl.int64)
-        valid = (slot >= 0) & (slot < skv)
-        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
-        offs = 512 + gl.arange(0, DB, gl.SliceLayout(0, layout))
-        return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0)
-
-    @gluon.jit
-    def _refill_rope(kv_ptr, kv_s0, slots, skv, kv_b, s_r, behind: gl.constexpr, more, DB: gl.constexpr,
-                     ABLATE: gl.constexpr, cp: gl.constexpr):
-        """Wait for the rope product (``behind`` wgmma groups issued after it still running), then gather the
-        next tile's rope lanes into the buffer it read (one commit group): the pipelined decode at 512+64.
-
-        The barrier between: a warp's wait covers its own part of the product, and any warp may copy
-        into rows another warp's part reads.
-        """
-        s_r = warpgroup_mma_wait(behind, deps=(s_r,))
-        if ABLATE != 5:
-            cta_barrier()
-        if more and ABLATE != 4:
-            _gather(kv_ptr, kv_s0, slots, skv, kv_b, 512, DB, cp)
-        async_copy.commit_group()
-        return s_r
 
     if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
 
@@ -673,9 +615,9 @@ if HAVE_GLUON:
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
-    if cfg.pipe and cfg.stages != 3:
-        raise ValueError(f"Sm90Config(pipe=True) pipelines three stages (one rope buffer at 512+64); "
-                         f"got stages={cfg.stages}")
+    if cfg.pipe and (cfg.stages != 3 or int(args.q.shape[2]) != LANES_A):
+        raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
+                         f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
             "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4}
 
