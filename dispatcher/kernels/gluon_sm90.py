@@ -25,7 +25,8 @@ D = 512 (4.89 against 6.62 at 512+0); ``ws_module`` picks (S4, S5). The split-K 
 partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
 and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8). At
 D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pipe``: tile t - 1's
-P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``).
+P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``). At
+512+64 a pipelined kernel with one rope buffer was correct but 1 µs slower at 16 rows (S17).
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -141,7 +142,9 @@ if HAVE_GLUON:
         """The row's length in positions, as ``triton_prefill.row_bounds``: topk_length, else the count of indices >= 0.
 
         Only the softmax needs it: the kernels split and gather by the row's width, so this runs
-        while the first gathers are in flight instead of before them.
+        while the first gathers are in flight instead of before them. ``_attend`` issues the same loads
+        (``_row_len_start``) and reduces them (``_row_len_finish``) apart; written as those two, this
+        one compiled differently in the warp-specialised kernels (a 16-byte spill at 512+64).
         """
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         n = seg
@@ -258,7 +261,10 @@ if HAVE_GLUON:
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
-        but masked out of the softmax.
+        but masked out of the softmax. The prologue asks for the first tile's slot numbers before
+        anything else, and the length's loads go out with the first gathers but are reduced only
+        under tile 0's scores, so the loop's set-up runs while they are in flight (S17: 0.3-0.45 µs
+        off the 16-row decode at 512+64).
 
         STAGES tiles of the 512 lanes are resident: while one is computed, STAGES - 1 gathers are in
         flight. The DB rope lanes have a buffer per stage, or with ROPE1 a single one, refilled for
@@ -285,14 +291,8 @@ if HAVE_GLUON:
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
         # The first tile's slot numbers head the chain every tile waits on (their load, then the gather,
-        # then the products): they are asked for before anything else is issued. The row's length is
-        # loaded in the prologue but reduced only once tile 0's scores are issued, so that the loop's
-        # set-up runs while the loads are in flight, not after them. ABLATE 3 (timing experiments only)
-        # keeps the prologue as it was before session 17: the slot numbers after q's copies, the
-        # length reduced before the loop.
-        EARLY: gl.constexpr = ABLATE != 3
-        if EARLY:
-            sl0 = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
+        # then the products): they are asked for before anything else is issued (S17).
+        sl0 = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
         # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ), copied by
         # cp.async ahead of the first gathers, in their commit group: a plain load is scheduled after
         # the gathers' issue and queues behind every program's gathers (S5-1: 17% of the decode's time
@@ -307,7 +307,7 @@ if HAVE_GLUON:
         if (has_len != 0) | (ragged != 0):  # no count will load the row's slot numbers: this split's into L1
             _prefetch_span(idx_ptr, base, idx_s1, lo, hi)
         for i in gl.static_range(AHEAD):  # prologue: the first tiles in flight, one commit group each
-            if EARLY and i == 0:
+            if i == 0:
                 sl = sl0
             else:
                 sl = _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp)
@@ -318,18 +318,13 @@ if HAVE_GLUON:
             async_copy.commit_group()
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
-        if EARLY:
-            given, first = _row_len_start(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
-            lim = hi  # until the length is known, in tile 0
-        else:
-            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
-            lim = gl.minimum(hi, n)  # positions [lim, hi) are past the row's length
-            ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
-            _stamp(trace_ptr, 2, TRACE)  # the row's length known
+        # The row's length is loaded here but reduced only once tile 0's scores are issued: reduced here,
+        # the warps waited for it and only then ran the loop's set-up, about 0.3 µs after tile 0 had
+        # landed (S17). Positions [lim, hi) are past the row's length.
+        given, first = _row_len_start(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+        lim = hi  # until the length is known, in tile 0
         for t in range(n_tiles):
             stage = t % STAGES
-            if not EARLY:
-                ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)  # used next iteration
             async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
@@ -355,12 +350,12 @@ if HAVE_GLUON:
                                        s0, use_acc=False, is_async=True)
                 if DB > 0:
                     s = warpgroup_mma(kv_b.index(t % RB), qb_smem.permute((1, 0)), s, is_async=True)
-            if EARLY:  # under tile t's scores: the row's length (tile 0), which positions count
-                if t == 0:
-                    lim = gl.minimum(hi, _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len,
-                                                         CNT_BLOCK))
-                    _stamp(trace_ptr, 2, TRACE)  # the row's length known
-                ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
+            # under tile t's scores: the row's length (tile 0), which of the tile's positions count
+            if t == 0:
+                lim = gl.minimum(hi, _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len,
+                                                     CNT_BLOCK))
+                _stamp(trace_ptr, 2, TRACE)  # the row's length known
+            ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
             if ABLATE != 2:
                 if CHAINS == 1:
                     s = warpgroup_mma_wait(0, deps=(s,))
@@ -387,8 +382,6 @@ if HAVE_GLUON:
                 o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's products done
-            if not EARLY:
-                ok = ok_next
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
 
@@ -403,17 +396,15 @@ if HAVE_GLUON:
     @gluon.jit
     def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                      q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
-                     ABLATE: gl.constexpr = 0, trace_ptr=None, TRACE: gl.constexpr = False):
+                     trace_ptr=None, TRACE: gl.constexpr = False):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
         Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
         one tile ahead as in ``_attend``). Per tile: the scores are issued, then the previous tile's
         P·V; the scores' wait leaves P·V running under the exponentials; then P·V's wait, Oᵀ's
         rescale and P's store into the other of two P buffers. Three stages fit in shared memory
-        only at D = 512 (512+0, 448+64), not with a separate rope block (512+64). The prologue is
-        ``_attend``'s: the row's length is reduced under tile 0's scores (ABLATE 3: before them).
+        only at D = 512 (512+0, 448+64), not with a separate rope block (512+64).
         """
-        EARLY: gl.constexpr = ABLATE != 3
         gl.static_assert(DB == 0, "three stages of 576 lanes do not fit in shared memory")
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
@@ -434,35 +425,26 @@ if HAVE_GLUON:
         async_copy.commit_group()
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
-        if EARLY:
-            given, first = _row_len_start(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
-        else:
-            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
-            lim = gl.minimum(hi, n)
-            ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
-            _stamp(trace_ptr, 2, TRACE)  # the row's length known
-            ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
+        n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
+        lim = gl.minimum(hi, n)
+        ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
+        _stamp(trace_ptr, 2, TRACE)  # the row's length known
         # Tile 0: its scores and softmax, nothing before it to overlap.
+        ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
         async_copy.wait_group(0)
         fence_async_shared()
         cta_barrier()
         _stamp(trace_ptr, 3, TRACE)  # tile 0 landed
         slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, 0, n_tiles, cp)
         s = warpgroup_mma(kv_a.index(0), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
-        if EARLY:  # under tile 0's scores
-            lim = gl.minimum(hi, _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len, CNT_BLOCK))
-            _stamp(trace_ptr, 2, TRACE)  # the row's length known
-            ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
         s = warpgroup_mma_wait(0, deps=(s,))
         m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
         p_smem.index(0).store(p.to(dt))
         fence_async_shared()
         _stamp(trace_ptr, 4, TRACE)  # tile 0's scores and softmax done
-        if not EARLY:
-            ok = ok_next
+        ok = ok_next
         for t in range(1, n_tiles):
-            if not EARLY:
-                ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)
+            ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)
             async_copy.wait_group(0)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # tile t landed everywhere; P(t - 1) written; tile t - 2's P·V done in every warp
@@ -471,8 +453,6 @@ if HAVE_GLUON:
             s = warpgroup_mma(kv_a.index(t % 3), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             # tile t - 1's P·V, queued behind the scores: it runs under this tile's softmax
             o = warpgroup_mma(kv_a.index((t + 2) % 3).permute((1, 0)), p_smem.index((t + 1) % 2), o, is_async=True)
-            if EARLY:
-                ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
             s = warpgroup_mma_wait(1, deps=(s,))
             m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
             o = warpgroup_mma_wait(0, deps=(o,))
@@ -480,8 +460,7 @@ if HAVE_GLUON:
             p_smem.index(t % 2).store(p.to(dt))
             fence_async_shared()
             _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's scores and softmax done
-            if not EARLY:
-                ok = ok_next
+            ok = ok_next
         cta_barrier()  # the last P written everywhere
         last = n_tiles - 1
         o = warpgroup_mma(kv_a.index(last % 3).permute((1, 0)), p_smem.index(last % 2), o, is_async=True)
@@ -559,7 +538,7 @@ if HAVE_GLUON:
         base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
-                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB, ABLATE)
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
@@ -596,7 +575,7 @@ if HAVE_GLUON:
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                                    q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   ABLATE, trace_ptr, TRACE)
+                                   trace_ptr, TRACE)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,

@@ -14,7 +14,7 @@ first copies, softmax warpgroup 0 the item's q, and P·V each tile's P arriving 
 done.
 
 Usage (device machine, repository root):
-    python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30] [--ws | --config 3,0,0,1,1]
+    python3 scripts/gpu/decode_trace.py [--rows 16 2] [--calls 30] [--ws | --config 2,0,0,1,0]
 """
 
 from __future__ import annotations
@@ -44,8 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import rel_err, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
-PHASES = [("start -> copies issued", 0, 1), ("copies issued -> length known", 1, 2),
-          ("length known -> tile 0 landed", 2, 3)]
+# Since session 17 the row's length is reduced under tile 0's scores, after tile 0 has landed (before
+# that, stamp 2 came before stamp 3; the old traces' phases were "copies issued -> length known ->
+# tile 0 landed").
+PHASES = [("start -> copies issued", 0, 1), ("copies issued -> tile 0 landed", 1, 3),
+          ("tile 0 landed -> length known", 3, 2)]
 WS_PHASES = [("start -> loader partition starts", 0, 19), ("start -> softmax warpgroup 0 starts", 0, 21),
              ("loader starts -> its first copies issued", 19, 1), ("start -> loader's first copies issued", 0, 1),
              ("first copies issued -> q ready", 1, 2), ("q ready -> tile 0's P ready", 2, 3)]
@@ -74,8 +77,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--ws", action="store_true", help="the warp-specialised kernel's partials")
     ap.add_argument("--config", type=lambda v: gluon_sm90.Sm90Config(*[int(x) for x in v.split(",")]),
-                    default=gluon_sm90.DECODE_SM90, help="the partial kernel's Sm90Config fields, e.g. 3,0,0,1,1 "
-                    "(the pipelined one: each tile's stamp 4 + 2t once its scores and softmax are done)")
+                    default=gluon_sm90.DECODE_SM90, help="the partial kernel's Sm90Config fields (512+64: two "
+                    "stages), e.g. 2,0,1,1,0 for ABLATE 1")
     ap.add_argument("--with-len", action="store_true",
                     help="topk_length given (every row full): no count in the kernel")
     opt = ap.parse_args()
