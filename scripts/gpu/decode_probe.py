@@ -37,7 +37,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, rel_err, save_results, warm_clocks  # noqa: E402
+from kernel_lab import answers_of, lab_output, rel_err, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 REAL = (0, 3, 5, 7)  # the ablate values whose answers are meant to be right (gluon_sm90._attend, _attend_pipe)
@@ -96,12 +96,7 @@ def main() -> None:
                 sets = [s._replace(index=s.index._replace(topk_length=full)) for s in sets]
             ref = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=DEV))
             torch_ref(ref)
-            answers = {}
-            for name, fn in variants.items():
-                sets[0].output.fill_(float("nan"))
-                fn(sets[0])
-                torch.cuda.synchronize()
-                answers[name] = sets[0].output.clone()
+            answers = answers_of(variants, sets[0])
             for name, got in answers.items():
                 same = bool(torch.equal(answers["default"], got))
                 err = rel_err(got, ref.output)

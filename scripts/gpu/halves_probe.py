@@ -41,7 +41,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+from kernel_lab import answers_of, lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 VARIANTS = {
@@ -58,13 +58,9 @@ VARIANTS = {
 def probe(lay: Layout, rows: int, repeats: int, rounds: int, log, names: list[str]) -> list[dict]:
     """One layout and row count: each variant's answer against the default's, then ``rounds`` of timings."""
     sets = make_sets(rows, 2048, 16, lay, default_kv_len(rows, 2048), dtype=torch.bfloat16, device=DEV)
-    answers, rec = {}, []
+    rec = []
     variants = {name: VARIANTS[name] for name in ["default"] + [n for n in names if n != "default"]}
-    for name, fn in variants.items():
-        sets[0].output.fill_(float("nan"))
-        fn(sets[0])
-        torch.cuda.synchronize()
-        answers[name] = sets[0].output.clone()
+    answers = answers_of(variants, sets[0])
     for name, got in answers.items():
         same = bool(torch.equal(got, answers["default"]))
         diff = float((got.float() - answers["default"].float()).abs().max())

@@ -112,6 +112,17 @@ def warm_clocks(dev: torch.device, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
+def answers_of(variants: dict, args) -> dict[str, torch.Tensor]:
+    """Each launcher's output for the same call (the output NaN-filled before each), by name: for side-by-side labs."""
+    answers = {}
+    for name, fn in variants.items():
+        args.output.fill_(float("nan"))
+        fn(args)
+        torch.cuda.synchronize()
+        answers[name] = args.output.clone()
+    return answers
+
+
 def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     d = (got.float() - ref.float()).norm()
     return float(d / ref.float().norm().clamp_min(1e-30))
