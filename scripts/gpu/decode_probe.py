@@ -1,20 +1,19 @@
-"""One partial-kernel config for the split-K decode, checked and timed beside the default (session 17).
+"""Partial-kernel configs for the split-K decode, checked and timed beside the default (session 17).
 
-``--trial`` (repeatable) names a ``gluon_sm90.Sm90Config`` (its fields in order, as ``sm90_lab.py
---check-decode`` takes them: stages, rope1, ablate, chains, pipe). The default trial is session 17's
-pipelined decode at 512+64, ``3,0,0,1,1``: three 512-lane stages and one rope buffer
-(``_attend_pipe``); ``3,0,A,1,1`` runs its ABLATE variant A.
+``--trial`` (repeatable, at least one) names a ``gluon_sm90.Sm90Config`` (its fields in order, as
+``sm90_lab.py --check-decode`` takes them: stages, rope1, ablate, chains, pipe): ``2,0,1,1,0`` is the
+2-stage kernel with ABLATE 1, ``3,0,0,1,1`` the pipelined one (D = 512 layouts only).
 
 1. Every decode correctness case (bf16 and fp16, ``dispatcher/sweep/correctness.py``) through each
-   trial meant to be right (ablate 0, 3, 5 or 7) at the layouts in ``--layouts`` (the default kernel
+   trial meant to be right (ablate 0) at the layouts in ``--layouts`` (the default kernel
    takes the other layouts' cases).
 2. At each layout and row count (bf16, H = 16, top-k 2048): each variant's error against the torch
    reference, and whether its answer is bit-identical to the default's.
 3. Timing in alternating rounds, the default then each trial, by kernel time (``KernelTimer``:
    CUPTI, first kernel start to last kernel end) beside the event pair of the same calls.
 
-    python3 scripts/gpu/decode_probe.py [--trial 3,0,0,1,1 ...] [--layouts 512+64] [--rows 2,16] [--rounds 3]
-                                        [--with-len]
+    python3 scripts/gpu/decode_probe.py --trial 2,0,1,1,0 [--trial ...] [--layouts 512+64] [--rows 2,16]
+                                        [--rounds 3] [--with-len]
 
 Writes $OUT/decode_probe.json.
 """
@@ -40,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import answers_of, lab_output, rel_err, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
-REAL = (0, 3, 5, 7)  # the ablate values whose answers are meant to be right (gluon_sm90._attend, _attend_pipe)
+REAL = (0,)  # the ablate values whose answers are meant to be right (1, 2: gluon_sm90._attend's ablations)
 
 
 def layout(spec: str) -> Layout:
@@ -50,8 +49,8 @@ def layout(spec: str) -> Layout:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trial", action="append", help="Sm90Config fields: stages,rope1,ablate,chains,pipe "
-                    "(repeatable; default 3,0,0,1,1)")
+    ap.add_argument("--trial", action="append", required=True,
+                    help="Sm90Config fields: stages,rope1,ablate,chains,pipe (repeatable)")
     ap.add_argument("--layouts", default="512+64", help="comma-separated, e.g. 512+64,448+64")
     ap.add_argument("--rows", default="2,16")
     ap.add_argument("--rounds", type=int, default=3)
@@ -59,7 +58,7 @@ def main() -> None:
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--with-len", action="store_true", help="time with topk_length given (every row full)")
     opt = ap.parse_args()
-    trials = [Sm90Config(*[int(x) for x in spec.split(",")]) for spec in opt.trial or ["3,0,0,1,1"]]
+    trials = [Sm90Config(*[int(x) for x in spec.split(",")]) for spec in opt.trial]
     layouts = [layout(s) for s in opt.layouts.split(",")]
     dims = {lay.head_dim for lay in layouts}
     out, log = lab_output()
