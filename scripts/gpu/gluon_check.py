@@ -4,7 +4,7 @@ Prints shared memory, registers, spills, the wgmma count in the SASS (HGMMA) and
 instruction mix, as compile_check.py does for the Triton kernels. Run it under the Triton the
 device machine has (3.6 there): Gluon's API moves between versions, so a check under another
 Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE[,ABLATE]] ... | ws]
-(DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
+(DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE, ABLATE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
 stages handed over in halves; default: a few of each)
 """
