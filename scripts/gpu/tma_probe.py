@@ -19,15 +19,21 @@ program per multiprocessor unless ``--grid`` says otherwise, in one of these way
 - ``cp512``: the prefill's way, 16-byte cp.async copies by a 4-warp loader (gluon_sm90._gather);
 - ``cp576``: the same with the 64 rope lanes too, into a buffer of their own;
 - ``hybrid``: cp.async for the 512 lanes and a 1-warp TMA loader for the rope lanes;
-- ``tma1``, ``tma2``, ``tma4``: one-row TMA copies, 8 a row, from 1, 2 or 4 one-warp loaders.
+- ``tma1``, ``tma2``, ``tma4``: one-row TMA copies, 8 a row, from 1, 2 or 4 one-warp loaders;
+- ``row512``, ``row512x4`` (session 18): one TMA copy of a row's 512 lanes (1,024 bytes, a [1, 8, 64]
+  box of the pool seen as [slots, 9, 64]), from 1 or 4 one-warp loaders, landing row after row
+  (``_rows_kernel``); ``row576``, ``row576x4``: and a second copy for its 64 rope lanes;
+  ``row576sw``: ``row576`` with the 128-byte swizzle encoded.
 A 4-warp consumer takes each stage back. Unless ``--no-check``, it first reads the tiles of
-``cp512``, ``hybrid``, ``tma1`` and ``tma4`` back through the wgmma layout and compares them with
-torch's gather (rows -1 or past the pool: zeros). Then it times each mode without the read-back:
+``cp512``, ``hybrid``, ``tma1`` and ``tma4`` back through the wgmma layout (those of ``row512``,
+``row576`` and ``row576x4`` row after row) and compares them with torch's gather (rows -1 or past
+the pool: zeros). Then it times each mode without the read-back:
 bytes gathered per second, side by side in one run. On an H200 (S14-2, S14-3): every row right;
-cp.async 8.5-8.9 TB/s, the hybrid no faster, TMA 1.3-2.0 TB/s.
+cp.async 8.5-8.9 TB/s, the hybrid no faster, TMA 1.3-2.0 TB/s. Whole-row boxes (S18-1) are
+right too, and faster than one-row boxes, but not than cp.async: 2.8-4.1 TB/s against 8.1-8.5.
 
 Usage (device machine, repository root):
-    python3 scripts/gpu/tma_probe.py [--tiles-per-sm N] [--grid G] [--modes cp512,cp576,...] [--no-check]
+    python3 scripts/gpu/tma_probe.py [--tiles-per-sm N] [--grid G] [--modes cp512,cp576,row576,...] [--no-check]
 Writes $OUT/tma_probe_G.json (G: the programs).
 """
 
@@ -51,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)  # one row of 64 16-bit lanes
+WHOLE_ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3)  # one row: [1, 9 or 8, 64]
 CU_TENSOR_MAP_SWIZZLE_128B = 3
 STAGES = 3
 
@@ -131,8 +138,93 @@ def _cp_load(kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, with_
         g += 1
 
 
+@gluon.jit
+def _tma_rows(desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, part, parts, ROPE: gl.constexpr):
+    """One warp: per tile, rows part, part + parts, ...: one TMA copy a row's 512 lanes (with ROPE, one more its rope lanes).
+
+    The 512 lanes land row after row, each row's 1,024 bytes contiguous: not a layout wgmma reads from
+    shared memory, but ldmatrix can (its rows' addresses are free). The rope lanes land in line r of
+    their own buffer. (One box of all 576 lanes would be [1, 9, 64]; Triton takes only powers of 2.)
+    """
+    g = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        st = g % 3
+        mbarrier.wait(empty.index(st), ((g // 3) & 1) ^ 1)
+        _expect(ready.index(st), part, 64 * (576 if ROPE else 512) * 2)
+        lines = rows.index(st)._reinterpret(rows.dtype, [64, 1, 8, 64], desc.layout)
+        rlines = rope.index(st)._reinterpret(rope.dtype, [64, 1, 64], rope_desc.layout)
+        for r in range(part, 64, parts):
+            slot = gl.load(idx_ptr + t.to(gl.int64) * 64 + r)  # -1 or past the pool: outside the map, zeros
+            tma.async_copy_global_to_shared(desc, [slot, 0, 0], ready.index(st), lines.index(r))
+            if ROPE:
+                tma.async_copy_global_to_shared(rope_desc, [slot, 512], ready.index(st), rlines.index(r))
+        g += 1
+
+
+@gluon.jit
+def _consume_rows(rows, rope, ready, empty, out_ptr, n_tiles, readback, ROPE: gl.constexpr):
+    """``_consume`` for whole-row tiles: with ``readback``, out[t] gets the tile as [64 rows, 576 or 512 lanes]."""
+    lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    W: gl.constexpr = 576 if ROPE else 512
+    cols = gl.arange(0, 64, gl.SliceLayout(0, lay))
+    r64 = gl.arange(0, 64, gl.SliceLayout(1, lay))
+    g = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        st = g % 3
+        mbarrier.wait(ready.index(st), (g // 3) & 1)
+        if readback != 0:
+            base = out_ptr + t.to(gl.int64) * 64 * W
+            for h in gl.static_range(8):  # lines h * 64 .. h * 64 + 63 of the 512 (line: row l // 8, block l % 8)
+                v = rows.index(st)._reinterpret(rows.dtype, [512, 64], plain).slice(h * 64, 64).load(lay)
+                ln = h * 64 + r64
+                gl.store(base + (ln // 8)[:, None] * W + (ln % 8)[:, None] * 64 + cols[None, :], v)
+            if ROPE:
+                v = rope.index(st)._reinterpret(rope.dtype, [64, 64], plain).load(lay)
+                gl.store(base + r64[:, None] * W + 512 + cols[None, :], v)
+        mbarrier.arrive(empty.index(st))
+        g += 1
+
+
 # What gathers each tile: (MODE, arrivals a stage: one cp.async arrival per loader thread, one expect per TMA warp)
-MODES = {"cp512": (0, 128), "cp576": (1, 128), "hybrid": (2, 129), "tma1": (3, 1), "tma2": (4, 2), "tma4": (5, 4)}
+MODES = {"cp512": (0, 128), "cp576": (1, 128), "hybrid": (2, 129), "tma1": (3, 1), "tma2": (4, 2), "tma4": (5, 4),
+         # one TMA copy a whole row (session 18): 576 or 512 lanes, from 1 or 4 one-warp loaders; "sw": 128-byte swizzle
+         "row576": (6, 1), "row576x4": (7, 4), "row576sw": (10, 1), "row512": (8, 1), "row512x4": (9, 4)}
+ROW_MODES = {"row576": 9, "row576x4": 9, "row576sw": 9, "row512": 8, "row512x4": 8}  # 64-lane blocks gathered a row
+
+
+@gluon.jit(do_not_specialize=["readback", "n_tiles"])
+def _rows_kernel(desc, rope_desc, idx_ptr, out_ptr, n_tiles, readback, MODE: gl.constexpr,
+                 ARRIVALS: gl.constexpr, ROPE: gl.constexpr):
+    """The whole-row modes: three stages of 64 rows x 512 lanes, row after row, and 64 rope lanes a row."""
+    dt: gl.constexpr = gl.bfloat16
+    bar_l: gl.constexpr = mbarrier.MBarrierLayout()
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    rows = gl.allocate_shared_memory(dt, [3, 512, 64], plain)
+    rope = gl.allocate_shared_memory(dt, [3, 64, 64], plain)
+    ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+    empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+    for i in gl.static_range(3):
+        mbarrier.init(ready.index(i), count=ARRIVALS)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+    zero = gl.program_id(0) * 0
+    if ARRIVALS == 1:
+        gl.warp_specialize([(_consume_rows, (rows, rope, ready, empty, out_ptr, n_tiles, readback, ROPE)),
+                            (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 1,
+                                         ROPE))],
+                           [1], [48])
+    else:
+        gl.warp_specialize([(_consume_rows, (rows, rope, ready, empty, out_ptr, n_tiles, readback, ROPE)),
+                            (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 4,
+                                         ROPE)),
+                            (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero + 1,
+                                         zero + 4, ROPE)),
+                            (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero + 2,
+                                         zero + 4, ROPE)),
+                            (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero + 3,
+                                         zero + 4, ROPE))],
+                           [1, 1, 1, 1], [48, 48, 48, 48])
 
 
 @gluon.jit(do_not_specialize=["readback", "n_tiles"])
@@ -185,16 +277,26 @@ def row_desc(kv: torch.Tensor) -> TensorDescriptor:
     return TensorDescriptor(kv, list(kv.shape), [kv.stride(0), 1], [1, 64], ROW_BOX)
 
 
+def whole_row_desc(kv: torch.Tensor) -> TensorDescriptor:
+    """The kv pool [slots, 576] as a tensor map [slots, 9, 64] whose box is one row's first 512 lanes."""
+    assert kv.stride(1) == 1 and kv.shape[1] == 576 and kv.stride(0) % 64 == 0
+    return TensorDescriptor(kv, [kv.shape[0], 9, 64], [kv.stride(0), 64, 1], [1, 8, 64], WHOLE_ROW_BOX)
+
+
 def launcher(kv: torch.Tensor, idx: torch.Tensor, out: torch.Tensor, mode: str, grid: int):
-    desc = row_desc(kv)
-    args = (desc, kv, kv.stride(0), idx, out, kv.shape[0], idx.shape[0])
-    consts = dict(MODE=MODES[mode][0], ARRIVALS=MODES[mode][1], num_warps=4)
-    compiled = _probe_kernel.warmup(*args, 1, grid=(grid,), **consts)
-    if compiled.module is None:
+    blocks = ROW_MODES.get(mode)
+    if blocks:
+        kernel, args = _rows_kernel, (whole_row_desc(kv), row_desc(kv), idx, out, idx.shape[0])
+        consts = dict(MODE=MODES[mode][0], ARRIVALS=MODES[mode][1], ROPE=blocks == 9, num_warps=4)
+    else:
+        kernel, args = _probe_kernel, (row_desc(kv), kv, kv.stride(0), idx, out, kv.shape[0], idx.shape[0])
+        consts = dict(MODE=MODES[mode][0], ARRIVALS=MODES[mode][1], num_warps=4)
+    compiled = kernel.warmup(*args, 1, grid=(grid,), **consts)
+    if compiled.module is None and (not blocks or mode.endswith("sw")):
         swizzle_rows(compiled)
 
     def run(readback: int) -> None:
-        _probe_kernel[(grid,)](*args, readback, **consts)
+        kernel[(grid,)](*args, readback, **consts)
 
     return run
 
@@ -219,11 +321,12 @@ def main() -> None:
     idx = torch.randint(0, args.skv, (n_chk, 64), device=dev, dtype=torch.int32)
     idx[:, 5] = -1
     idx[:, 9] = args.skv + 3
-    ref = kv[:, :512][idx.clamp(0, args.skv - 1).long()]
-    ref[(idx < 0) | (idx >= args.skv)] = 0
     checks = {}
-    for name in () if args.no_check else ("cp512", "hybrid", "tma1", "tma4"):
-        got = torch.full((n_chk, 64, 512), float("nan"), device=dev, dtype=torch.bfloat16)
+    for name in () if args.no_check else ("cp512", "hybrid", "tma1", "tma4", "row576", "row576x4", "row512"):
+        lanes = 64 * ROW_MODES.get(name, 8)
+        ref = kv[:, :lanes][idx.clamp(0, args.skv - 1).long()]
+        ref[(idx < 0) | (idx >= args.skv)] = 0
+        got = torch.full((n_chk, 64, lanes), float("nan"), device=dev, dtype=torch.bfloat16)
         try:
             launcher(kv, idx, got, name, sms)(1)
             torch.cuda.synchronize()
@@ -236,7 +339,7 @@ def main() -> None:
                 where = [int(i) for i in (g != w).nonzero().flatten()[:16].tolist()]
                 # where does the wrong row's first 8-lane chunk sit in the reference row?
                 chunk = g[:8]
-                found = [(int(j)) for j in range(64) if torch.equal(chunk, w[8 * j:8 * j + 8])]
+                found = [(int(j)) for j in range(lanes // 8) if torch.equal(chunk, w[8 * j:8 * j + 8])]
                 checks[name].update({"lanes_wrong": where, "chunk0_found_at": found})
         except Exception as e:  # noqa: BLE001 - a probe: report and go on
             checks[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
@@ -263,7 +366,7 @@ def main() -> None:
     for name, ts in times.items():
         ts.sort()
         med = ts[len(ts) // 2]
-        gathered = n_tiles * 64 * (576 if name in ("cp576", "hybrid") else 512) * 2
+        gathered = n_tiles * 64 * (576 if name in ("cp576", "hybrid") else 64 * ROW_MODES.get(name, 8)) * 2
         res[name] = {"median_us": med, "min_us": ts[0], "max_us": ts[-1], "tb_per_s": gathered / med / 1e6,
                      "us_per_tile_per_sm": med / args.tiles_per_sm}
         log(f"{name}: {med:9.1f} us median ({ts[0]:.1f}-{ts[-1]:.1f}), {gathered / med / 1e6:.2f} TB/s, "

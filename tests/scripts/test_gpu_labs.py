@@ -63,6 +63,21 @@ def test_tma_probe_patches_the_swizzle_before_the_first_launch_only(labs):
 
 
 @needs_gluon
+def test_tma_probe_whole_row_boxes_cover_a_row_and_compile_apart(labs):
+    import tma_probe
+
+    kv = torch.zeros(100, 576, dtype=torch.bfloat16)
+    desc = tma_probe.whole_row_desc(kv)  # the pool as [slots, 9, 64]; a box: one row's 512 lanes
+    assert list(desc.shape) == [100, 9, 64] and list(desc.strides) == [576, 64, 1]
+    assert list(desc.block_shape) == [1, 8, 64] and desc.layout.swizzle_byte_width == 0
+    with pytest.raises(AssertionError):
+        tma_probe.whole_row_desc(torch.zeros(100, 512, dtype=torch.bfloat16))  # no rope lanes: not this pool
+    assert set(tma_probe.ROW_MODES) <= set(tma_probe.MODES)
+    # every mode its own MODE constant, so its own compiled kernel: the swizzle patch reaches only "row576sw"
+    assert len({m for m, _ in tma_probe.MODES.values()}) == len(tma_probe.MODES)
+    assert {n for n, b in tma_probe.ROW_MODES.items() if b == 9} == {"row576", "row576x4", "row576sw"}
+
+@needs_gluon
 def test_ablate_probe_sets_only_flags_the_kernel_reads(labs):
     import ablate_probe
     from dispatcher.kernels import gluon_sm90_ws
