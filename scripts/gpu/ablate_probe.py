@@ -18,7 +18,9 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
 - 11: (S14-7, commit 8c87fb1, since reverted: the kernel without its lazy rescaling, the kernel of session 13;
   lazy rescaling was 4.3% slower);
 - 12: (S14-12, commit fd1e43c: P·V as the default partition, both softmax warpgroups workers; 1.9% faster at
-  512+64, 3.0% at 512+0, bit-identical: the kernel's layout since).
+  512+64, 3.0% at 512+0, bit-identical: the kernel's layout since);
+- 13: no P·V products (gathers, scores, softmax, hand-overs): a bound for any faster P·V;
+- 14: no scores' products (gathers, P·V, softmax over zero scores, hand-overs): a bound for any faster scores.
 
 At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
 (``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
@@ -49,10 +51,11 @@ from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
 NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only",
-         7: "no rescale", 8: "no m chain", 9: "no rescale, no m chain"}
+         7: "no rescale", 8: "no m chain", 9: "no rescale, no m chain", 13: "no P·V products",
+         14: "no scores' products"}
 LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER", "NO_SCORES", "NO_PV"),
             4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES"), 7: ("NO_RESCALE",),
-            8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN")}
+            8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",)}
 
 
 def main() -> None:
