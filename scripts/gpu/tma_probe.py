@@ -70,20 +70,60 @@ def swizzle_rows(compiled) -> None:
 
 
 @gluon.jit
-def _consume(kv, ready, empty, out_ptr, n_tiles, readback):
-    """Take each stage back once gathered; with ``readback`` (nonzero), write the tile to out[t] first."""
+def _consume(kv, rope, ready, empty, out_ptr, n_tiles, readback, ROWS: gl.constexpr = 0):
+    """Take each stage back once gathered; with ``readback`` (nonzero), write the tile to out[t] first.
+
+    ROWS 0: the stage in the wgmma layout, out[t] [64 rows, 512 lanes]; 8 or 9: a whole-row stage
+    (``_tma_rows``, with 9 its rope lanes too), out[t] [64 rows, ROWS x 64 lanes].
+    """
     lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    rows = gl.arange(0, 64, gl.SliceLayout(1, lay))
-    cols = gl.arange(0, 512, gl.SliceLayout(0, lay))
+    W: gl.constexpr = 512 if ROWS == 0 else ROWS * 64
     g = 0
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         st = g % 3
         mbarrier.wait(ready.index(st), (g // 3) & 1)
         if readback != 0:
-            v = kv.index(st).load(lay)
-            gl.store(out_ptr + t.to(gl.int64) * 64 * 512 + rows[:, None] * 512 + cols[None, :], v)
+            if ROWS == 0:
+                _read_back(kv.index(st), out_ptr + t.to(gl.int64) * 64 * W, lay)
+            else:
+                _read_back_rows(kv.index(st), rope.index(st), out_ptr + t.to(gl.int64) * 64 * W, ROWS, lay)
         mbarrier.arrive(empty.index(st))
         g += 1
+
+
+@gluon.jit
+def _read_back(stage, base, lay: gl.constexpr):
+    rows = gl.arange(0, 64, gl.SliceLayout(1, lay))
+    cols = gl.arange(0, 512, gl.SliceLayout(0, lay))
+    gl.store(base + rows[:, None] * 512 + cols[None, :], stage.load(lay))
+
+
+@gluon.jit
+def _read_back_rows(stage, rope, base, ROWS: gl.constexpr, lay: gl.constexpr):
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    W: gl.constexpr = ROWS * 64
+    cols = gl.arange(0, 64, gl.SliceLayout(0, lay))
+    r64 = gl.arange(0, 64, gl.SliceLayout(1, lay))
+    for h in gl.static_range(8):  # lines h * 64 .. h * 64 + 63 of the 512 (line l: row l // 8, block l % 8)
+        v = stage._reinterpret(stage.dtype, [512, 64], plain).slice(h * 64, 64).load(lay)
+        ln = h * 64 + r64
+        gl.store(base + (ln // 8)[:, None] * W + (ln % 8)[:, None] * 64 + cols[None, :], v)
+    if ROWS == 9:
+        v = rope._reinterpret(rope.dtype, [64, 64], plain).load(lay)
+        gl.store(base + r64[:, None] * W + 512 + cols[None, :], v)
+
+
+@gluon.jit
+def _ring(ARRIVALS: gl.constexpr):
+    """The ring's barriers, initialised: (ready: ARRIVALS arrivals a stage, empty: one)."""
+    bar_l: gl.constexpr = mbarrier.MBarrierLayout()
+    ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+    empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
+    for i in gl.static_range(3):
+        mbarrier.init(ready.index(i), count=ARRIVALS)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+    return ready, empty
 
 
 @gluon.jit
@@ -161,31 +201,6 @@ def _tma_rows(desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, part,
         g += 1
 
 
-@gluon.jit
-def _consume_rows(rows, rope, ready, empty, out_ptr, n_tiles, readback, ROPE: gl.constexpr):
-    """``_consume`` for whole-row tiles: with ``readback``, out[t] gets the tile as [64 rows, 576 or 512 lanes]."""
-    lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    W: gl.constexpr = 576 if ROPE else 512
-    cols = gl.arange(0, 64, gl.SliceLayout(0, lay))
-    r64 = gl.arange(0, 64, gl.SliceLayout(1, lay))
-    g = 0
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        st = g % 3
-        mbarrier.wait(ready.index(st), (g // 3) & 1)
-        if readback != 0:
-            base = out_ptr + t.to(gl.int64) * 64 * W
-            for h in gl.static_range(8):  # lines h * 64 .. h * 64 + 63 of the 512 (line: row l // 8, block l % 8)
-                v = rows.index(st)._reinterpret(rows.dtype, [512, 64], plain).slice(h * 64, 64).load(lay)
-                ln = h * 64 + r64
-                gl.store(base + (ln // 8)[:, None] * W + (ln % 8)[:, None] * 64 + cols[None, :], v)
-            if ROPE:
-                v = rope.index(st)._reinterpret(rope.dtype, [64, 64], plain).load(lay)
-                gl.store(base + r64[:, None] * W + 512 + cols[None, :], v)
-        mbarrier.arrive(empty.index(st))
-        g += 1
-
-
 # What gathers each tile: (MODE, arrivals a stage: one cp.async arrival per loader thread, one expect per TMA warp)
 MODES = {"cp512": (0, 128), "cp576": (1, 128), "hybrid": (2, 129), "tma1": (3, 1), "tma2": (4, 2), "tma4": (5, 4),
          # one TMA copy a whole row (session 18): 576 or 512 lanes, from 1 or 4 one-warp loaders; "sw": 128-byte swizzle
@@ -198,24 +213,19 @@ def _rows_kernel(desc, rope_desc, idx_ptr, out_ptr, n_tiles, readback, MODE: gl.
                  ARRIVALS: gl.constexpr, ROPE: gl.constexpr):
     """The whole-row modes: three stages of 64 rows x 512 lanes, row after row, and 64 rope lanes a row."""
     dt: gl.constexpr = gl.bfloat16
-    bar_l: gl.constexpr = mbarrier.MBarrierLayout()
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     rows = gl.allocate_shared_memory(dt, [3, 512, 64], plain)
     rope = gl.allocate_shared_memory(dt, [3, 64, 64], plain)
-    ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
-    empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
-    for i in gl.static_range(3):
-        mbarrier.init(ready.index(i), count=ARRIVALS)
-        mbarrier.init(empty.index(i), count=1)
-    fence_async_shared()
+    ready, empty = _ring(ARRIVALS)
     zero = gl.program_id(0) * 0
+    R: gl.constexpr = 9 if ROPE else 8
     if ARRIVALS == 1:
-        gl.warp_specialize([(_consume_rows, (rows, rope, ready, empty, out_ptr, n_tiles, readback, ROPE)),
+        gl.warp_specialize([(_consume, (rows, rope, ready, empty, out_ptr, n_tiles, readback, R)),
                             (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 1,
                                          ROPE))],
                            [1], [48])
     else:
-        gl.warp_specialize([(_consume_rows, (rows, rope, ready, empty, out_ptr, n_tiles, readback, ROPE)),
+        gl.warp_specialize([(_consume, (rows, rope, ready, empty, out_ptr, n_tiles, readback, R)),
                             (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 4,
                                          ROPE)),
                             (_tma_rows, (desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, zero + 1,
@@ -231,40 +241,34 @@ def _rows_kernel(desc, rope_desc, idx_ptr, out_ptr, n_tiles, readback, MODE: gl.
 def _probe_kernel(desc, kv_ptr, kv_s0, idx_ptr, out_ptr, skv, n_tiles, readback, MODE: gl.constexpr,
                   ARRIVALS: gl.constexpr):
     dt: gl.constexpr = kv_ptr.dtype.element_ty
-    bar_l: gl.constexpr = mbarrier.MBarrierLayout()
     kv = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
     rope = gl.allocate_shared_memory(dt, [3, 64, 64], gl.NVMMASharedLayout.get_default_for([64, 64], dt))
-    ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
-    empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
-    for i in gl.static_range(3):
-        mbarrier.init(ready.index(i), count=ARRIVALS)
-        mbarrier.init(empty.index(i), count=1)
-    fence_async_shared()
+    ready, empty = _ring(ARRIVALS)
     zero = gl.program_id(0) * 0  # partition arguments must be values
     if MODE == 0:
-        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+        gl.warp_specialize([(_consume, (kv, rope, ready, empty, out_ptr, n_tiles, readback)),
                             (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, zero))],
                            [4], [64])
     elif MODE == 1:
-        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+        gl.warp_specialize([(_consume, (kv, rope, ready, empty, out_ptr, n_tiles, readback)),
                             (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles,
                                               zero + 1))], [4], [64])
     elif MODE == 2:
-        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+        gl.warp_specialize([(_consume, (kv, rope, ready, empty, out_ptr, n_tiles, readback)),
                             (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, zero)),
                             (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 1, zero + 1))],
                            [4, 1], [64, 48])
     elif MODE == 3:
-        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+        gl.warp_specialize([(_consume, (kv, rope, ready, empty, out_ptr, n_tiles, readback)),
                             (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 1,
                                                zero))], [1], [48])
     elif MODE == 4:
-        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+        gl.warp_specialize([(_consume, (kv, rope, ready, empty, out_ptr, n_tiles, readback)),
                             (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 2, zero)),
                             (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero + 1, zero + 2, zero))],
                            [1, 1], [48, 48])
     else:
-        gl.warp_specialize([(_consume, (kv, ready, empty, out_ptr, n_tiles, readback)),
+        gl.warp_specialize([(_consume, (kv, rope, ready, empty, out_ptr, n_tiles, readback)),
                             (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero, zero + 4, zero)),
                             (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero + 1, zero + 4, zero)),
                             (_tma_load, (desc, kv, rope, ready, empty, idx_ptr, n_tiles, zero + 2, zero + 4, zero)),
