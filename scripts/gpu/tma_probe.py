@@ -29,8 +29,8 @@ A 4-warp consumer takes each stage back. Unless ``--no-check``, it first reads t
 ``row576`` and ``row576x4`` row after row) and compares them with torch's gather (rows -1 or past
 the pool: zeros). Then it times each mode without the read-back:
 bytes gathered per second, side by side in one run. On an H200 (S14-2, S14-3): every row right;
-cp.async 8.5-8.9 TB/s, the hybrid no faster, TMA 1.3-2.0 TB/s. Whole-row boxes (S18-1) are
-right too, and faster than one-row boxes, but not than cp.async: 2.8-4.2 TB/s against 8.1-8.6 (S18-3).
+cp.async 8.5-8.9 TB/s, the hybrid no faster, TMA 1.3-2.0 TB/s. Whole-row boxes (S18-1, S18-3) are
+right too, and faster than one-row boxes, but not than cp.async: 2.8-4.2 TB/s against 8.1-8.6.
 
 Usage (device machine, repository root):
     python3 scripts/gpu/tma_probe.py [--tiles-per-sm N] [--grid G] [--modes cp512,cp576,row576,...] [--no-check]
