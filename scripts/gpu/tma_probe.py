@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 
 ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)  # one row of 64 16-bit lanes
-WHOLE_ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3)  # one row: [1, 9 or 8, 64]
+WHOLE_ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3)  # a row's 512 lanes: [1, 8, 64]
 CU_TENSOR_MAP_SWIZZLE_128B = 3
 STAGES = 3
 
@@ -180,7 +180,7 @@ def _cp_load(kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, with_
 
 @gluon.jit
 def _tma_rows(desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, part, parts, ROPE: gl.constexpr):
-    """One warp: per tile, rows part, part + parts, ...: one TMA copy a row's 512 lanes (with ROPE, one more its rope lanes).
+    """One warp: per tile, rows part, part + parts, ...: a TMA copy of each row's 512 lanes (ROPE: and its rope lanes).
 
     The 512 lanes land row after row, each row's 1,024 bytes contiguous: not a layout wgmma reads from
     shared memory, but ldmatrix can (its rows' addresses are free). The rope lanes land in line r of
@@ -203,9 +203,15 @@ def _tma_rows(desc, rope_desc, rows, rope, ready, empty, idx_ptr, n_tiles, part,
 
 # What gathers each tile: (MODE, arrivals a stage: one cp.async arrival per loader thread, one expect per TMA warp)
 MODES = {"cp512": (0, 128), "cp576": (1, 128), "hybrid": (2, 129), "tma1": (3, 1), "tma2": (4, 2), "tma4": (5, 4),
-         # one TMA copy a whole row (session 18): 576 or 512 lanes, from 1 or 4 one-warp loaders; "sw": 128-byte swizzle
+         # session 18: one TMA copy a row's 512 lanes (and for row576* one more its rope lanes), from 1 or 4
+         # one-warp loaders; "sw": the 128-byte swizzle encoded. MODE only keeps each its own compiled kernel.
          "row576": (6, 1), "row576x4": (7, 4), "row576sw": (10, 1), "row512": (8, 1), "row512x4": (9, 4)}
 ROW_MODES = {"row576": 9, "row576x4": 9, "row576sw": 9, "row512": 8, "row512x4": 8}  # 64-lane blocks gathered a row
+
+
+def lanes_of(mode: str) -> int:
+    """The lanes a mode gathers of each row: 576 with the rope lanes, else 512."""
+    return 576 if mode in ("cp576", "hybrid") else 64 * ROW_MODES.get(mode, 8)
 
 
 @gluon.jit(do_not_specialize=["readback", "n_tiles"])
@@ -327,7 +333,7 @@ def main() -> None:
     idx[:, 9] = args.skv + 3
     checks = {}
     for name in () if args.no_check else ("cp512", "hybrid", "tma1", "tma4", "row576", "row576x4", "row512"):
-        lanes = 64 * ROW_MODES.get(name, 8)
+        lanes = lanes_of(name)
         ref = kv[:, :lanes][idx.clamp(0, args.skv - 1).long()]
         ref[(idx < 0) | (idx >= args.skv)] = 0
         got = torch.full((n_chk, 64, lanes), float("nan"), device=dev, dtype=torch.bfloat16)
@@ -370,7 +376,7 @@ def main() -> None:
     for name, ts in times.items():
         ts.sort()
         med = ts[len(ts) // 2]
-        gathered = n_tiles * 64 * (576 if name in ("cp576", "hybrid") else 64 * ROW_MODES.get(name, 8)) * 2
+        gathered = n_tiles * 64 * lanes_of(name) * 2
         res[name] = {"median_us": med, "min_us": ts[0], "max_us": ts[-1], "tb_per_s": gathered / med / 1e6,
                      "us_per_tile_per_sm": med / args.tiles_per_sm}
         log(f"{name}: {med:9.1f} us median ({ts[0]:.1f}-{ts[-1]:.1f}), {gathered / med / 1e6:.2f} TB/s, "

@@ -76,6 +76,9 @@ def test_tma_probe_whole_row_boxes_cover_a_row_and_compile_apart(labs):
     # every mode its own MODE constant, so its own compiled kernel: the swizzle patch reaches only "row576sw"
     assert len({m for m, _ in tma_probe.MODES.values()}) == len(tma_probe.MODES)
     assert {n for n, b in tma_probe.ROW_MODES.items() if b == 9} == {"row576", "row576x4", "row576sw"}
+    modes = ("cp512", "cp576", "hybrid", "row512x4", "row576sw")
+    assert [tma_probe.lanes_of(m) for m in modes] == [512, 576, 576, 512, 576]
+
 
 @needs_gluon
 def test_ablate_probe_sets_only_flags_the_kernel_reads(labs):
