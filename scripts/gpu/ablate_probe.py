@@ -20,13 +20,16 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
 - 12: (S14-12, commit fd1e43c: P·V as the default partition, both softmax warpgroups workers; 1.9% faster at
   512+64, 3.0% at 512+0, bit-identical: the kernel's layout since);
 - 13: no P·V products (gathers, scores, softmax, hand-overs): a bound for any faster P·V;
-- 14: no scores' products (gathers, P·V, softmax over zero scores, hand-overs): a bound for any faster scores.
+- 14: no scores' products (gathers, P·V, softmax over zero scores, hand-overs): a bound for any faster scores;
+- 15: not a part left out but P·V by mma.sync (``gluon_sm90_ws.PV_SYNC``, session 19): P read once a warp
+  into registers instead of by every wgmma. Its answers are right: ``--check`` runs every correctness case
+  (bf16 and fp16) through this build's prefill and ws decode first.
 
 At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
 (``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
 of 1 and 2 are wrong on purpose; their timings are real.
 
-    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20]
+    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20] [--check]
 
 Writes $OUT/ablate_probe_N.json.
 """
@@ -52,10 +55,11 @@ from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 DEV = torch.device("cuda")
 NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only",
          7: "no rescale", 8: "no m chain", 9: "no rescale, no m chain", 13: "no P·V products",
-         14: "no scores' products"}
+         14: "no scores' products", 15: "P·V by mma.sync"}
 LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER", "NO_SCORES", "NO_PV"),
             4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES"), 7: ("NO_RESCALE",),
-            8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",)}
+            8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",),
+            15: ("PV_SYNC",)}
 
 
 def main() -> None:
@@ -63,10 +67,12 @@ def main() -> None:
     ap.add_argument("--ablate", type=int, choices=sorted(NAMES), required=True)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows", type=int, default=16384)
+    ap.add_argument("--check", action="store_true", help="every correctness case through this build first")
     opt = ap.parse_args()
     for flag in LEFT_OUT[opt.ablate]:  # before anything compiles
         setattr(gluon_sm90_ws, flag, gl.constexpr(True))
     out, log = lab_output()
+    checks = check_build(log) if opt.check else None
     warm_clocks(DEV, 1.0)
     rec = []
     for spec in ("512+64", "512+0"):
@@ -87,7 +93,30 @@ def main() -> None:
             f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
         del sets
         torch.cuda.empty_cache()
-    save_results(out, f"ablate_probe_{opt.ablate}", results=rec)
+    save_results(out, f"ablate_probe_{opt.ablate}", results=rec, checks=checks)
+
+
+def check_build(log) -> dict:
+    """Every correctness case (bf16, fp16) this kernel takes: the prefill at any layout, the ws decode's partials."""
+    from dispatcher.kernels import gluon_sm90
+    from dispatcher.kernels.torch_ref import ragged_prefill
+    from dispatcher.sweep.correctness import run_checks
+
+    took = []  # per check, in run_checks' order: whether this build ran it (else the torch reference did)
+
+    def guarded(launch):
+        def fn(a):
+            took.append(gluon_sm90.supports(a))
+            (launch if took[-1] else ragged_prefill)(a)
+        return fn
+
+    launchers = {"prefill": guarded(gluon_sm90_ws.launch_prefill_ws),
+                 "decode": guarded(lambda a: gluon_sm90.launch_decode(a, ws=True, pdl=False))}
+    found = [c for c, ran in zip(run_checks(launchers, (torch.bfloat16, torch.float16), DEV, big=False), took)
+             if ran]
+    bad = [str(c) for c in found if not c.ok]
+    log(f"checks: {len(found) - len(bad)}/{len(found)} right" + "".join(f"\n  {b}" for b in bad))
+    return {"total": len(found), "bad": bad, "worst_rel_err": max((c.rel_err for c in found), default=None)}
 
 
 if __name__ == "__main__":
