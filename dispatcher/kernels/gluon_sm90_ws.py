@@ -48,7 +48,7 @@ from .triton_prefill import HEAD_BLOCK, pack
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
@@ -68,10 +68,6 @@ if HAVE_GLUON:
     NO_PV = gl.constexpr(False)
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
-    # Timing experiment (session 19, scripts/gpu/ablate_probe.py --ablate 15): P·V by mma.sync (``_pv_part_sync``),
-    # P read once a warp into registers as the A operand, instead of by wgmma with P re-read from shared memory
-    # for each of its 8 x 4 instructions. Answers are right either way.
-    PV_SYNC = gl.constexpr(False)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -324,94 +320,6 @@ if HAVE_GLUON:
             _stamp(tp, 20)
             _stamp_time(tp, 23)
 
-    # mma.sync's accumulator for O [16 heads, lanes]: the four warps split the lanes, each holds all 16 heads
-    MMA_SYNC = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8]))
-
-    @gluon.jit
-    def _store_o(o_ptr, row_off, offs_h, o_s1, o_s2, lanes, hmask, o, scale, lane0: gl.constexpr):
-        """Write O · scale (per head) into lanes [lane0, lane0 + 128) (those < ``lanes``) of 16 output rows."""
-        offs_f = lane0 + gl.arange(0, o.shape[1], gl.SliceLayout(0, MMA_SYNC))
-        ptrs = o_ptr + row_off + offs_h[:, None] * o_s1 + offs_f[None, :] * o_s2
-        val = (o * scale[:, None]).to(o_ptr.dtype.element_ty)
-        gl.store(ptrs, val, mask=hmask[:, None] & (offs_f < lanes)[None, :])
-
-    @gluon.jit
-    def _pv_part_sync(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
-                      indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H,
-                      lanes, o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp):
-        """``_pv_part`` by mma.sync: O = P · V in four 128-lane chunks, P loaded once a warp (PV_SYNC; stages in halves).
-
-        wgmma's P·V (Oᵀ = Vᵀ · Pᵀ, the 16 heads as N) reads P's 2 KB from shared memory for each of
-        its 8 x 4 instructions: 16 KB a tile. mma.sync's m16 is the 16 heads, so P is the A operand
-        in registers, read once by each warp (8 KB), and V its B operand through ``ldmatrix``.
-        """
-        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
-        mma: gl.constexpr = MMA_SYNC
-        heads_l: gl.constexpr = gl.SliceLayout(1, mma)
-        pa_l: gl.constexpr = gl.DotOperandLayout(0, mma, 2)
-        vb_l: gl.constexpr = gl.DotOperandLayout(1, mma, 2)
-        g = 0
-        c0 = 0
-        c1 = 0
-        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            o0 = gl.zeros([16, 128], gl.float32, mma)
-            o1 = o0
-            o2 = o0
-            o3 = o0
-            m0 = gl.full([16], float("-inf"), gl.float32, heads_l)
-            m1 = m0
-            l0 = gl.zeros([16], gl.float32, heads_l)
-            l1 = l0
-            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
-            for t in range(nt):
-                j = t % 2
-                cj = gl.where(j == 0, c0, c1)
-                mbarrier.wait(p_ready.index(j), cj & 1)
-                fence_async_shared()
-                alpha = _vec_view(rp, j, ALPHA).load(heads_l)[:, None]
-                p = _p_view(rp, j).permute((1, 0)).load(pa_l)  # [16 heads, 64 slots]
-                kt = kv_a.index(g % 3)
-                o0 = mma_v2(p, kt.slice(0, 128, dim=1).load(vb_l), o0 * alpha)
-                o1 = mma_v2(p, kt.slice(128, 128, dim=1).load(vb_l), o1 * alpha)
-                mbarrier.arrive(kv_empty.index(2 * (g % 3)))  # the first half read (the arrive waits for all 4 warps)
-                o2 = mma_v2(p, kt.slice(256, 128, dim=1).load(vb_l), o2 * alpha)
-                o3 = mma_v2(p, kt.slice(384, 128, dim=1).load(vb_l), o3 * alpha)
-                if t + 2 >= nt:  # warpgroup j's last tile: its totals
-                    if j == 0:
-                        m0 = _vec_view(rp, 0, FIN_M).load(heads_l)
-                        l0 = _vec_view(rp, 0, FIN_L).load(heads_l)
-                    else:
-                        m1 = _vec_view(rp, 1, FIN_M).load(heads_l)
-                        l1 = _vec_view(rp, 1, FIN_L).load(heads_l)
-                mbarrier.arrive(buf_empty.index(j))
-                mbarrier.arrive(kv_empty.index(2 * (g % 3) + 1))
-                c0 += 1 - j
-                c1 += j
-                g += 1
-            m = gl.maximum(m0, m1)
-            m_safe = gl.where(m == float("-inf"), 0.0, m)
-            l = l0 * gl.exp2(m0 - m_safe) + l1 * gl.exp2(m1 - m_safe)
-            offs_h = h0 + gl.arange(0, 16, heads_l)
-            hmask = offs_h < H
-            if partial != 0:  # the split-K decode's partial: O / l and the log-sum-exp, for the reduce
-                inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
-                lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
-                part = (row.to(gl.int64) * splits + split) * H + offs_h
-                gl.store(part_lse_ptr + part, lse, mask=hmask)
-                _store_o(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o0, inv, 0)
-                _store_o(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o1, inv, 128)
-                _store_o(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o2, inv, 256)
-                _store_o(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o3, inv, 384)
-            else:
-                scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-                off = row.to(gl.int64) * o_s0
-                _store_o(out_ptr, off, offs_h, o_s1, o_s2, lanes, hmask, o0, scale, 0)
-                _store_o(out_ptr, off, offs_h, o_s1, o_s2, lanes, hmask, o1, scale, 128)
-                _store_o(out_ptr, off, offs_h, o_s1, o_s2, lanes, hmask, o2, scale, 256)
-                _store_o(out_ptr, off, offs_h, o_s1, o_s2, lanes, hmask, o3, scale, 384)
-
     @gluon.jit
     def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                    n_items, n_hb, splits, tp):
@@ -536,20 +444,12 @@ if HAVE_GLUON:
                  splits, tp)
         # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64
         # than with softmax warpgroup 0 as the default, 3.0% at 512+0 (S14-12; bit-identical answers).
-        if PV_SYNC and HALVES:  # timing experiment (session 19)
-            gl.warp_specialize([
-                (_pv_part_sync, wargs),
-                (_softmax_part, sargs + (zero, tp)),
-                (_softmax_part, sargs + (zero + 1, tp)),
-                (_load_part, largs),
-            ], [4, 4, 4], WREGS)
-        else:
-            gl.warp_specialize([
-                (_pv_part, wargs),
-                (_softmax_part, sargs + (zero, tp)),
-                (_softmax_part, sargs + (zero + 1, tp)),
-                (_load_part, largs),
-            ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); P·V gets the rest
+        gl.warp_specialize([
+            (_pv_part, wargs),
+            (_softmax_part, sargs + (zero, tp)),
+            (_softmax_part, sargs + (zero + 1, tp)),
+            (_load_part, largs),
+        ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); P·V gets the rest
 
 
 # Registers per thread of the two softmax warpgroups and the loader (setmaxnreg; P·V, the default partition,

@@ -21,9 +21,11 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
   512+64, 3.0% at 512+0, bit-identical: the kernel's layout since);
 - 13: no P·V products (gathers, scores, softmax, hand-overs): a bound for any faster P·V;
 - 14: no scores' products (gathers, P·V, softmax over zero scores, hand-overs): a bound for any faster scores;
-- 15: not a part left out but P·V by mma.sync (``gluon_sm90_ws.PV_SYNC``, session 19): P read once a warp
-  into registers instead of by every wgmma. Its answers are right: ``--check`` runs every correctness case
-  (bf16 and fp16) through this build's prefill and ws decode first.
+- 15: (S19-1, commit dc1d08f, since reverted: P·V by mma.sync, ``gluon_sm90_ws.PV_SYNC``, P read once a warp
+  into registers instead of by every wgmma; right, and 30% slower).
+
+``--check`` first runs every correctness case (bf16 and fp16) through the build's prefill at any layout and its
+ws decode's partials: for a build meant to give right answers (0, 12 or a new variant).
 
 At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
 (``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
@@ -55,11 +57,10 @@ from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
 DEV = torch.device("cuda")
 NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only",
          7: "no rescale", 8: "no m chain", 9: "no rescale, no m chain", 13: "no P·V products",
-         14: "no scores' products", 15: "P·V by mma.sync"}
+         14: "no scores' products"}
 LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER", "NO_SCORES", "NO_PV"),
             4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES"), 7: ("NO_RESCALE",),
-            8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",),
-            15: ("PV_SYNC",)}
+            8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",)}
 
 
 def main() -> None:
