@@ -25,7 +25,7 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
   into registers instead of by every wgmma; right, and 30% slower).
 
 ``--check`` first runs every correctness case (bf16 and fp16) through the build's prefill at any layout and its
-ws decode's partials: for a build meant to give right answers (0, 12 or a new variant).
+ws decode's partials, for a build meant to give right answers (0, or a variant under trial).
 
 At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
 (``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
