@@ -65,18 +65,46 @@ def _consume(ready, empty, n_tiles, DEPTH: gl.constexpr):
 
 
 @gluon.jit
+def _prefetch_l1(kv_ptr, kv_s0, slots, skv, PF: gl.constexpr, pf: gl.constexpr):
+    """Ask L1 for lanes [0, PF) of the tile's rows, a 128-byte line per thread: no register, no wait."""
+    LPR: gl.constexpr = PF // 64  # lines a row
+    slot = slots.to(gl.int64)
+    ok = (slot >= 0) & (slot < skv)
+    line = gl.arange(0, LPR, gl.SliceLayout(0, pf))
+    p = kv_ptr + (gl.where(ok, slot, 0) * kv_s0)[:, None] + (line * 64)[None, :]
+    gl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l", [p], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
 def _cp_load(kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, DEPTH: gl.constexpr,
-             ROWS: gl.constexpr):
-    """Four warps: per tile, the prefill's cp.async gather of ROWS rows x 576 lanes into the next free stage."""
+             ROWS: gl.constexpr, PF: gl.constexpr):
+    """Four warps: per tile, the prefill's cp.async gather of ROWS rows x 576 lanes into the next free stage.
+
+    PF > 0: after a tile's copies, the next tile's lanes [0, PF) are asked of L1 (``prefetch.global.L1``),
+    so that L1 would hold bytes in flight the ring has no room for. The copies stay cp.async.cg:
+    Triton 3.6 emits .cg for 16-byte copies whatever the cache modifier (checked in the PTX), so
+    this asks whether they find the prefetched lines at all. The next tile's slot numbers are
+    loaded before this tile's copies, so the prefetch does not wait behind them.
+    """
     cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    LPR: gl.constexpr = PF // 64 if PF > 0 else 1
+    pf: gl.constexpr = gl.BlockedLayout([1, 1], [32 // LPR, LPR], [4, 1], [1, 0])
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
     g = 0
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    for t in range(pid, n_tiles, nprog):
         st = g % DEPTH
         mbarrier.wait(empty.index(st), ((g // DEPTH) & 1) ^ 1)
         slots = gl.load(idx_ptr + t.to(gl.int64) * ROWS + gl.arange(0, ROWS, gl.SliceLayout(1, cp)))
+        if PF > 0:  # the next tile's slot numbers, before this tile's copies (a load waits behind them)
+            tn = gl.minimum(t + nprog, n_tiles - 1)
+            nslots = gl.load(idx_ptr + tn.to(gl.int64) * ROWS + gl.arange(0, ROWS, gl.SliceLayout(1, pf)))
         _gather(kv_ptr, kv_s0, slots, skv, kv.index(st), 0, 512, cp)
         _gather(kv_ptr, kv_s0, slots, skv, rope.index(st), 512, 64, cp)
         async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
+        if PF > 0:
+            _prefetch_l1(kv_ptr, kv_s0, nslots, skv, PF, pf)
         g += 1
 
 
@@ -107,7 +135,8 @@ def _idle():
 
 @gluon.jit(do_not_specialize=["n_tiles", "n_reg"])
 def _depth_kernel(kv_ptr, kvi_ptr, kv_s0, idx_ptr, ridx_ptr, xor_ptr, skv, n_tiles, n_reg,
-                  DEPTH: gl.constexpr, ROWS: gl.constexpr, REG: gl.constexpr, REG_REGS: gl.constexpr):
+                  DEPTH: gl.constexpr, ROWS: gl.constexpr, REG: gl.constexpr, REG_REGS: gl.constexpr,
+                  PF: gl.constexpr = 0):
     dt: gl.constexpr = kv_ptr.dtype.element_ty
     kv = gl.allocate_shared_memory(dt, [DEPTH, ROWS, 512], gl.NVMMASharedLayout.get_default_for([ROWS, 512], dt))
     rope = gl.allocate_shared_memory(dt, [DEPTH, ROWS, 64], gl.NVMMASharedLayout.get_default_for([ROWS, 64], dt))
@@ -120,31 +149,43 @@ def _depth_kernel(kv_ptr, kvi_ptr, kv_s0, idx_ptr, ridx_ptr, xor_ptr, skv, n_til
     fence_async_shared()
     if REG:
         gl.warp_specialize([(_consume, (ready, empty, n_tiles, DEPTH)),
-                            (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, DEPTH, ROWS)),
+                            (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, DEPTH, ROWS, PF)),
                             (_reg_load, (kvi_ptr, kv_s0, ridx_ptr, skv, n_reg, xor_ptr))],
                            [4, 4], [64, REG_REGS])
     else:
         gl.warp_specialize([(_consume, (ready, empty, n_tiles, DEPTH)),
-                            (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, DEPTH, ROWS))],
+                            (_cp_load, (kv_ptr, kv_s0, kv, rope, ready, empty, idx_ptr, skv, n_tiles, DEPTH, ROWS,
+                                        PF))],
                            [4], [64])
 
 
 def parse_mode(mode: str) -> dict:
-    """``ring64x3``, ``ring32x6``, ``ring64x3+reg0.5`` or ``reg``: stage rows, ring depth, register tiles' fraction."""
-    ring, _, reg = mode.partition("+")
-    if ring == "reg":
-        return {"rows": 64, "depth": 1, "ring": False, "reg_frac": 1.0}
+    """``ring64x3``, ``ring32x6``, ``ring64x3+reg0.5``, ``ring64x1+pf128`` or ``reg``.
+
+    Stage rows, ring depth, the register partition's tiles as a fraction of the ring's, lanes prefetched into L1.
+    """
+    ring, *extras = mode.split("+")
+    if ring == "reg" and not extras:
+        return {"rows": 64, "depth": 1, "ring": False, "reg_frac": 1.0, "pf": 0}
     if not ring.startswith("ring") or "x" not in ring:
-        raise ValueError(f"mode {mode!r}: expected ringRxD[+regF] or reg")
+        raise ValueError(f"mode {mode!r}: expected ringRxD[+regF][+pfN] or reg")
     rows, depth = (int(x) for x in ring[4:].split("x"))
     if rows not in (32, 64) or not 1 <= depth <= 6 or rows * depth > 192:
         raise ValueError(f"mode {mode!r}: rows 32 or 64, depth 1-6, at most 192 rows in the ring (shared memory)")
-    frac = float(reg[3:]) if reg.startswith("reg") else 0.0
-    return {"rows": rows, "depth": depth, "ring": True, "reg_frac": frac}
+    got = {"rows": rows, "depth": depth, "ring": True, "reg_frac": 0.0, "pf": 0}
+    for extra in extras:
+        if extra.startswith("reg"):
+            got["reg_frac"] = float(extra[3:])
+        elif extra.startswith("pf") and extra[2:] in ("64", "128", "256"):
+            got["pf"] = int(extra[2:])
+        else:
+            raise ValueError(f"mode {mode!r}: {extra!r} is neither regF nor pf64/pf128/pf256")
+    return got
 
 
 MODES = ["ring64x1", "ring64x2", "ring64x3", "ring32x2", "ring32x4", "ring32x6", "reg",
-         "ring64x2+reg0.5", "ring64x3+reg0.25", "ring64x3+reg0.5"]
+         "ring64x2+reg0.5", "ring64x3+reg0.25", "ring64x3+reg0.5",
+         "ring64x1+pf64", "ring64x1+pf128", "ring64x1+pf256", "ring64x2+pf128", "ring64x3+pf128"]
 
 
 def launcher(kv: torch.Tensor, tiles64: torch.Tensor, ridx_all: torch.Tensor, xor: torch.Tensor, mode: str,
@@ -163,7 +204,7 @@ def launcher(kv: torch.Tensor, tiles64: torch.Tensor, ridx_all: torch.Tensor, xo
     reg = n_reg > 0
     kvi = kv.view(torch.int16)
     args = (kv, kvi, kv.stride(0), idx, ridx, xor, kv.shape[0], n_ring, n_reg)
-    consts = dict(DEPTH=m["depth"], ROWS=rows, REG=reg, REG_REGS=reg_regs, num_warps=4)
+    consts = dict(DEPTH=m["depth"], ROWS=rows, REG=reg, REG_REGS=reg_regs, PF=m["pf"], num_warps=4)
     _depth_kernel.warmup(*args, grid=(sms,), **consts)
     moved = n_ring * rows * LANES * 2 + n_reg * 64 * REG_LANES * 2
 
