@@ -19,6 +19,12 @@ Two questions, side by side in one run, one program per SM, nothing computing:
   64 KB a batch, and folds them into an xor it stores at the end. F: its tiles as a fraction of
   the ring's. If the ring alone is at a cap, the extra bytes cost their share of time; if not,
   they come nearly free. ``reg`` alone is that partition with no ring.
+- ``ring64x{D}+pf{N}``: the ring, and after each tile's copies the next tile's lanes [0, N) asked
+  of L1 (``prefetch.global.L1``): can L1 hold bytes in flight for the ring's copies?
+
+On an H200 (S22-1, S22-2, docs/benchmarks.md "Session 22"): one 64-row stage in flight 56-58
+bytes a ns per SM, two or three 65-67, 32-row stages 57-59 at any depth, a ring and the register
+partition together 67-70; the L1 prefetch level or slower. The prefill gathers at 54.9.
 
 Every mode moves the same tiles of 64 random slots (one in 16 -1, zero-filled) of a pool of
 16,384 rows, as ``tma_probe.py`` does. Each mode is checked first: every ring stage's bytes

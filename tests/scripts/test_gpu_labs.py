@@ -125,3 +125,42 @@ def test_ncu_waits_splits_partitions_and_charges_each_barrier_wait(labs):
     assert "waits on buf_empty" in text and "regs 56 #1" in text
     with pytest.raises(ValueError, match="SourceCounters"):
         ncu_waits.parse(['"Kernel Name","k",', '"Address","Source"'])
+
+
+@needs_gluon
+def test_depth_probe_modes_parse_and_bad_ones_fail_before_anything_runs(labs):
+    import depth_probe
+
+    assert depth_probe.parse_mode("ring64x3") == {"rows": 64, "depth": 3, "ring": True, "reg_frac": 0.0, "pf": 0}
+    assert depth_probe.parse_mode("ring32x6+reg0.25+pf128") == {"rows": 32, "depth": 6, "ring": True,
+                                                                 "reg_frac": 0.25, "pf": 128}
+    assert depth_probe.parse_mode("reg") == {"rows": 64, "depth": 1, "ring": False, "reg_frac": 1.0, "pf": 0}
+    for bad in ("ring64x4", "ring48x2", "ring32x7", "ring64x0", "ring64x2+pf100", "ring64x2+foo", "reg+pf64", "cp576"):
+        with pytest.raises(ValueError):
+            depth_probe.parse_mode(bad)  # 64 x 4 rows of 576 lanes would not fit in shared memory
+    for mode in depth_probe.MODES:
+        depth_probe.parse_mode(mode)
+
+
+@needs_gluon
+def test_depth_probe_register_reference_folds_each_programs_tiles(labs):
+    import depth_probe
+
+    skv, sms = 40, 3
+    torch.manual_seed(1)
+    kv = torch.randint(-2**15, 2**15, (skv, depth_probe.LANES), dtype=torch.int16).view(torch.bfloat16)
+    ridx = torch.randint(0, skv, (7, 64), dtype=torch.int32)
+    ridx[:, 5] = -1
+    ridx[:, 9] = skv + 3  # past the pool: zeros, as the kernel's masked loads give
+    got = depth_probe.reg_xor_reference(kv, ridx, sms)
+    k = kv.view(torch.int16)
+    for p in range(sms):  # program p loads tiles p, p + sms, ...: 64 rows, 4 chunks of 128 lanes each
+        want = torch.zeros(64, 128, dtype=torch.int16)
+        for t in range(p, ridx.shape[0], sms):
+            for r in range(64):
+                s = int(ridx[t, r])
+                if 0 <= s < skv:
+                    for c in range(4):
+                        want[r] ^= k[s, 128 * c:128 * c + 128]
+        assert torch.equal(got[p], want)
+    assert got[0].any() and not got[:, 5].any() and not got[:, 9].any()
