@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels.gluon_sm90 import _gather  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+from kernel_lab import interleaved_event_times, lab_output, save_results, warm_clocks  # noqa: E402
 
 LANES = 576
 REG_LANES = 512
@@ -286,18 +286,9 @@ def main() -> None:
             log(f"{mode}: {checks[mode]}")
             runs.pop(mode, None)
     warm_clocks(dev, 1.0)
-    times = {mode: [] for mode in runs}
-    for _ in range(args.repeats):
-        for mode, (run, *_rest) in runs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            run()
-            b.record()
-            b.synchronize()
-            times[mode].append(a.elapsed_time(b) * 1e3)
+    times = interleaved_event_times({mode: run for mode, (run, *_rest) in runs.items()}, args.repeats)
     res = {}
     for mode, ts in times.items():
-        ts.sort()
         med = ts[len(ts) // 2]
         _, moved, n_ring, n_reg = runs[mode]
         m = parse_mode(mode)

@@ -112,6 +112,23 @@ def warm_clocks(dev: torch.device, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
+def interleaved_event_times(runs: dict, repeats: int) -> dict[str, list[float]]:
+    """Each launch's time by a CUDA event pair, µs, sorted: ``repeats`` rounds, each launching every run in turn.
+
+    Interleaving puts every run under the same clocks and neighbours, so their ratios hold in one process.
+    """
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            run()
+            b.record()
+            b.synchronize()
+            times[name].append(a.elapsed_time(b) * 1e3)
+    return {name: sorted(ts) for name, ts in times.items()}
+
+
 def answers_of(variants: dict, args) -> dict[str, torch.Tensor]:
     """Each launcher's output for the same call (the output NaN-filled before each), by name: for side-by-side labs."""
     answers = {}

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels.gluon_sm90 import _gather  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+from kernel_lab import interleaved_event_times, lab_output, save_results, warm_clocks  # noqa: E402
 
 ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)  # one row of 64 16-bit lanes
 WHOLE_ROW_BOX = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3)  # a row's 512 lanes: [1, 8, 64]
@@ -363,18 +363,9 @@ def main() -> None:
     runs = {name: launcher(kv, idx, dummy, name, sms) for name in args.modes.split(",")
             if "error" not in checks.get(name, {})}
     warm_clocks(dev, 1.0)
-    times = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name, run in runs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            run(0)
-            b.record()
-            b.synchronize()
-            times[name].append(a.elapsed_time(b) * 1e3)
+    times = interleaved_event_times({name: (lambda run=run: run(0)) for name, run in runs.items()}, args.repeats)
     res = {}
     for name, ts in times.items():
-        ts.sort()
         med = ts[len(ts) // 2]
         gathered = n_tiles * 64 * lanes_of(name) * 2
         res[name] = {"median_us": med, "min_us": ts[0], "max_us": ts[-1], "tb_per_s": gathered / med / 1e6,
