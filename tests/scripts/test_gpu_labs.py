@@ -78,6 +78,8 @@ def test_tma_probe_whole_row_boxes_cover_a_row_and_compile_apart(labs):
     assert {n for n, b in tma_probe.ROW_MODES.items() if b == 9} == {"row576", "row576x4", "row576sw"}
     modes = ("cp512", "cp576", "hybrid", "row512x4", "row576sw")
     assert [tma_probe.lanes_of(m) for m in modes] == [512, 576, 576, 512, 576]
+    # what the check compares: the read-back writes the 512-lane stage (rope buffer unread) or the whole row
+    assert [tma_probe.checked_lanes(m) for m in modes] == [512, 512, 512, 512, 576]
 
 
 @needs_gluon
