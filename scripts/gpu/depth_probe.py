@@ -27,9 +27,9 @@ bytes a ns per SM, two or three 65-67, 32-row stages 57-59 at any depth, a ring 
 partition together 67-70; the L1 prefetch level or slower. The prefill gathers at 54.9.
 
 Every mode moves the same tiles of 64 random slots (one in 16 -1, zero-filled) of a pool of
-16,384 rows, as ``tma_probe.py`` does. Each mode is checked first: every ring stage's bytes
-arrive (its barrier counts them; a lost byte hangs), and the register partition's xor equals
-torch's over the same rows.
+16,384 rows, as ``tma_probe.py`` does. The register partition is checked first: its xor equals
+torch's over the same rows. The ring's copies are the prefill's own ``_gather``, whose landing
+``tma_probe.py``'s ``cp512`` check reads back; here each mode only runs once before it is timed.
 
 Usage (device machine, repository root):
     python3 scripts/gpu/depth_probe.py [--tiles-per-sm N] [--repeats N] [--modes ring64x3,reg,...]
