@@ -43,7 +43,6 @@ import sys
 from pathlib import Path
 
 import torch
-from triton.experimental.gluon import language as gl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import gluon_sm90_ws  # noqa: E402
@@ -52,7 +51,7 @@ from dispatcher.sweep.inputs import make_sets  # noqa: E402
 from dispatcher.sweep.timing import KernelTimer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks, ws_flags_on  # noqa: E402
 
 DEV = torch.device("cuda")
 NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only",
@@ -70,8 +69,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--check", action="store_true", help="every correctness case through this build first")
     opt = ap.parse_args()
-    for flag in LEFT_OUT[opt.ablate]:  # before anything compiles
-        setattr(gluon_sm90_ws, flag, gl.constexpr(True))
+    ws_flags_on(LEFT_OUT[opt.ablate])  # before anything compiles
     out, log = lab_output()
     checks = check_build(log) if opt.check else None
     warm_clocks(DEV, 1.0)

@@ -112,6 +112,22 @@ def warm_clocks(dev: torch.device, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
+def ws_flags_on(flags) -> None:
+    """Turn on ``gluon_sm90_ws``'s timing-experiment flags (``NO_*``, ``TRACE``): before anything compiles.
+
+    A name that is not such a flag fails here, instead of setting an attribute no kernel reads.
+    """
+    from triton.experimental.gluon import language as gl
+
+    from dispatcher.kernels import gluon_sm90_ws
+
+    for flag in flags:
+        if not (flag.startswith("NO_") or flag == "TRACE") or not isinstance(getattr(gluon_sm90_ws, flag, None),
+                                                                             gl.constexpr):
+            raise ValueError(f"gluon_sm90_ws has no timing flag {flag!r}")
+        setattr(gluon_sm90_ws, flag, gl.constexpr(True))
+
+
 def interleaved_event_times(runs: dict, repeats: int) -> dict[str, list[float]]:
     """Each launch's time by a CUDA event pair, µs, sorted: ``repeats`` rounds, each launching every run in turn.
 

@@ -38,7 +38,6 @@ if __name__ == "__main__":  # the traced build must not share a cache with the p
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="prefill_trace_cache_")
 
 import torch  # noqa: E402
-from triton.experimental.gluon import language as gl  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import gluon_sm90_ws  # noqa: E402
@@ -47,7 +46,7 @@ from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
 from dispatcher.sweep.inputs import make_sets  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+from kernel_lab import lab_output, save_results, warm_clocks, ws_flags_on  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -75,11 +74,10 @@ def main() -> None:
     ap.add_argument("--left-out", default="", help="comma-separated NO_* flags of gluon_sm90_ws")
     opt = ap.parse_args()
     flags = [f for f in opt.left_out.split(",") if f]
-    for flag in flags:
-        if not flag.startswith("NO_") or not hasattr(gluon_sm90_ws, flag):  # the kernel's experiment flags
-            raise SystemExit(f"unknown flag {flag}")
-        setattr(gluon_sm90_ws, flag, gl.constexpr(True))
-    gluon_sm90_ws.TRACE = gl.constexpr(True)  # before anything compiles
+    try:
+        ws_flags_on(flags + ["TRACE"])  # before anything compiles
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     out, log = lab_output()
     warm_clocks(DEV, 1.0)
     programs = sm_count(DEV)

@@ -40,12 +40,11 @@ def main() -> None:
         plan = [(16384, launch, layout) for layout in (Layout(512, 0), Layout(512, 64))
                 for launch in (gluon_sm90_ws_d512.launch_prefill_ws, gluon_sm90_ws.launch_prefill_ws)]
     if sys.argv[1:] == ["ws-prefill"]:  # the 512+64 prefill alone (session 16's source-level profile)
-        from triton.experimental.gluon import language as gl
+        from kernel_lab import ws_flags_on
 
-        from dispatcher.kernels import gluon_sm90, gluon_sm90_ws
+        from dispatcher.kernels import gluon_sm90
 
-        for flag in filter(None, os.environ.get("RS_ABLATE", "").split(",")):
-            setattr(gluon_sm90_ws, flag, gl.constexpr(True))
+        ws_flags_on(filter(None, os.environ.get("RS_ABLATE", "").split(",")))
         plan = [(16384, gluon_sm90.launch_prefill, Layout(512, 64))]
     if sys.argv[1:] == ["layouts"]:
         plan = [(16384, launch, layout) for layout in (Layout(512, 64), Layout(512, 0))

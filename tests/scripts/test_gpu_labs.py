@@ -166,3 +166,19 @@ def test_depth_probe_register_reference_folds_each_programs_tiles(labs):
                         want[r] ^= k[s, 128 * c:128 * c + 128]
         assert torch.equal(got[p], want)
     assert got[0].any() and not got[:, 5].any() and not got[:, 9].any()
+
+
+@needs_gluon
+def test_ws_flags_on_sets_the_kernels_timing_flags_and_refuses_any_other_name(labs, monkeypatch):
+    import kernel_lab
+    from dispatcher.kernels import gluon_sm90_ws
+
+    for flag in ("NO_GATHER", "TRACE"):  # restored after the test: the production build has them off
+        monkeypatch.setattr(gluon_sm90_ws, flag, getattr(gluon_sm90_ws, flag))
+    kernel_lab.ws_flags_on(["NO_GATHER", "TRACE"])
+    assert gluon_sm90_ws.NO_GATHER.value is True and gluon_sm90_ws.TRACE.value is True
+    assert gluon_sm90_ws.NO_PV.value is False  # only what was named
+    for bad in ("NO_GATHR", "STAGES", "WORKER_REGS", "no_gather"):  # a typo, or a module value that is no flag
+        with pytest.raises(ValueError, match=bad):
+            kernel_lab.ws_flags_on([bad])
+    assert not hasattr(gluon_sm90_ws, "NO_GATHR")
