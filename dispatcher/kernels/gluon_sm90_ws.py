@@ -72,11 +72,6 @@ if HAVE_GLUON:
     # registers a tile ahead, while its stage is still held, and stored once P·V frees that half, instead of
     # gathered by cp.async only then. Needs the loader at 120 registers (REG_HALF_REGS).
     REG_HALF = gl.constexpr(False)
-    # Trial: lanes [0, 128) of each tile through registers two tiles ahead (two 16 KB buffers), the rest by cp.async.
-    REG_QUARTERS = gl.constexpr(False)
-    # Trial: no proxy fence in the loader before its copies (the softmax warpgroups fence after each wait anyway);
-    # a fence may wait for the loader's register loads in flight.
-    NO_LOADER_FENCE = gl.constexpr(False)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -330,12 +325,12 @@ if HAVE_GLUON:
             _stamp_time(tp, 23)
 
     @gluon.jit
-    def _load_lanes(kv_ptr, kv_s0, slots, skv, LANES: gl.constexpr, layout: gl.constexpr):
-        """A tile's lanes [0, LANES) into registers (REG_HALF, REG_QUARTERS), invalid slots as zeros; L1 left out."""
+    def _load_half(kv_ptr, kv_s0, slots, skv, layout: gl.constexpr):
+        """A tile's lanes [0, 256) into registers (REG_HALF), invalid slots as zeros; L1 left out."""
         slot = slots.to(gl.int64)
         valid = (slot >= 0) & (slot < skv)
         krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
-        offs = gl.arange(0, LANES, gl.SliceLayout(0, layout))
+        offs = gl.arange(0, 256, gl.SliceLayout(0, layout))
         return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0, cache_modifier=".cg")
 
     @gluon.jit
@@ -349,10 +344,7 @@ if HAVE_GLUON:
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
-        # Trials (session 23): the first REG lanes of each tile through registers, loaded AHEAD tiles ahead
-        REG: gl.constexpr = (256 if REG_HALF else (128 if REG_QUARTERS else 0)) if HALVES else 0
-        AHEAD2: gl.constexpr = REG == 128
-        FENCE: gl.constexpr = not NO_LOADER_FENCE
+        REG0: gl.constexpr = REG_HALF and HALVES
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         g = 0
@@ -363,37 +355,25 @@ if HAVE_GLUON:
                                                       ragged)
             for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
                 _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            if REG > 0:  # the item's first tiles' first lanes, into registers now
-                nxt = _load_lanes(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, REG, cp)
-                nxt2 = nxt
-                if AHEAD2:
-                    nxt2 = _load_lanes(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp), skv,
-                                       REG, cp)
+            if REG0:  # the item's first tile's first half, into registers now
+                nxt = _load_half(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, cp)
             for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 st = g % 3
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                if REG > 0:  # the first lanes from registers once P·V is done with the first half (loaded below)
+                if REG0:  # the first half from registers once P·V is done with it (loaded a tile ahead, below)
                     mbarrier.wait(kv_empty.index(2 * st), ((g // 3) & 1) ^ 1)
-                    kv_a.index(st).slice(0, REG, dim=1).store(nxt)
-                    if FENCE:
-                        fence_async_shared()
+                    kv_a.index(st).slice(0, 256, dim=1).store(nxt)
+                    fence_async_shared()
                     mbarrier.arrive(kv_ready.index(2 * st))
-                    if REG < 256:  # the rest of the first half by cp.async
-                        if not NO_GATHER:
-                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(REG, 256 - REG, dim=1), REG,
-                                    256 - REG, cp)
-                        async_copy.mbarrier_arrive(kv_ready.index(2 * st), increment_count=False)
                     mbarrier.wait(kv_empty.index(2 * st + 1), ((g // 3) & 1) ^ 1)
-                    if FENCE:
-                        fence_async_shared()
+                    fence_async_shared()
                     if not NO_GATHER:
                         _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256, 256, dim=1), 256, 256, cp)
                     async_copy.mbarrier_arrive(kv_ready.index(2 * st + 1), increment_count=False)
                 elif HALVES:  # each 256-lane half as soon as P·V is done with it
                     for h in gl.static_range(2):
                         mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
-                        if FENCE:
-                            fence_async_shared()
+                        fence_async_shared()
                         if not NO_GATHER:
                             _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256,
                                     cp)
@@ -410,23 +390,15 @@ if HAVE_GLUON:
                     j = t % 2
                     cj = gl.where(j == 0, c0, c1)
                     mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-                    if FENCE:
-                        fence_async_shared()
+                    fence_async_shared()
                     if not NO_GATHER:
                         _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
                     async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j
                     c1 += j
-                if REG > 0:  # a later tile's first lanes, after this tile's fences (a fence may wait for loads)
-                    if AHEAD2:
-                        nxt = nxt2
-                        nxt2 = _load_lanes(kv_ptr, kv_s0,
-                                           _load_slots(idx_ptr, base, idx_s1, lo + t * 64 + 128, hi, rows_cp), skv,
-                                           REG, cp)
-                    else:
-                        nxt = _load_lanes(kv_ptr, kv_s0,
-                                          _load_slots(idx_ptr, base, idx_s1, lo + t * 64 + 64, hi, rows_cp), skv,
-                                          REG, cp)
+                if REG0:  # the next tile's first half, after this tile's fences (a fence waits for loads in flight)
+                    nxt = _load_half(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + t * 64 + 64, hi, rows_cp),
+                                     skv, cp)
                 g += 1
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
@@ -474,12 +446,10 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
-        # REG_HALF: a stage's first half stored from registers, one arrival; REG_QUARTERS: one, and 128 cp.async
-        n0: gl.constexpr = 1 if REG_HALF else (129 if REG_QUARTERS else 128)
         for i in gl.static_range(3):
             if HALVES:
-                for h in gl.static_range(2):
-                    mbarrier.init(kv_ready.index(2 * i + h), count=n0 if h == 0 else 128)
+                for h in gl.static_range(2):  # REG_HALF: the first half stored from registers, one arrival
+                    mbarrier.init(kv_ready.index(2 * i + h), count=1 if REG_HALF and h == 0 else 128)
                     mbarrier.init(kv_empty.index(2 * i + h), count=1)
             else:
                 mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread

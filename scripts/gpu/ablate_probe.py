@@ -68,11 +68,7 @@ LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER"
 
 # Variants under trial: the flag set before anything compiles, and the workers' registers they need.
 TRIALS = {"REG_HALF": (("REG_HALF",), "REG_HALF_REGS"),
-          "REG_HALF_REGS_ONLY": ((), "REG_HALF_REGS"),  # the control: those registers, the kernel as it is
-          "REG_HALF_NF": (("REG_HALF", "NO_LOADER_FENCE"), "REG_HALF_REGS"),
-          "REG_QUARTERS": (("REG_QUARTERS",), "REG_HALF_REGS"),
-          "REG_QUARTERS_NF": (("REG_QUARTERS", "NO_LOADER_FENCE"), "REG_HALF_REGS"),
-          "NF": (("NO_LOADER_FENCE",), "WORKER_REGS")}
+          "REG_HALF_REGS_ONLY": ((), "REG_HALF_REGS")}  # the control: those registers, the kernel as it is
 
 
 def main() -> None:
