@@ -68,10 +68,6 @@ if HAVE_GLUON:
     NO_PV = gl.constexpr(False)
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
-    # Trial (session 23; set like the flags above): each tile's first 256-lane half loaded into the loader's
-    # registers a tile ahead, while its stage is still held, and stored once P·V frees that half, instead of
-    # gathered by cp.async only then. Needs the loader at 120 registers (REG_HALF_REGS).
-    REG_HALF = gl.constexpr(False)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -325,15 +321,6 @@ if HAVE_GLUON:
             _stamp_time(tp, 23)
 
     @gluon.jit
-    def _load_half(kv_ptr, kv_s0, slots, skv, layout: gl.constexpr):
-        """A tile's lanes [0, 256) into registers (REG_HALF), invalid slots as zeros; L1 left out."""
-        slot = slots.to(gl.int64)
-        valid = (slot >= 0) & (slot < skv)
-        krow = kv_ptr + gl.where(valid, slot, 0) * kv_s0
-        offs = gl.arange(0, 256, gl.SliceLayout(0, layout))
-        return gl.load(krow[:, None] + offs[None, :], mask=valid[:, None], other=0.0, cache_modifier=".cg")
-
-    @gluon.jit
     def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                    n_items, n_hb, splits, tp):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
@@ -344,7 +331,6 @@ if HAVE_GLUON:
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
-        REG0: gl.constexpr = REG_HALF and HALVES
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         g = 0
@@ -355,22 +341,10 @@ if HAVE_GLUON:
                                                       ragged)
             for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
                 _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            if REG0:  # the item's first tile's first half, into registers now
-                nxt = _load_half(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, cp)
             for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
                 st = g % 3
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                if REG0:  # the first half from registers once P·V is done with it (loaded a tile ahead, below)
-                    mbarrier.wait(kv_empty.index(2 * st), ((g // 3) & 1) ^ 1)
-                    kv_a.index(st).slice(0, 256, dim=1).store(nxt)
-                    fence_async_shared()
-                    mbarrier.arrive(kv_ready.index(2 * st))
-                    mbarrier.wait(kv_empty.index(2 * st + 1), ((g // 3) & 1) ^ 1)
-                    fence_async_shared()
-                    if not NO_GATHER:
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256, 256, dim=1), 256, 256, cp)
-                    async_copy.mbarrier_arrive(kv_ready.index(2 * st + 1), increment_count=False)
-                elif HALVES:  # each 256-lane half as soon as P·V is done with it
+                if HALVES:  # each 256-lane half as soon as P·V is done with it
                     for h in gl.static_range(2):
                         mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
@@ -396,9 +370,6 @@ if HAVE_GLUON:
                     async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j
                     c1 += j
-                if REG0:  # the next tile's first half, after this tile's fences (a fence waits for loads in flight)
-                    nxt = _load_half(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + t * 64 + 64, hi, rows_cp),
-                                     skv, cp)
                 g += 1
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
@@ -448,8 +419,8 @@ if HAVE_GLUON:
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
         for i in gl.static_range(3):
             if HALVES:
-                for h in gl.static_range(2):  # REG_HALF: the first half stored from registers, one arrival
-                    mbarrier.init(kv_ready.index(2 * i + h), count=1 if REG_HALF and h == 0 else 128)
+                for h in gl.static_range(2):
+                    mbarrier.init(kv_ready.index(2 * i + h), count=128)
                     mbarrier.init(kv_empty.index(2 * i + h), count=1)
             else:
                 mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
@@ -490,8 +461,6 @@ WORKER_REGS = (160, 160, 56)
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
 # bit-identical). At D = 512 gluon_sm90_ws_d512, the default there, was slower in halves (S13-6).
 STAGE_HALVES = True
-# Worker registers for the REG_HALF trial: the loader holds a 32 KB half (64 registers a thread) besides its own.
-REG_HALF_REGS = (128, 128, 120)
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,

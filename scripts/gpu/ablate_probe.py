@@ -24,11 +24,6 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
 - 15: (S19-1, commit dc1d08f, since reverted: P·V by mma.sync, ``gluon_sm90_ws.PV_SYNC``, P read once a warp
   into registers instead of by every wgmma; right, and 30% slower).
 
-``--trial NAME`` builds a variant under trial beside any ablation: ``REG_HALF`` (session 23) loads each
-tile's first 256-lane half into the loader's registers a tile ahead and stores it once P·V frees that half, with
-the workers' registers at ``gluon_sm90_ws.REG_HALF_REGS``; ``REG_HALF_REGS_ONLY``, its control, is the kernel
-as it is at those registers. Their output sums should equal ablation 0's.
-
 ``--check`` first runs every correctness case (bf16 and fp16) through the build's prefill at any layout and its
 ws decode's partials, for a build meant to give right answers (0, or a variant under trial).
 
@@ -36,7 +31,7 @@ At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same k
 (``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
 of 1 and 2 are wrong on purpose; their timings are real.
 
-    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--trial NAME] [--repeats 20] [--check]
+    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20] [--check]
 
 Writes $OUT/ablate_probe_N.json.
 """
@@ -66,10 +61,6 @@ LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER"
             4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES"), 7: ("NO_RESCALE",),
             8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",)}
 
-# Variants under trial: the flag set before anything compiles, and the workers' registers they need.
-TRIALS = {"REG_HALF": (("REG_HALF",), "REG_HALF_REGS"),
-          "REG_HALF_REGS_ONLY": ((), "REG_HALF_REGS")}  # the control: those registers, the kernel as it is
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -77,11 +68,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--check", action="store_true", help="every correctness case through this build first")
-    ap.add_argument("--trial", choices=sorted(TRIALS), help="a variant under trial (its flag and registers)")
     opt = ap.parse_args()
-    ws_flags_on(LEFT_OUT[opt.ablate] + (TRIALS[opt.trial][0] if opt.trial else ()))  # before anything compiles
-    if opt.trial:  # every launch of the build (prefill and the ws decode's partials) at the trial's registers
-        gluon_sm90_ws.WORKER_REGS = getattr(gluon_sm90_ws, TRIALS[opt.trial][1])
+    ws_flags_on(LEFT_OUT[opt.ablate])  # before anything compiles
     out, log = lab_output()
     checks = check_build(log) if opt.check else None
     warm_clocks(DEV, 1.0)
@@ -96,16 +84,15 @@ def main() -> None:
         digest = (float(o.sum()), float(o.abs().sum()))  # equal across runs where the answers are the same
         k = KernelTimer(DEV).time(launch, sets, warmup=3, repeats=opt.repeats)
         kv_bytes = opt.rows * 2048 * (lay.nope + lay.rope) * 2
-        rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=NAMES[opt.ablate], trial=opt.trial,
+        rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=NAMES[opt.ablate],
                         kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
                         kv_tb_per_s=kv_bytes / k.median_us / 1e6, out_sum=digest[0], out_abs_sum=digest[1]))
-        log(f"ablate {opt.ablate} ({NAMES[opt.ablate]:22}){' trial ' + opt.trial if opt.trial else ''} {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
+        log(f"ablate {opt.ablate} ({NAMES[opt.ablate]:22}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
             f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s; "
             f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
         del sets
         torch.cuda.empty_cache()
-    save_results(out, f"ablate_probe_{opt.ablate}" + (f"_{opt.trial}" if opt.trial else ""), results=rec,
-                 checks=checks)
+    save_results(out, f"ablate_probe_{opt.ablate}", results=rec, checks=checks)
 
 
 def check_build(log) -> dict:

@@ -122,7 +122,7 @@ def ws_flags_on(flags) -> None:
     from dispatcher.kernels import gluon_sm90_ws
 
     for flag in flags:
-        if not (flag.startswith("NO_") or flag in ("TRACE", "REG_HALF")) or not isinstance(getattr(gluon_sm90_ws, flag, None),
+        if not (flag.startswith("NO_") or flag == "TRACE") or not isinstance(getattr(gluon_sm90_ws, flag, None),
                                                                              gl.constexpr):
             raise ValueError(f"gluon_sm90_ws has no timing flag {flag!r}")
         setattr(gluon_sm90_ws, flag, gl.constexpr(True))
