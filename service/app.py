@@ -82,6 +82,7 @@ def build_demo(settings: ServiceSettings, dispatcher: Dispatcher, telemetry: Tel
         full_scale=True if settings.demo_full_scale else None,
         on_decode_path=decode_path,
         limit=settings.demo_limit,
+        warm_up=settings.demo_warm_up,
     )
 
 

@@ -130,11 +130,18 @@ class DemoShape(_Open):
     description: str
 
 
+class DemoWarmUp(_Open):
+    calls: int = Field(description="uncounted calls made before the traffic, so that kernels compile first")
+    failed: int
+    seconds: float | None = Field(None, description="how long the warm-up took; null while it runs")
+
+
 class DemoOut(_Open):
     """The embedded workload: how it is scaled, and its own call counters (to compare with telemetry's)."""
 
     running: bool
-    state: str = Field(description="not started, running, finished (call limit reached), stopped, failed")
+    state: str = Field(description="not started, warming up, running, finished (call limit reached), stopped, "
+                                   "failed")
     limit: int | None = None
     glm_bug: bool
     device: str
@@ -148,6 +155,7 @@ class DemoOut(_Open):
     refused: int
     errors: int
     last_error: str | None = None
+    warm_up: DemoWarmUp | None = Field(None, description="null when the demo does not warm up (on a CPU, by default)")
 
 
 class ScopeOut(BaseModel):

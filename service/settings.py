@@ -29,6 +29,9 @@ class ServiceSettings(BaseSettings):
     demo_duty: float = Field(0.25, gt=0.0, le=1.0, description="fraction of one core the demo may keep busy")
     demo_limit: int | None = Field(None, ge=1, description="stop the demo after this many calls (tests, benchmarks)")
     demo_full_scale: bool = Field(False, description="real head count, head dim and top-k even on CPU")
+    demo_warm_up: bool | None = Field(
+        None, description="before its traffic, one uncounted call of each kind the demo makes, so that kernels "
+        "compiling at first use stay out of the latency histograms (default: on a GPU)")
     multiproc_dir: str | None = Field(None, description="PROMETHEUS_MULTIPROC_DIR for multiprocess metrics")
     rank: int = Field(0, ge=0, le=4095, description="tensor-parallel rank label")
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEMO_MODELS), description="bounded model label set")

@@ -8,10 +8,13 @@ compile): when, which kernel, the call that asked for it (model, entry, rows, ki
 specialisation differs from that kernel's previous one (the arguments whose type or divisibility
 changed, the constexprs that changed).
 
+The demo warms up first on a GPU, as ``serve --demo`` does (``DemoRunner``'s warm-up: one uncounted
+call of each kind the traffic makes); ``--no-warm-up`` leaves it out, to see what the traffic alone
+compiles. Each compile is marked with the demo's state then (``warming up`` or ``running``).
+
 Usage (device machine, repository root, wheels carried as for the demo):
-    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/jit_probe.py [--seconds 40] [--warm]
-``--warm`` runs the demo's warm-up first (``DemoRunner.warm_up``), as ``serve --demo`` does, so the
-compiles it leaves to the traffic show. Writes $OUT/jit_probe.json.
+    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/jit_probe.py [--seconds 40] [--no-warm-up]
+Writes $OUT/jit_probe.json.
 """
 
 from __future__ import annotations
@@ -51,14 +54,14 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=40.0)
-    ap.add_argument("--warm", action="store_true", help="run the demo's warm-up before its traffic")
+    ap.add_argument("--no-warm-up", action="store_true", help="leave out the demo's warm-up")
     opt = ap.parse_args()
     out, log = lab_output()
-    settings = ServiceSettings(demo=True)
+    settings = ServiceSettings(demo=True, demo_warm_up=False if opt.no_warm_up else None)
     dispatcher = Dispatcher(platform=detect().with_aiter_status(probe_aiter()), policy=settings.policy())
     telemetry = build_telemetry(settings, dispatcher)
     runner = build_demo(settings, dispatcher, telemetry)
-    now = {"spec": None, "phase": "set-up"}
+    now = {"spec": None}
     compiles: list[dict] = []
     last_repr: dict[str, str] = {}
     t0 = time.perf_counter()
@@ -67,7 +70,7 @@ def main() -> None:
         name = fn.name
         spec = now["spec"]
         compiles.append({
-            "t_s": round(time.perf_counter() - t0, 3), "phase": now["phase"], "kernel": name,
+            "t_s": round(time.perf_counter() - t0, 3), "phase": runner.state, "kernel": name,
             "call": None if spec is None else {"model": spec.model, "entry": spec.entry, "rows": spec.rows,
                                                "kind": spec.kind},
             "constexprs": {str(k): str(v) for k, v in compile["constants"].items()},
@@ -93,27 +96,27 @@ def main() -> None:
                          "kind": spec.kind, "wall_s": round(dt, 4), "compiles": len(compiles) - n})
         now["spec"] = None
 
-    runner.launch = traced
+    runner.launch = traced  # the traffic's calls (the warm-up's go through DemoRunner._launch)
     telemetry.start(flush_interval_s=settings.flush_interval_s)
-    if opt.warm:
-        now["phase"] = "warm-up"
-        t = time.perf_counter()
-        runner.warm_up()
-        log(f"warm-up: {len(compiles)} compiles in {time.perf_counter() - t:.1f} s")
-    now["phase"] = "traffic"
     runner.start()
     time.sleep(opt.seconds)
     runner.stop()
     telemetry.close()
     c = runner.counts
     log(f"{c.prefill_calls} prefill-entry and {c.decode_path_calls} decode-entry calls; errors {c.errors} "
-        f"({c.last_error})")
+        f"({c.last_error}); warm-up {runner.info()['warm_up']}")
+    lat = [row for row in telemetry.snapshot()["latency"] if row.get("samples")]
+    # A compile inside a sampled call shows as a mean far above the bucket's p90 (quantiles come from buckets).
+    outliers = [row for row in lat if row["mean_s"] > 3 * (row["p90_s"] or 0)]
+    log(f"telemetry: {len(lat)} latency rows, {sum(r['samples'] for r in lat)} samples; rows whose mean is over 3x "
+        f"their p90: {[(r['model'], r['rows_bucket'], r['samples'], round(r['mean_s'], 4)) for r in outliers]}")
     for rec in compiles:
         log(f"compile at {rec['t_s']:7.2f}s [{rec['phase']}] {rec['kernel']:<22} call {rec['call']} "
             f"changed {rec['changed'][:6]}")
     for rec in slow:
         log(f"slow call at {rec['t_s']:7.2f}s: {rec}")
-    save_results(out, "jit_probe", warm=opt.warm, seconds=opt.seconds, compiles=compiles, slow_calls=slow,
+    save_results(out, "jit_probe", warm_up=runner.info()["warm_up"], seconds=opt.seconds, compiles=compiles,
+                 slow_calls=slow, latency=lat,
                  counts={"prefill": c.prefill_calls, "decode": c.decode_path_calls, "errors": c.errors})
 
 

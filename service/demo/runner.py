@@ -19,7 +19,7 @@ from dispatcher import DecodeInPrefillError, Dispatcher, Kernel
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 
 from .scale import ScaledShape, scaled
-from .traffic import DEFAULT_SCENARIOS, DEMO_MODELS, CallSpec, ModelSpec, Scenario, traffic
+from .traffic import DEFAULT_SCENARIOS, DEMO_MODELS, CallSpec, ModelSpec, Scenario, traffic, warm_up_calls
 
 log = logging.getLogger("routescope.demo")
 
@@ -38,6 +38,9 @@ class DemoCounts:
     errors: int = 0
     last_error: str | None = None
     by_kind: dict[str, int] = field(default_factory=dict)  # prefill / mixed / pure_decode at the prefill entry
+    warm_up_calls: int = 0  # calls made before the traffic, unseen by telemetry (warm_up)
+    warm_up_failed: int = 0
+    warm_up_s: float | None = None  # how long the warm-up took; None: none ran (yet)
 
 
 class _Buffers:
@@ -88,6 +91,8 @@ class DemoRunner:
         min_gap_s: float = 0.002,
         torch_threads: int | None = 1,
         limit: int | None = None,
+        warm_up: bool | None = None,
+        warm_up_sample: int = 10_000,
     ) -> None:
         if not 0.0 < duty <= 1.0:
             raise ValueError(f"duty must be in (0, 1]; got {duty}")
@@ -104,6 +109,11 @@ class DemoRunner:
         self.min_gap_s = min_gap_s
         self.torch_threads = torch_threads
         self.limit = limit
+        # Kernels that compile at first use (Triton, Gluon) would put their compile into the first call of each
+        # variant, and into telemetry's latency histograms: on a GPU the demo makes those calls first, unseen.
+        self.warm_up = self.device != "cpu" if warm_up is None else warm_up
+        self.warm_up_sample = warm_up_sample
+        self._warming = False
         self.counts = DemoCounts()
         self.scenario_now: dict[str, int] = {}
         self.started_at: float | None = None
@@ -120,6 +130,7 @@ class DemoRunner:
         if self.device == "cpu" and self.torch_threads:
             torch.set_num_threads(self.torch_threads)  # leave the other core to the HTTP server
         self._thread = threading.Thread(target=self._run, name="routescope-demo", daemon=True)
+        self._warming = self.warm_up  # from the start: the buffers are made before the warm-up's calls
         self.started_at = time.time()
         self._thread.start()
 
@@ -137,11 +148,11 @@ class DemoRunner:
 
     @property
     def state(self) -> str:
-        """not started, running, finished (its call limit reached), stopped, or failed."""
+        """not started, warming up, running, finished (its call limit reached), stopped, or failed."""
         if self._thread is None:
             return "not started"
         if self._thread.is_alive():
-            return "running"
+            return "warming up" if self._warming else "running"
         if self._failed:
             return "failed"
         return "stopped" if self._stop.is_set() else "finished"
@@ -162,6 +173,8 @@ class DemoRunner:
     def _run(self) -> None:
         try:
             self._prepare()
+            if self.warm_up:
+                self._warm_up()
             calls = traffic(self.seed, models=self.models, scenarios=self.scenarios, glm_bug=self.glm_bug)
             if self.limit is not None:
                 calls = itertools.islice(calls, self.limit)
@@ -185,28 +198,71 @@ class DemoRunner:
         finally:
             self._done.set()
 
+    def _warm_up(self) -> None:
+        """Launch one call of each class the traffic will make (``warm_up_calls``), so that kernels compile now.
+
+        Prefill-entry calls go through a dispatcher with no probe (same platform, policy and registry),
+        so telemetry sees none of them; decode-entry calls skip the decode-path hook. Nothing here
+        stops the demo: a failing call is counted in ``warm_up_failed`` and logged once.
+        """
+        t0 = time.perf_counter()
+        c = self.counts
+        try:
+            d = self.dispatcher
+            quiet = Dispatcher(platform=d.platform, policy=d.policy, registry=d.registry)
+            sample = itertools.islice(
+                traffic(self.seed, models=self.models, scenarios=self.scenarios, glm_bug=self.glm_bug),
+                self.warm_up_sample)
+            specs = warm_up_calls(sample, max(sc.concurrency for sc in self.scenarios))
+            sync = torch.cuda.synchronize if self.device != "cpu" else None
+            for spec in specs:
+                if self._stop.is_set():
+                    break
+                try:
+                    self._launch(spec, quiet)  # a refusal compiles nothing either way
+                    if sync is not None:
+                        sync()
+                    c.warm_up_calls += 1
+                except Exception as exc:  # noqa: BLE001 - the traffic after it will count and show any real fault
+                    c.warm_up_failed += 1
+                    if c.warm_up_failed == 1:
+                        log.warning("demo warm-up call failed (%s %s, %d rows): %s: %s", spec.model, spec.entry,
+                                    spec.rows, exc.__class__.__name__, exc)
+            log.info("demo warm-up: %d calls in %.1f s before the traffic", c.warm_up_calls, time.perf_counter() - t0)
+        finally:
+            c.warm_up_s = time.perf_counter() - t0
+            self._warming = False
+
+    def _launch(self, spec: CallSpec, dispatcher: Dispatcher) -> bool:
+        """One call through its entry: the decode kernel, or ``dispatcher``. False if the dispatcher refused it."""
+        buf = self._buffers[spec.model]
+        if spec.entry == "decode":
+            self._decode.launch(buf.args(spec.rows))
+            return True
+        s, a = buf.shape, buf.args(spec.rows)
+        try:
+            dispatcher(
+                a.q, a.kv, a.index.indices, None, a.scale, s.head_dim, s.nope_head_dim, s.rope_head_dim,
+                None, a.output, query_lens=list(spec.query_lens), model=spec.model,
+            )
+        except DecodeInPrefillError:  # guard mode "raise": refused before any kernel ran
+            return False
+        return True
+
     def launch(self, spec: CallSpec) -> None:
-        """One call: the decode entry (split-K kernel) or the prefill entry (the dispatcher)."""
+        """One call, counted: the decode entry (split-K kernel) or the prefill entry (the dispatcher)."""
         c = self.counts
         self.scenario_now[spec.model] = spec.scenario
-        buf = self._buffers[spec.model]
         rows = spec.rows
         try:
+            if not self._launch(spec, self.dispatcher):
+                c.refused += 1  # a server would fail this step; the demo moves on
+                return
             if spec.entry == "decode":
-                self._decode.launch(buf.args(rows))
                 c.decode_path_calls += 1
                 c.decode_path_rows += rows
                 if self.on_decode_path is not None:
                     self.on_decode_path(spec.model, rows)
-                return
-            s, a = buf.shape, buf.args(rows)
-            try:
-                self.dispatcher(
-                    a.q, a.kv, a.index.indices, None, a.scale, s.head_dim, s.nope_head_dim, s.rope_head_dim,
-                    None, a.output, query_lens=list(spec.query_lens), model=spec.model,
-                )
-            except DecodeInPrefillError:
-                c.refused += 1  # a server would fail this step; the demo moves on
                 return
             c.prefill_calls += 1
             c.prefill_rows += rows
@@ -255,4 +311,6 @@ class DemoRunner:
             "errors": c.errors,
             "last_error": c.last_error,
             "by_kind": dict(c.by_kind),
+            "warm_up": {"calls": c.warm_up_calls, "failed": c.warm_up_failed, "seconds": c.warm_up_s}
+            if self.warm_up else None,
         }

@@ -14,7 +14,7 @@ decode rows included, through the prefill entry; GLM after the fix behaves like 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -195,3 +195,29 @@ def traffic(
             for call in s.calls(seq):
                 yield call
                 seq += 1
+
+
+def warm_up_calls(calls: Iterable[CallSpec], decode_rows: int) -> list[CallSpec]:
+    """The calls a warm-up should make so that the traffic in ``calls`` meets no kernel compiling at first use.
+
+    One call per class (model, entry, kind, rows class), in first-seen order. Up to ``decode_rows``
+    every row count is its own class: decode kernels choose their split count by rows, and with
+    it their compiled variant. Above it one call per power-of-two rows bucket serves. Every model
+    and entry that carries pure-decode batches in ``calls`` also gets each row count from 1 to
+    ``decode_rows``, whether ``calls`` holds it or not. Pure: the runner launches them.
+    """
+    if decode_rows < 1:
+        raise ValueError(f"decode_rows must be >= 1; got {decode_rows}")
+    picked: dict[tuple, CallSpec] = {}
+    decode_entries: dict[tuple[str, Entry], int] = {}  # (model, entry) with pure-decode batches -> its scenario
+    for c in calls:
+        rows = c.rows
+        rows_class = rows if rows <= decode_rows else -(rows.bit_length())  # -k: rows in [2^(k-1), 2^k)
+        picked.setdefault((c.model, c.entry, c.kind, rows_class), c)
+        if c.kind == "pure_decode":
+            decode_entries.setdefault((c.model, c.entry), c.scenario)
+    for (model, entry), scenario in decode_entries.items():
+        for rows in range(1, decode_rows + 1):
+            picked.setdefault((model, entry, "pure_decode", rows),
+                              CallSpec(-1, model, entry, (1,) * rows, rows, scenario))
+    return list(picked.values())

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 
 import pytest
 
 from dispatcher import Dispatcher, GuardMode, Policy
 from service.demo.runner import DemoRunner
-from service.demo.traffic import GLM_FLASH
+from service.demo.traffic import DEFAULT_SCENARIOS, GLM_FLASH, traffic, warm_up_calls
 from telemetry import Telemetry, TelemetryConfig
 
 MODELS = ("DeepSeek-V4.1-Flash", "GLM-5.3-Flash")
 
 
-def run(n: int, *, glm_bug: bool = False, guard: GuardMode = GuardMode.OBSERVE,
+def run(n: int, *, glm_bug: bool = False, guard: GuardMode = GuardMode.OBSERVE, warm_up: bool | None = None,
         **config: object) -> tuple[DemoRunner, dict]:
     d = Dispatcher(policy=Policy(guard=guard))
     tel = Telemetry(TelemetryConfig(models=MODELS, **config), platform=d.platform, policy=d.policy)
     tel.instrument(d)
-    r = DemoRunner(d, glm_bug=glm_bug, limit=n, duty=1.0, min_gap_s=0.0,
+    r = DemoRunner(d, glm_bug=glm_bug, limit=n, duty=1.0, min_gap_s=0.0, warm_up=warm_up,
                    on_decode_path=lambda model, rows: tel.record_decode_path(rows, model))
     r.start()
     assert r.wait_done(120)
@@ -108,3 +110,64 @@ def test_info_states_the_scale():
     assert [s["model"] for s in info["shapes"]] == list(MODELS)
     with pytest.raises(ValueError, match="duty"):
         DemoRunner(Dispatcher(), duty=0.0)
+
+
+@pytest.mark.parametrize("glm_bug,guard", [(False, GuardMode.OBSERVE), (True, GuardMode.RAISE)])
+def test_warm_up_runs_each_class_once_before_the_traffic_and_telemetry_sees_none_of_it(glm_bug, guard):
+    r, snap = run(120, glm_bug=glm_bug, guard=guard, warm_up=True)
+    c = r.counts
+    expected = warm_up_calls(itertools.islice(traffic(7, glm_bug=glm_bug), r.warm_up_sample),
+                             max(sc.concurrency for sc in DEFAULT_SCENARIOS))
+    assert c.warm_up_calls == len(expected) > 30 and c.warm_up_failed == 0 and c.warm_up_s is not None
+    assert r.info()["warm_up"] == {"calls": c.warm_up_calls, "failed": 0, "seconds": c.warm_up_s}
+    assert c.errors == 0 and c.prefill_calls + c.decode_path_calls + c.refused == 120  # the limit is the traffic's
+    assert sum(x["calls"] for x in snap["counts"]) == c.prefill_calls  # telemetry: the traffic's calls, no more
+    assert sum(x["rows"] for x in snap["counts"]) == c.prefill_rows
+    assert sum(x["calls"] for x in snap["decode_path"]) == c.decode_path_calls
+    assert sum(x["calls"] for x in snap["guard"]["refused"]) == c.refused  # warm-up refusals are not the demo's
+
+
+def test_warm_up_is_on_by_default_only_on_a_gpu():
+    assert DemoRunner(Dispatcher()).warm_up is False
+    assert DemoRunner(Dispatcher()).info()["warm_up"] is None
+    assert DemoRunner(Dispatcher(), device="cuda").warm_up is True  # nothing touches the GPU before start()
+    assert DemoRunner(Dispatcher(), device="cuda", warm_up=False).warm_up is False
+
+
+class _HeldWarmUp(DemoRunner):
+    """A runner whose warm-up calls wait for ``go`` (or fail, with ``fail``); its traffic runs as usual."""
+
+    def __init__(self, *a, fail: bool = False, **kw):
+        super().__init__(*a, **kw)
+        self.go, self.fail = threading.Event(), fail
+
+    def _launch(self, spec, dispatcher):
+        if dispatcher is not self.dispatcher:  # a warm-up call
+            if self.fail:
+                raise RuntimeError("compiler crashed")
+            self.go.wait(30)
+        return super()._launch(spec, dispatcher)
+
+
+def test_state_is_warming_up_until_the_warm_up_ends():
+    r = _HeldWarmUp(Dispatcher(), limit=20, duty=1.0, min_gap_s=0.0, warm_up=True)
+    r.start()
+    try:
+        deadline = time.monotonic() + 30
+        while r.state != "warming up" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert r.state == "warming up" and r.running
+        assert r.info()["warm_up"]["seconds"] is None and r.counts.prefill_calls == 0
+    finally:
+        r.go.set()
+    assert r.wait_done(60) and r.state == "finished"
+    assert r.counts.warm_up_calls > 0 and r.info()["warm_up"]["seconds"] is not None
+
+
+def test_a_failing_warm_up_is_counted_and_the_traffic_runs():
+    r = _HeldWarmUp(Dispatcher(), limit=30, duty=1.0, min_gap_s=0.0, warm_up=True, fail=True)
+    r.start()
+    assert r.wait_done(60) and r.state == "finished"
+    c = r.counts
+    assert c.warm_up_calls == 0 and c.warm_up_failed > 30
+    assert c.errors == 0 and c.prefill_calls + c.decode_path_calls == 30

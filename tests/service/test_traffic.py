@@ -7,7 +7,8 @@ from collections import Counter
 
 import pytest
 
-from service.demo.traffic import DEFAULT_SCENARIOS, DSV4_FLASH, GLM_FLASH, CallSpec, Scenario, traffic
+from service.demo.traffic import (DEFAULT_SCENARIOS, DSV4_FLASH, GLM_FLASH, CallSpec, Scenario, traffic,
+                                  warm_up_calls)
 
 
 def take(n: int, **kw) -> list[CallSpec]:
@@ -92,3 +93,43 @@ def test_scenarios_cycle():
 def test_bad_arguments_say_what_is_wrong(kw, match):
     with pytest.raises(ValueError, match=match):
         next(traffic(**kw))
+
+
+def _class(c: CallSpec, decode_rows: int) -> tuple:
+    return (c.model, c.entry, c.kind, c.rows if c.rows <= decode_rows else (c.rows.bit_length()))
+
+
+@pytest.mark.parametrize("glm_bug", [False, True])
+def test_warm_up_covers_every_class_of_the_traffic_once(glm_bug):
+    calls = take(3000, glm_bug=glm_bug)
+    warm = warm_up_calls(calls, 16)
+    classes = [_class(c, 16) for c in warm]
+    assert len(classes) == len(set(classes))  # one call a class
+    assert {_class(c, 16) for c in calls} <= set(classes)  # every class the traffic makes
+    seen = [c for c in warm if c.seq >= 0]
+    assert seen == sorted(seen, key=lambda c: c.seq)  # the traffic's own calls, first-seen order
+    big = [c for c in warm if c.rows > 16]
+    assert big and all(c in calls for c in big)  # above 16 rows: real calls, one per power-of-two bucket
+    assert sum(c.rows for c in warm) < sum(c.rows for c in calls) / 20  # a small fraction of the traffic's work
+
+
+@pytest.mark.parametrize("glm_bug", [False, True])
+def test_warm_up_makes_every_decode_row_count_where_pure_decodes_go(glm_bug):
+    warm = warm_up_calls(take(3000, glm_bug=glm_bug), 16)
+    decode = Counter((c.model, c.entry) for c in warm if c.kind == "pure_decode")
+    glm_entry = "prefill" if glm_bug else "decode"
+    assert decode == {(DSV4_FLASH.name, "decode"): 16, (GLM_FLASH.name, glm_entry): 16}
+    for model, entry in decode:
+        rows = sorted(c.rows for c in warm if (c.model, c.entry, c.kind) == (model, entry, "pure_decode"))
+        assert rows == list(range(1, 17))
+    made = [c for c in warm if c.seq < 0]  # row counts the sample lacked: well-formed pure decodes
+    assert made and all(c.decode_requests == len(c.query_lens) == c.rows and c.kind == "pure_decode" for c in made)
+
+
+def test_warm_up_rows_classes_follow_decode_rows():
+    calls = [CallSpec(i, "m", "prefill", (r,), 0, 0) for i, r in enumerate((3, 5, 9, 17, 31, 32, 1000, 1023, 1024))]
+    assert [c.rows for c in warm_up_calls(calls, 4)] == [3, 5, 9, 17, 32, 1000, 1024]  # 5+ by 2^k buckets
+    assert [c.rows for c in warm_up_calls(calls, 32)] == [3, 5, 9, 17, 31, 32, 1000, 1024]
+    assert warm_up_calls([], 16) == []
+    with pytest.raises(ValueError, match="decode_rows"):
+        warm_up_calls(calls, 0)
