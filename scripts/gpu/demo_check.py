@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--glm-bug", action="store_true")
     a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     cmd = [sys.executable, "-c", "from routescope.cli import main; main()", "serve", "--demo", "--port", str(port)]
     if a.glm_bug:
@@ -66,7 +67,8 @@ def main() -> int:
     (a.out / f"routing{suffix}.json").write_text(json.dumps(routing, indent=1))
     (a.out / f"metrics{suffix}.txt").write_text(metrics)
     print(f"platform {routing['platform']['arch']} timing {routing.get('timing')} after {a.seconds:.0f}s "
-          f"(ready {t_ready - (deadline - 120):.1f}s after start); glm bug {a.glm_bug}")
+          f"(ready {t_ready - (deadline - 120):.1f}s after start); glm bug {a.glm_bug}; "
+          f"warm-up {routing['demo'].get('warm_up')}")
     for c in sorted(routing["counts"], key=lambda c: (c["model"], c["kernel"], c["rows_bucket"])):
         print(f"  {c['model']:>16} {c['kernel']:<24} {c['impl']:<7} {c['rows_bucket']:>11} {c['call_class']:<12} calls {c['calls']:>5}")
     for row in routing["latency"]:
