@@ -66,17 +66,29 @@ def main() -> None:
     last_repr: dict[str, str] = {}
     t0 = time.perf_counter()
 
+    last_consts: dict[str, dict[str, str]] = {}
+
     def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):  # noqa: A002 - Triton's names
         name = fn.name
         spec = now["spec"]
+        names = getattr(fn.jit_function, "arg_names", [])
+        consts = {}
+        for k, v in compile["constants"].items():  # keyed by (argument index,) in Triton 3.6
+            i = k[0] if isinstance(k, tuple) and len(k) == 1 and isinstance(k[0], int) else None
+            consts[names[i] if i is not None and i < len(names) else str(k)] = str(v)
+        if name in last_repr:
+            before = last_consts[name]
+            changed = arg_diff(last_repr[name], repr) + [f"{k}: {before.get(k)} -> {v}" for k, v in consts.items()
+                                                         if before.get(k) != v]
+        else:
+            changed = ["(first)"]
         compiles.append({
             "t_s": round(time.perf_counter() - t0, 3), "phase": runner.state, "kernel": name,
             "call": None if spec is None else {"model": spec.model, "entry": spec.entry, "rows": spec.rows,
                                                "kind": spec.kind},
-            "constexprs": {str(k): str(v) for k, v in compile["constants"].items()},
-            "changed": arg_diff(last_repr[name], repr) if name in last_repr else ["(first)"],
+            "constexprs": consts, "changed": changed,
         })
-        last_repr[name] = repr
+        last_repr[name], last_consts[name] = repr, consts
         return None  # compile as usual
 
     knobs.runtime.jit_cache_hook = hook

@@ -182,3 +182,12 @@ def test_ws_flags_on_sets_the_kernels_timing_flags_and_refuses_any_other_name(la
         with pytest.raises(ValueError, match=bad):
             kernel_lab.ws_flags_on([bad])
     assert not hasattr(gluon_sm90_ws, "NO_GATHR")
+
+
+def test_jit_probe_names_the_arguments_whose_specialisation_changed(labs):
+    import jit_probe
+
+    before = "_k[num_warps=4, num_ctas=1](q_ptr: *bf16, rows: i32, width: i32 (D), H: i32)"
+    after = "_k[num_warps=4, num_ctas=1](q_ptr: *bf16, rows: i32 (D), width: i32 (D), H: constexpr)"
+    assert jit_probe.arg_diff(before, after) == ["rows: i32 -> i32 (D)", "H: i32 -> constexpr"]
+    assert jit_probe.arg_diff(before, before) == []
