@@ -64,9 +64,8 @@ def main() -> None:
     now = {"spec": None}
     compiles: list[dict] = []
     last_repr: dict[str, str] = {}
-    t0 = time.perf_counter()
-
     last_consts: dict[str, dict[str, str]] = {}
+    t0 = time.perf_counter()
 
     def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):  # noqa: A002 - Triton's names
         name = fn.name

@@ -96,6 +96,8 @@ class DemoRunner:
     ) -> None:
         if not 0.0 < duty <= 1.0:
             raise ValueError(f"duty must be in (0, 1]; got {duty}")
+        if warm_up_sample < 0:
+            raise ValueError(f"warm_up_sample must be >= 0; got {warm_up_sample}")
         self.dispatcher = dispatcher
         self.seed = seed
         self.glm_bug = glm_bug
@@ -219,7 +221,7 @@ class DemoRunner:
                 if self._stop.is_set():
                     break
                 try:
-                    self._launch(spec, quiet)  # a refusal compiles nothing either way
+                    self._launch(spec, quiet)  # False: refused (guard mode raise), no kernel to compile
                     if sync is not None:
                         sync()
                     c.warm_up_calls += 1

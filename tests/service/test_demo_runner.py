@@ -110,6 +110,8 @@ def test_info_states_the_scale():
     assert [s["model"] for s in info["shapes"]] == list(MODELS)
     with pytest.raises(ValueError, match="duty"):
         DemoRunner(Dispatcher(), duty=0.0)
+    with pytest.raises(ValueError, match="warm_up_sample"):
+        DemoRunner(Dispatcher(), warm_up_sample=-1)
 
 
 @pytest.mark.parametrize("glm_bug,guard", [(False, GuardMode.OBSERVE), (True, GuardMode.RAISE)])
