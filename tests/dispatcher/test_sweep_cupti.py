@@ -67,6 +67,7 @@ def test_spans_read_a_real_profile():
     assert call_seconds(found) == {}
 
 
+@pytest.mark.filterwarnings("ignore:CUDA is not available, disabling CUDA profiling:UserWarning")  # by design here
 def test_kernel_time_without_gpu_ranges_is_refused_with_the_reason(monkeypatch):
     """Calls that leave no GPU range (here the host runs them, with the timer's CUDA steps stood in for) give no
     kernel time: the profiling half of KernelTimer.paired_spans, on the CPU."""
