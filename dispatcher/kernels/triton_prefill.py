@@ -30,6 +30,12 @@ from .torch_ref import ragged_prefill as torch_ragged_prefill
 HEAD_BLOCK = 16  # heads per program, as vLLM's in-tree grid (rows, ceil(H / 16)); also tl.dot's minimum M
 LOG2E = 1.4426950408889634
 SUPPORTED = frozenset({torch.float16, torch.bfloat16, torch.float32})
+# fp8 kv pools the kernels read beside a 16/32-bit q: each tile converted to q's dtype as it loads (exact: every
+# fp8 value is a bf16, fp16 and fp32 value), so the math is the reference's on the same fp8 values, unscaled.
+# NVIDIA GPUs convert the OCP formats; ROCm's gfx942 the fnuz ones (gfx950's OCP formats go to torch until
+# checked there); Triton's CPU interpreter all four.
+FP8_OCP = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+FP8_FNUZ = tuple(getattr(torch, n) for n in ("float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n))
 MIN_CHUNK = 16  # tl.dot's minimum K: a chunk narrower than this is not cut
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "width"]  # runtime values: no recompile per flag
 
@@ -104,10 +110,19 @@ def count_block(width: int) -> int:
     return min(max(16, next_pow2(width)), 2048)
 
 
+def fp8_kv_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
+    """The fp8 kv dtypes the kernels read on ``device`` (see FP8_OCP)."""
+    if device.type == "cpu":  # TRITON_INTERPRET=1
+        return FP8_OCP + FP8_FNUZ
+    return FP8_FNUZ if torch.version.hip else FP8_OCP
+
+
 def triton_supports(args: KernelArgs) -> bool:
-    """Triton runs the call when q and kv share a 16/32-bit float dtype and D >= 16; else torch does."""
+    """Triton runs the call when q is a 16/32-bit float, kv the same dtype or a readable fp8 one (``fp8_kv_dtypes``),
+    and D >= 16; else torch does."""
     q, kv = args.q, args.kv
-    return q.dtype in SUPPORTED and kv.dtype == q.dtype and q.shape[2] >= 16
+    return (q.dtype in SUPPORTED and (kv.dtype == q.dtype or kv.dtype in fp8_kv_dtypes(kv.device))
+            and q.shape[2] >= 16)
 
 
 def pack(args: KernelArgs) -> Packed:
@@ -236,22 +251,26 @@ def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_sca
         slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=in_row, other=-1).to(tl.int64)
         valid = in_row & (slot >= 0) & (slot < skv)
         krow = kv_ptr + tl.where(valid, slot, 0) * kv_s0
-        k0 = tl.load(krow[:, None] + offs_c[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+        # kv tiles in q's dtype: a no-op for a 16/32-bit pool, an exact conversion for an fp8 one
+        k0 = tl.load(krow[:, None] + offs_c[None, :] * kv_s2, mask=valid[:, None], other=0.0).to(q0.dtype)
         s = mm(q0, tl.trans(k0), IEEE)
         # Each chunk's product is its own accumulation chain; summing them last keeps them independent.
         if NCH > 1:
-            k1 = tl.load(krow[:, None] + (CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+            k1 = tl.load(krow[:, None] + (CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0).to(q0.dtype)
             s1 = mm(q1, tl.trans(k1), IEEE)
         if NCH > 2:
-            k2 = tl.load(krow[:, None] + (2 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0)
-            k3 = tl.load(krow[:, None] + (3 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0)
+            k2 = tl.load(krow[:, None] + (2 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None],
+                         other=0.0).to(q0.dtype)
+            k3 = tl.load(krow[:, None] + (3 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None],
+                         other=0.0).to(q0.dtype)
             s = s + mm(q2, tl.trans(k2), IEEE)
             s1 = s1 + mm(q3, tl.trans(k3), IEEE)
         if NCH > 1:
             s = s + s1
         kb = tl.zeros([BLOCK_N, BLOCK_B], k0.dtype)
         if HAS_B:
-            kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :], other=0.0)
+            kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :],
+                         other=0.0).to(q0.dtype)
             s += mm(qb, tl.trans(kb), IEEE)
         m_new, alpha, p, l = softmax_step(s, valid, m, l, sm_scale2)
         pv = p.to(k0.dtype)

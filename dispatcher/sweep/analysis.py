@@ -28,6 +28,11 @@ class Result(NamedTuple):
     min_us: float
     repeats: int
     timer: str
+    kv_dtype: str | None = None  # the kv pool's dtype (records before session 23 have none: dtype's)
+
+    @property
+    def pool_dtype(self) -> str:
+        return self.kv_dtype or self.dtype
 
     @property
     def label(self) -> str:
@@ -151,7 +156,7 @@ def pool_note(results: list[Result], l2_bytes: int | None) -> str | None:
     """
     if not l2_bytes or not results:
         return None
-    sizes = [r.kv_len * r.head_dim * getattr(torch, r.dtype).itemsize for r in results]
+    sizes = [r.kv_len * r.head_dim * getattr(torch, r.pool_dtype).itemsize for r in results]
     lo, hi = min(sizes), max(sizes)
     span = f"{_mb(lo)} MiB" if _mb(lo) == _mb(hi) else f"{_mb(lo)}-{_mb(hi)} MiB"
     l2 = f"{_mb(l2_bytes)} MiB"

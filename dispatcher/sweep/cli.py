@@ -21,6 +21,8 @@ from .report import device_name, document, l2_bytes, print_tables, write_all
 from .runner import KernelFailed, SweepPlan, check_timer, run_sweep
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+FP8_KV = {n: getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+          if hasattr(torch, n)}
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -40,12 +42,16 @@ def pick_device(name: str) -> torch.device:
 
 
 def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layout: str, device: str, dtype: str,
-               heads: int, repeats: int | None, warmup: int, kv_len: int | None, timer: str = "events") -> SweepPlan:
+               heads: int, repeats: int | None, warmup: int, kv_len: int | None, timer: str = "events",
+               kv_dtype: str | None = None) -> SweepPlan:
     """Parse and check every option; GPU and CPU get their own defaults."""
     dev = pick_device(device)
     gpu = dev.type == "cuda"
     if dtype not in DTYPES:
         raise SweepArgError(f"--dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in FP8_KV:
+        raise SweepArgError(f"--kv-dtype must be --dtype's ({dtype}) or an fp8 one ({', '.join(FP8_KV)}); "
+                            f"got {kv_dtype!r}")
     if not 1 <= heads <= 256:
         raise SweepArgError(f"--heads must be between 1 and 256; got {heads}")
     if repeats is not None and not 1 <= repeats <= 10_000:
@@ -63,6 +69,7 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
         topk=parse_int_list(topk, "topk", maximum=65536) if topk else (GPU_TOPK if gpu else CPU_TOPK),
         layouts=parse_layouts(layout),
         device=dev, dtype=DTYPES[dtype], heads=heads,
+        kv_dtype=FP8_KV[kv_dtype] if kv_dtype is not None and kv_dtype != dtype else None,
         repeats=repeats if repeats is not None else (30 if gpu else 5),
         warmup=warmup, kv_len=kv_len, timer=timer, registry=registry,
     )
@@ -80,6 +87,8 @@ def replay_command(plan: SweepPlan, out: Path, tolerance: float = TOLERANCE) -> 
     ]
     if plan.kv_len:
         parts += ["--kv-len", str(plan.kv_len)]
+    if plan.kv_dtype is not None:
+        parts += ["--kv-dtype", str(plan.kv_dtype).removeprefix("torch.")]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -94,6 +103,9 @@ def sweep_command(
     warmup: Annotated[int, typer.Option(help="untimed calls first")] = 3,
     heads: Annotated[int, typer.Option(help="query heads")] = HEADS,
     dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32")] = "bfloat16",
+    kv_dtype: Annotated[Optional[str], typer.Option(
+        help="the kv pool's dtype, if not --dtype's: an fp8 pool (float8_e4m3fn or float8_e5m2 on NVIDIA, "
+             "float8_e4m3fnuz or float8_e5m2fnuz on ROCm; values used unscaled)")] = None,
     kv_len: Annotated[Optional[int], typer.Option(help="KV pool rows (default max(rows, 4 x top-k): 18.9 MB at "
                                                        "16384 rows of 576 lanes, inside an H200's 60 MiB L2; "
                                                        "1048576 gathers from HBM, as a serving pool does)")] = None,
@@ -110,7 +122,8 @@ def sweep_command(
         raise _fail(f"--tolerance must be in [0, 1), got {tolerance}")
     try:
         plan = build_plan(kernels=kernels, rows=rows, topk=topk, layout=layout, device=device, dtype=dtype,
-                          heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len, timer=timer)
+                          heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len, timer=timer,
+                          kv_dtype=kv_dtype)
     except SweepArgError as exc:
         raise _fail(str(exc)) from None
     from rich.console import Console

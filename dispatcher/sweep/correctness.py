@@ -39,12 +39,14 @@ class Check(NamedTuple):
 def build(rows: int, *, layout: Layout, dtype: torch.dtype, device: torch.device, heads: int = 16, topk: int = 2048,
           kv_len: int = 8192, seed: int = 0, sink: bool = True, out_full: bool = False, pad: bool = True,
           interleave: bool = False, bad_slots: bool = True, topk_length: str | None = None, ragged: bool = False,
-          index_dtype: torch.dtype = torch.int32, high_slots: bool = False) -> KernelArgs:
-    """Random operands at full size with the requested edge cases (row 0 is always empty)."""
+          index_dtype: torch.dtype = torch.int32, high_slots: bool = False,
+          kv_dtype: torch.dtype | None = None) -> KernelArgs:
+    """Random operands at full size with the requested edge cases (row 0 is always empty); ``kv_dtype``: the pool's
+    dtype when it is not q's (an fp8 pool)."""
     g = torch.Generator(device=device).manual_seed(seed)
     d = layout.head_dim
     q = torch.randn((rows, heads, d), device=device, generator=g).to(dtype)
-    kv = torch.randn((kv_len, 1, d), device=device, generator=g).to(dtype)
+    kv = torch.randn((kv_len, 1, d), device=device, generator=g).to(kv_dtype or dtype)
     idx = topk_indices(rows, topk, min(kv_len, 1 << 16), device, g).long()
     if high_slots:  # push slots to the top of a huge pool: offsets past 2**31 elements
         idx = torch.where(idx >= 0, idx + (kv_len - (1 << 16)), idx)
@@ -89,15 +91,19 @@ def check(name: str, kernel: str, launch: Callable[[KernelArgs], None], args: Ke
     _, valid = row_slots(args.index, 0, args.q.shape[0], args.kv.shape[0])
     empty = ~valid.any(dim=1)
     zero = bool((got[empty] == 0).all()) if bool(empty.any()) else True
-    return Check(name, kernel, str(args.q.dtype).removeprefix("torch."), rel, BOUND[args.q.dtype], written, zero)
+    dtype = str(args.q.dtype).removeprefix("torch.")
+    if args.kv.dtype != args.q.dtype:
+        dtype += " (kv " + str(args.kv.dtype).removeprefix("torch.") + ")"
+    return Check(name, kernel, dtype, rel, BOUND[args.q.dtype], written, zero)
 
 
-def cases(dtype: torch.dtype, device: torch.device, *, big: bool = True) -> Iterator[tuple[str, KernelArgs]]:
+def cases(dtype: torch.dtype, device: torch.device, *, big: bool = True,
+          kv_dtype: torch.dtype | None = None) -> Iterator[tuple[str, KernelArgs]]:
     """Every layout and output width at 257 rows, then the edge cases at 64 rows, then the target shapes."""
     for lay in (Layout(512, 64), Layout(448, 64), Layout(512, 0)):
         for full in (False, True):
             yield f"{lay} {'D' if full else 'nope'}-out 257 rows", build(
-                257, layout=lay, dtype=dtype, device=device, out_full=full, seed=1)
+                257, layout=lay, dtype=dtype, device=device, out_full=full, seed=1, kv_dtype=kv_dtype)
     v32 = Layout(512, 64)
     edge = {
         "interleaved -1, bad slots, no sink": dict(interleave=True, sink=False),
@@ -110,23 +116,24 @@ def cases(dtype: torch.dtype, device: torch.device, *, big: bool = True) -> Iter
         "top-k 1": dict(topk=1, kv_len=16),
     }
     for name, kw in edge.items():
-        yield f"{name} 64 rows", build(64, layout=v32, dtype=dtype, device=device, seed=2, **kw)
+        yield f"{name} 64 rows", build(64, layout=v32, dtype=dtype, device=device, seed=2, kv_dtype=kv_dtype, **kw)
     for rows in (2, 16):
         yield f"decode shape {rows} rows", build(rows, layout=v32, dtype=dtype, device=device, pad=False,
-                                                 bad_slots=False, seed=3)
+                                                 bad_slots=False, seed=3, kv_dtype=kv_dtype)
     if big:
         yield "int64 offsets (pool 4.2M rows)", build(
-            8, layout=v32, dtype=dtype, device=device, kv_len=4_200_000, high_slots=True, seed=4)
+            8, layout=v32, dtype=dtype, device=device, kv_len=4_200_000, high_slots=True, seed=4, kv_dtype=kv_dtype)
         yield "prefill shape 16384 rows", build(16384, layout=v32, dtype=dtype, device=device, pad=False,
-                                                bad_slots=False, kv_len=16384, seed=5)
+                                                bad_slots=False, kv_len=16384, seed=5, kv_dtype=kv_dtype)
 
 
 def run_checks(launchers: dict[str, Callable[[KernelArgs], None]], dtypes: tuple[torch.dtype, ...],
-               device: torch.device, *, big: bool = True) -> list[Check]:
-    """Each launcher on each case (fresh operands per launcher, so neither sees the other's output)."""
+               device: torch.device, *, big: bool = True, kv_dtype: torch.dtype | None = None) -> list[Check]:
+    """Each launcher on each case (fresh operands per launcher, so neither sees the other's output); ``kv_dtype``
+    puts every case's pool in that dtype (fp8), q and the output staying in each of ``dtypes``."""
     found = []
     for dtype in dtypes:
-        for name, args in cases(dtype, device, big=big):
+        for name, args in cases(dtype, device, big=big, kv_dtype=kv_dtype):
             for kname, launch in launchers.items():
                 fresh = args._replace(output=torch.full_like(args.output, float("nan")))
                 found.append(check(name, kname, launch, fresh))

@@ -213,9 +213,10 @@ def markdown(results: list[Result], doc: dict[str, Any]) -> str:
     """The sweep as Markdown, for a pull request or a doc: what ran and how, the A/B table per layout in
     the seed's layout, the medians, the crossovers, the gate and where the kv pools sat."""
     timers = ", ".join(sorted({r.timer for r in results})) or "-"
+    dtypes = ", ".join(sorted({f"q {r.dtype}, kv {r.pool_dtype}" for r in results})) or "-"
     out = [f"# routescope sweep on {doc['device']}", "",
            f"A = `{doc['a']}`, B = `{doc['b']}`; each cell of the ratio tables is {doc['ratio']}. "
-           f"Timer: {timers}.", "", "```", doc["command"], "```"]
+           f"Timer: {timers}. Dtypes: {dtypes}.", "", "```", doc["command"], "```"]
     for lay in _layouts(results):
         out += ["", f"## Layout {lay}", "", "A/B time:", "", *_md_table(*layout_ratios(doc, lay), left=0),
                 "", "Median µs per call (± half the p20-p80 spread):", "",

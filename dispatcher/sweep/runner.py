@@ -32,6 +32,7 @@ class SweepPlan:
     layouts: tuple[Layout, ...]
     device: torch.device
     dtype: torch.dtype = torch.bfloat16
+    kv_dtype: torch.dtype | None = None  # None: the pool in q's dtype
     heads: int = HEADS
     repeats: int = 30
     warmup: int = 3
@@ -81,12 +82,14 @@ def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
         raise SweepArgError(f"--kernels resolve to the same implementation twice here: {', '.join(labels)}")
     timer = make_timer(plan)
     dtype_name = str(plan.dtype).removeprefix("torch.")
+    kv_dtype_name = str(plan.kv_dtype or plan.dtype).removeprefix("torch.")
     results: list[Result] = []
     for layout in plan.layouts:
         for topk in plan.topk:
             for rows in plan.rows:
                 kv_len = plan.kv_len or default_kv_len(rows, topk)
-                sets = make_sets(rows, topk, plan.heads, layout, kv_len, dtype=plan.dtype, device=plan.device)
+                sets = make_sets(rows, topk, plan.heads, layout, kv_len, dtype=plan.dtype, device=plan.device,
+                                 kv_dtype=plan.kv_dtype)
                 for spec, impl in zip(plan.kernels, impls):
                     if on_step is not None:
                         on_step(f"{layout} top-k {topk} rows {rows}: {spec}")
@@ -94,7 +97,7 @@ def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
                     results.append(Result(
                         impl.kernel.value, ran, str(layout), rows, topk, plan.heads, layout.head_dim,
                         layout.nope, layout.rope, dtype_name, kv_len, t.median_us, t.p20_us, t.p80_us, t.min_us,
-                        t.repeats, t.timer,
+                        t.repeats, t.timer, kv_dtype_name,
                     ))
                 del sets
                 if plan.device.type == "cuda":

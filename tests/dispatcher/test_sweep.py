@@ -170,6 +170,17 @@ def test_input_sets_have_the_call_shapes():
     assert a.index.indices.shape == (3, 8) and math.isclose(a.scale, 48 ** -0.5)
 
 
+def test_input_sets_with_an_fp8_pool():
+    f8 = torch.float8_e4m3fn
+    a = make_sets(3, 8, 4, Layout(32, 16), 20, dtype=torch.bfloat16, device=torch.device("cpu"), kv_dtype=f8)[0]
+    assert a.kv.dtype == f8 and a.q.dtype == a.output.dtype == torch.bfloat16
+    assert a.kv.float().abs().max() > 0.5  # unit normal values, rounded to e4m3: not a tiny or zero pool
+    from dispatcher.sweep.inputs import call_bytes
+
+    lay = Layout(512, 64)
+    assert call_bytes(1, 2048, 16, lay, 8192, 2) - call_bytes(1, 2048, 16, lay, 8192, 2, 1) == 2048 * 576  # kv: 1 B
+
+
 def test_runner_times_every_kernel_at_every_point():
     reg = default_registry()
     plan = SweepPlan(kernels=parse_kernels("intree.ragged_prefill:torch,intree.sparse_decode:torch", KNOWN),
@@ -211,6 +222,7 @@ def test_the_kv_pool_is_placed_against_the_l2():
     assert pool_note([small, big], l2) == "kv pool 9.0-1152 MiB against this GPU's 50 MiB L2: inside it at some " \
                                           "points, past it at others."
     assert pool_note([small._replace(dtype="float32")], 12 << 20).startswith("kv pool 18 MiB, past")  # 4-byte rows
+    assert pool_note([small._replace(kv_dtype="float8_e4m3fn")], l2).startswith("kv pool 4.5 MiB")  # 1-byte rows
     assert pool_note([small], None) is None and pool_note([], l2) is None  # on the host, or nothing timed
 
 
@@ -284,6 +296,23 @@ def test_sweep_end_to_end_on_a_tiny_cpu_grid(tmp_path):
     assert len(doc["ratios"]) == 4
 
 
+def test_an_fp8_pool_is_swept_recorded_and_replayable(tmp_path):
+    out = tmp_path / "f8"
+    r = _cli("--rows", "1,4", "--topk", "8", "--layout", "32+16", "--heads", "2", "--repeats", "1", "--warmup", "0",
+             "--kv-dtype", "float8_e5m2", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "sweep.json").read_text())
+    assert {(x["dtype"], x["kv_dtype"]) for x in doc["results"]} == {("bfloat16", "float8_e5m2")}
+    assert doc["command"].endswith("--kv-dtype float8_e5m2")
+    assert "Dtypes: q bfloat16, kv float8_e5m2." in (out / "sweep.md").read_text()
+    with (out / "sweep.csv").open() as fh:
+        assert {row["kv_dtype"] for row in csv.DictReader(fh)} == {"float8_e5m2"}
+    same = _cli("--rows", "1", "--topk", "8", "--layout", "glm", "--heads", "2", "--repeats", "1", "--warmup", "0",
+                "--kv-dtype", "bfloat16", "--json", "--out", str(tmp_path / "same"))
+    same_doc = json.loads(same.stdout[same.stdout.index("{"):])
+    assert "--kv-dtype" not in same_doc["command"] and same_doc["results"][0]["kv_dtype"] == "bfloat16"
+
+
 def test_sweep_json_flag_prints_the_document(tmp_path):
     r = _cli("--rows", "2", "--topk", "8", "--layout", "glm", "--heads", "2", "--repeats", "1", "--warmup", "0",
              "--dtype", "float32", "--json", "--out", str(tmp_path))
@@ -309,6 +338,7 @@ def test_the_default_layouts_are_the_issues_two_dsv4_and_glm(tmp_path):
     (["--kernels", "intree.ragged_prefill"], "two or more"),
     (["--repeats", "0"], "--repeats"),
     (["--dtype", "int8"], "--dtype"),
+    (["--kv-dtype", "float16"], "--kv-dtype must be --dtype's (bfloat16) or an fp8 one"),
     (["--device", "tpu"], "--device"),
     (["--heads", "0"], "--heads"),
     (["--tolerance", "1.5"], "--tolerance"),

@@ -90,18 +90,20 @@ class Case:
 def make_case(seed: int, *, layout: str = "v32", sq: int = 6, heads: int = 4, skv: int = 70, topk: int = 40,
               dtype: torch.dtype = torch.float16, sink: bool = False, out_full: bool = False,
               topk_length: str | None = None, ragged: bool = False, interleaved: bool = False,
-              index_dtype: torch.dtype = torch.int32, device: str = "cpu", scale: float = 0.15) -> Case:
+              index_dtype: torch.dtype = torch.int32, device: str = "cpu", scale: float = 0.15,
+              kv_dtype: torch.dtype | None = None) -> Case:
     """Random operands with the edge cases switched on by keyword.
 
     Always present: an empty row (all -1), -1 padding after each row's valid prefix, and
     out-of-range slots (skv, skv + 5, -7). ``topk_length``: None, "short" (inside the prefix),
     or "wild" (past the row's end, zero and negative too). ``interleaved`` puts -1 inside rows.
+    ``kv_dtype``: the pool's dtype when it is not q's (an fp8 pool: values rounded to it).
     """
     g = torch.Generator().manual_seed(seed)
     nope, rope = LAYOUTS[layout]
     d = nope + rope
     q = torch.randn(sq, heads, d, generator=g).to(dtype)
-    kv = torch.randn(skv, 1, d, generator=g).to(dtype)
+    kv = torch.randn(skv, 1, d, generator=g).to(kv_dtype or dtype)
     idx = torch.stack([torch.randperm(skv, generator=g)[:topk] for _ in range(sq)]).to(index_dtype)
     lens = torch.randint(0, topk + 1, (sq,), generator=g)
     lens[-1] = topk  # one full row

@@ -25,6 +25,31 @@ def test_full_shapes_match_the_reference(compiled, dtype, config):
     assert not bad, "\n".join(map(str, bad))
 
 
+FP8_GPU = ["float8_e4m3fnuz", "float8_e5m2fnuz"] if torch.version.hip else ["float8_e4m3fn", "float8_e5m2"]
+
+
+@pytest.mark.parametrize("kv_dtype", FP8_GPU)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fp8_pools_match_the_reference_in_triton(compiled, dtype, kv_dtype):
+    """An fp8 kv pool beside a 16-bit q: the registry's first choice hands it to Triton (no torch fallback), and
+    every case at full shapes, the 16,384-row prefill and the 4.2M-row pool included, matches the reference."""
+    from dispatcher.kernels.registry import default_registry
+    from dispatcher.types import Kernel
+
+    reg = default_registry()
+    ran = []
+
+    def via(kernel):
+        impl = reg.resolve(kernel, "cuda")
+        return lambda a: ran.append(impl.launch(a) or impl.impl)
+
+    launchers = {"prefill": via(Kernel.INTREE_RAGGED_PREFILL), "decode": via(Kernel.INTREE_SPARSE_DECODE)}
+    found = run_checks(launchers, (dtype,), torch.device("cuda"), kv_dtype=getattr(torch, kv_dtype))
+    bad = [c for c in found if not c.ok]
+    assert not bad, "\n".join(map(str, bad))
+    assert len(found) == 2 * 18 and set(ran) == {"triton"} and all(kv_dtype in c.dtype for c in found)
+
+
 @pytest.mark.parametrize(("impl", "split_counts", "lanes"), [
     ("triton", (1, 2, 5, 22, 64), 64), ("sm90", (1, 2, 5, 11, 64), 64), ("sm90-ws", (1, 2, 3, 11, 64), 64),
     ("sm90", (1, 2, 5, 11, 64), 0)])  # D = 512: the pipelined partial kernel (decode_config)

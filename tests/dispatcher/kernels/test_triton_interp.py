@@ -110,7 +110,7 @@ def test_no_rows_is_a_no_op(interp, which):
 
 @pytest.mark.parametrize("which", ["prefill", "decode"])
 def test_unsupported_dtypes_fall_back_to_torch(interp, which):
-    """kv in another dtype than q (fp8 pools, say) is served by the torch implementation, same answer."""
+    """kv in another 16/32-bit dtype than q is served by the torch implementation, same answer."""
     case = make_case(4, dtype=torch.float32, sink=True)
     a = case.args
     args = a._replace(kv=a.kv.to(torch.bfloat16), output=torch.full_like(a.output, float("nan")))
@@ -119,6 +119,31 @@ def test_unsupported_dtypes_fall_back_to_torch(interp, which):
     ref = a._replace(kv=args.kv, output=torch.full_like(a.output, float("nan")))
     torch_prefill(ref)
     torch.testing.assert_close(args.output, ref.output, atol=1e-5, rtol=1e-5)
+
+
+FP8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+       if hasattr(torch, n)]
+
+
+@pytest.mark.parametrize(("which", "kw"), KERNELS[:3] + KERNELS[4:5], ids=KERNEL_IDS[:3] + KERNEL_IDS[4:5])
+@pytest.mark.parametrize("kv_dtype", FP8, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("layout", ["v32", "odd"])
+def test_fp8_kv_pools_run_in_triton_with_the_references_answer(interp, which, kw, kv_dtype, layout):
+    """An fp8 pool beside an fp16 q: Triton runs it (no torch fallback), converting each tile exactly."""
+    prefill, _ = interp
+    case = make_case(11, layout=layout, sink=True, interleaved=True, kv_dtype=kv_dtype)
+    assert case.args.kv.dtype == kv_dtype and prefill.triton_supports(case.args)
+    check(case, run(interp, which, case, **kw), torch.float16)
+
+
+def test_fp8_kv_support_follows_the_device(interp):
+    prefill, _ = interp
+    e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
+    assert set(prefill.fp8_kv_dtypes(torch.device("cpu"))) == set(FP8)  # the interpreter converts all four
+    gpu = prefill.fp8_kv_dtypes(torch.device("cuda"))
+    assert set(gpu) == ({torch.float8_e4m3fnuz, torch.float8_e5m2fnuz} if torch.version.hip else {e4m3, e5m2})
+    case = make_case(12, kv_dtype=e4m3)
+    assert not prefill.triton_supports(case.args._replace(q=case.args.q.to(torch.int8)))  # q must be a float
 
 
 def test_split_choice_covers_the_gpu_and_respects_bounds(interp):
