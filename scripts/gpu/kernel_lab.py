@@ -9,7 +9,9 @@ variant of each group are measured in the same run, so they hold on a noisy mach
 
 Writes $OUT/lab.json and prints one table per group. Run on the device machine from the
 repository root (docs/benchmarks.md gives the exact command):
-    python3 scripts/gpu/kernel_lab.py [--only prefill|decode|floor] [--repeats N] [--workers N]
+    python3 scripts/gpu/kernel_lab.py [--only prefill|decode|floor] [--repeats N] [--workers N] [--kv-dtype NAME]
+``--kv-dtype float8_e4m3fn`` (or another fp8 name) times tile configs for an fp8 pool beside the bf16 q instead
+(``FP8_CANDIDATES``; session 23).
 """
 
 from __future__ import annotations
@@ -41,8 +43,19 @@ SESSION1 = dict(pdl=False)  # session 1's decode launched its reduce without PDL
 # re-times, at the current code, session 1's configs against the chosen ones and their nearest neighbours.
 
 
-def variants() -> list[dict]:
-    """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed."""
+# Tile configs for an fp8 pool (session 23): the bf16 choice spills there (104-216 bytes of stack), so smaller
+# tiles, fewer chains or more warps may serve it better.
+FP8_CANDIDATES = [("bf16's choice: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(32,4,2) one chain", (32, 4, 2, 1)),
+                  ("(32,4,2) 2 chains", (32, 4, 2, 2)), ("(64,8,2) 4 chains", (64, 8, 2, 4)),
+                  ("(32,4,1) one chain", (32, 4, 1, 1))]
+
+
+def variants(kv_dtype: str | None = None) -> list[dict]:
+    """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed; with ``kv_dtype``
+    (an fp8 pool) the FP8_CANDIDATES for both kernels."""
+    if kv_dtype is not None:
+        return [dict(group=g, name=n, kernel=g, config=c, kw={}, per_sm=None, kv_dtype=kv_dtype)
+                for g in ("prefill", "decode") for n, c in FP8_CANDIDATES]
     pre = [("session 1: (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
            ("chosen: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
            ("(32,2,2) 4 chains", (32, 2, 2, 4))]
@@ -94,12 +107,18 @@ def _compile(v: dict) -> tuple[str, str | None, float]:
     """Worker: run the variant once on a small call with the timed calls' specialisation (fills the cache)."""
     t0 = time.perf_counter()
     try:
-        a = make_sets(2, 2048, 16, V32, default_kv_len(2, 2048), dtype=torch.bfloat16, device=torch.device("cuda"))[0]
+        a = make_sets(2, 2048, 16, V32, default_kv_len(2, 2048), dtype=torch.bfloat16, device=torch.device("cuda"),
+                      kv_dtype=pool_dtype(v))[0]
         launcher(v)(a)
         torch.cuda.synchronize()
         return v["name"], None, time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - reported, and the variant is skipped
         return v["name"], f"{exc.__class__.__name__}: {str(exc)[:300]}", time.perf_counter() - t0
+
+
+def pool_dtype(v: dict) -> torch.dtype | None:
+    """The kv pool's dtype a variant is timed with (None: q's, bf16)."""
+    return getattr(torch, v["kv_dtype"]) if v.get("kv_dtype") else None
 
 
 def warm_clocks(dev: torch.device, seconds: float) -> None:
@@ -165,7 +184,8 @@ def time_group(timers: dict[str, GpuTimer], group: list[dict], rows: list[int], 
     dev = torch.device("cuda")
     found = []
     for r in rows:
-        sets = make_sets(r, 2048, 16, V32, default_kv_len(r, 2048), dtype=torch.bfloat16, device=dev)
+        sets = make_sets(r, 2048, 16, V32, default_kv_len(r, 2048), dtype=torch.bfloat16, device=dev,
+                         kv_dtype=pool_dtype(group[0]) if group else None)
         ref_args = sets[0]._replace(output=torch.empty(sets[0].output.shape, dtype=torch.float32, device=dev))
         torch_ref(ref_args)
         ref = ref_args.output.clone()
@@ -242,11 +262,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products first, to raise clocks")
+    ap.add_argument("--kv-dtype", help="time FP8_CANDIDATES with a pool of this fp8 dtype (e.g. float8_e4m3fn)")
     opt = ap.parse_args()
+    if opt.kv_dtype is not None and not str(opt.kv_dtype).startswith("float8"):
+        ap.error(f"--kv-dtype takes an fp8 dtype name; got {opt.kv_dtype!r}")
     out, log = lab_output()
     log(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
         f"PDL {'available' if triton_decode.pdl_supported(torch.device('cuda')) else 'unavailable'}")
-    vs = [v for v in variants() if opt.only in (None, v["group"])]
+    vs = [v for v in variants(opt.kv_dtype) if opt.only in (None, v["group"])]
     with mp.get_context("spawn").Pool(opt.workers) as pool:
         for name, err, secs in pool.imap_unordered(_compile, vs):
             log(f"compiled {name} in {secs:.1f} s" + (f": FAILED {err}" if err else ""))
@@ -268,8 +291,8 @@ def main() -> None:
     if opt.only in (None, "prefill"):
         found += time_group({"eager": timer}, [v for v in vs if v["group"] == "prefill"], [16384], opt.repeats, log)
     failed = [dict(name=v["name"], error=v["error"]) for v in vs if v.get("error")]
-    (out / "lab.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": found,
-                                              "failed": failed}, indent=1))
+    (out / "lab.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "kv_dtype": opt.kv_dtype,
+                                              "results": found, "failed": failed}, indent=1))
     print("\n==== best ====")
     for g, rows in (("decode", (2, 16)), ("prefill", (16384,))):
         ok = [r for r in found if r["group"] == g and r["ok"] and r["timer"] == "cuda-events"]
