@@ -12,6 +12,7 @@ import typer
 
 from ..kernels.registry import default_registry
 from ..types import Kernel
+from ..validate import FLOAT_DTYPES, dtype_name
 from .grid import (
     CPU_KERNELS, CPU_ROWS, CPU_TOPK, DEFAULT_LAYOUTS, GPU_KERNELS, GPU_ROWS, GPU_TOPK, HEADS, SweepArgError,
     parse_int_list, parse_kernels, parse_layouts,
@@ -21,8 +22,7 @@ from .report import device_name, document, l2_bytes, print_tables, write_all
 from .runner import KernelFailed, SweepPlan, check_timer, run_sweep
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-FP8_KV = {n: getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
-          if hasattr(torch, n)}
+FP8_KV = {dtype_name(d): d for d in sorted(FLOAT_DTYPES, key=str) if d.itemsize == 1}  # the fp8 pools validate takes
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
