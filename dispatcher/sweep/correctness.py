@@ -7,6 +7,7 @@ by METHOD.md); outputs are poisoned with NaN first so an unwritten element fails
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -100,10 +101,10 @@ def check(name: str, kernel: str, launch: Callable[[KernelArgs], None], args: Ke
 def cases(dtype: torch.dtype, device: torch.device, *, big: bool = True,
           kv_dtype: torch.dtype | None = None) -> Iterator[tuple[str, KernelArgs]]:
     """Every layout and output width at 257 rows, then the edge cases at 64 rows, then the target shapes."""
+    make = functools.partial(build, dtype=dtype, device=device, kv_dtype=kv_dtype)
     for lay in (Layout(512, 64), Layout(448, 64), Layout(512, 0)):
         for full in (False, True):
-            yield f"{lay} {'D' if full else 'nope'}-out 257 rows", build(
-                257, layout=lay, dtype=dtype, device=device, out_full=full, seed=1, kv_dtype=kv_dtype)
+            yield f"{lay} {'D' if full else 'nope'}-out 257 rows", make(257, layout=lay, out_full=full, seed=1)
     v32 = Layout(512, 64)
     edge = {
         "interleaved -1, bad slots, no sink": dict(interleave=True, sink=False),
@@ -116,15 +117,12 @@ def cases(dtype: torch.dtype, device: torch.device, *, big: bool = True,
         "top-k 1": dict(topk=1, kv_len=16),
     }
     for name, kw in edge.items():
-        yield f"{name} 64 rows", build(64, layout=v32, dtype=dtype, device=device, seed=2, kv_dtype=kv_dtype, **kw)
+        yield f"{name} 64 rows", make(64, layout=v32, seed=2, **kw)
     for rows in (2, 16):
-        yield f"decode shape {rows} rows", build(rows, layout=v32, dtype=dtype, device=device, pad=False,
-                                                 bad_slots=False, seed=3, kv_dtype=kv_dtype)
+        yield f"decode shape {rows} rows", make(rows, layout=v32, pad=False, bad_slots=False, seed=3)
     if big:
-        yield "int64 offsets (pool 4.2M rows)", build(
-            8, layout=v32, dtype=dtype, device=device, kv_len=4_200_000, high_slots=True, seed=4, kv_dtype=kv_dtype)
-        yield "prefill shape 16384 rows", build(16384, layout=v32, dtype=dtype, device=device, pad=False,
-                                                bad_slots=False, kv_len=16384, seed=5, kv_dtype=kv_dtype)
+        yield "int64 offsets (pool 4.2M rows)", make(8, layout=v32, kv_len=4_200_000, high_slots=True, seed=4)
+        yield "prefill shape 16384 rows", make(16384, layout=v32, pad=False, bad_slots=False, kv_len=16384, seed=5)
 
 
 def run_checks(launchers: dict[str, Callable[[KernelArgs], None]], dtypes: tuple[torch.dtype, ...],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from dispatcher import Dispatcher, GuardMode, Policy
 from service.demo.runner import DemoRunner
 from service.demo.traffic import DEFAULT_SCENARIOS, GLM_FLASH, traffic, warm_up_calls
 from telemetry import Telemetry, TelemetryConfig
+from tests.service.held_demo import HeldWarmUp
 
 MODELS = ("DeepSeek-V4.1-Flash", "GLM-5.3-Flash")
 
@@ -136,23 +136,8 @@ def test_warm_up_is_on_by_default_only_on_a_gpu():
     assert DemoRunner(Dispatcher(), device="cuda", warm_up=False).warm_up is False
 
 
-class _HeldWarmUp(DemoRunner):
-    """A runner whose warm-up calls wait for ``go`` (or fail, with ``fail``); its traffic runs as usual."""
-
-    def __init__(self, *a, fail: bool = False, **kw):
-        super().__init__(*a, **kw)
-        self.go, self.fail = threading.Event(), fail
-
-    def _launch(self, spec, dispatcher):
-        if dispatcher is not self.dispatcher:  # a warm-up call
-            if self.fail:
-                raise RuntimeError("compiler crashed")
-            self.go.wait(30)
-        return super()._launch(spec, dispatcher)
-
-
 def test_state_is_warming_up_until_the_warm_up_ends():
-    r = _HeldWarmUp(Dispatcher(), limit=20, duty=1.0, min_gap_s=0.0, warm_up=True)
+    r = HeldWarmUp(Dispatcher(), limit=20, duty=1.0, min_gap_s=0.0, warm_up=True)
     r.start()
     try:
         deadline = time.monotonic() + 30
@@ -167,7 +152,7 @@ def test_state_is_warming_up_until_the_warm_up_ends():
 
 
 def test_a_failing_warm_up_is_counted_and_the_traffic_runs():
-    r = _HeldWarmUp(Dispatcher(), limit=30, duty=1.0, min_gap_s=0.0, warm_up=True, fail=True)
+    r = HeldWarmUp(Dispatcher(), limit=30, duty=1.0, min_gap_s=0.0, warm_up=True, fail=True)
     r.start()
     assert r.wait_done(60) and r.state == "finished"
     c = r.counts

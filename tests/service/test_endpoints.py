@@ -39,29 +39,19 @@ def test_readyz_with_demo_reports_it(demo_client):
 
 
 def test_readyz_waits_for_the_demo_warm_up():
-    import threading
-
     from fastapi.testclient import TestClient
 
     from dispatcher import Dispatcher
-    from service.demo.runner import DemoRunner
+    from tests.service.held_demo import HeldWarmUp
 
-    class Held(DemoRunner):
-        go = threading.Event()
-
-        def _launch(self, spec, dispatcher):
-            if dispatcher is not self.dispatcher:  # a warm-up call waits
-                self.go.wait(30)
-            return super()._launch(spec, dispatcher)
-
-    demo = Held(Dispatcher(), limit=10, duty=1.0, min_gap_s=0.0, warm_up=True)
+    demo = HeldWarmUp(Dispatcher(), limit=10, duty=1.0, min_gap_s=0.0, warm_up=True)
     with TestClient(create_app(ServiceSettings(demo=True, flush_interval_s=0.2), demo=demo)) as c:
         try:
             r = c.get("/readyz")
             assert r.status_code == 503 and {"name": "demo", "ok": False, "detail": "warming up"} in r.json()["checks"]
             assert c.get("/routing").json()["demo"]["warm_up"] == {"calls": 0, "failed": 0, "seconds": None}
         finally:
-            Held.go.set()
+            demo.go.set()
         assert demo.wait_done(60)
         body = c.get("/routing").json()["demo"]
         assert body["state"] == "finished" and body["warm_up"]["calls"] > 0
