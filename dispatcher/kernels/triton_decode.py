@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from .common import KernelArgs
+from .fp8_ptx import kv_operand
 from .torch_splitk import sparse_decode as torch_sparse_decode
 from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, count_block, next_pow2, pack, row_bounds, store_rows,
                              tile_constants, triton_supports)
@@ -92,7 +93,7 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0,
                     D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                     HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, PDL: tl.constexpr):
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, PDL: tl.constexpr, KV8: tl.constexpr = 0):
     if PDL:
         gdc_launch_dependents()  # the reduce may be scheduled now; it waits for this grid in gdc_wait
     row = tl.program_id(0)
@@ -105,7 +106,7 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
     hi = tl.minimum(lo + chunk, n)
     m, l, acc0, acc1, acc2, acc3, acc_b = attend(
         q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
-        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
+        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, KV8)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
     inv = tl.where(l > 0.0, 1.0 / tl.where(l > 0.0, l, 1.0), 0.0)
@@ -168,7 +169,8 @@ def reduce_blocks(splits: int, lanes: int, values: int | None = None, heads: int
 
 
 def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
-           reduce_values: int | None = None, reduce_heads: int = 1, pdl: bool | None = None) -> None:
+           reduce_values: int | None = None, reduce_heads: int = 1, pdl: bool | None = None,
+           kv8: int | None = None) -> None:
     """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not.
 
     The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
@@ -191,11 +193,12 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     use_pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
     part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
+    pool, mode = kv_operand(kv, q.dtype, kv8)
     _partial_kernel[(rows, splits, head_blocks)](
-        q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
+        q, pool, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-        CNT_BLOCK=count_block(p.width), PDL=use_pdl, **tile_constants(p, head_dim, cfg),
+        CNT_BLOCK=count_block(p.width), PDL=use_pdl, KV8=mode, **tile_constants(p, head_dim, cfg),
         **cfg.launch_options(),
     )
     reduce_partials(part_o, part_lse, p, out, splits, use_pdl, reduce_values, heads_per_program=reduce_heads)

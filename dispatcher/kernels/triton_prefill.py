@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from .common import KernelArgs
+from .fp8_ptx import kv_load, kv_operand
 from .torch_ref import ragged_prefill as torch_ragged_prefill
 
 HEAD_BLOCK = 16  # heads per program, as vLLM's in-tree grid (rows, ceil(H / 16)); also tl.dot's minimum M
@@ -210,11 +211,12 @@ def finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
     return tl.where(l > 0.0, alpha / tl.where(l > 0.0, l, 1.0), 0.0)
 
 
+
 @triton.jit
 def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
            q_s0, q_s1, q_s2, kv_s0, kv_s2,
            D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr, HAS_B: tl.constexpr,
-           V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr):
+           V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr, IEEE: tl.constexpr, KV8: tl.constexpr = 0):
     """Online softmax over positions [lo, hi) of one row for HB heads.
 
     Returns (m, l, acc0, acc1, acc2, acc3, acc_b), base 2: acc<i> holds lanes [i·CH, (i+1)·CH)
@@ -252,25 +254,22 @@ def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_sca
         valid = in_row & (slot >= 0) & (slot < skv)
         krow = kv_ptr + tl.where(valid, slot, 0) * kv_s0
         # kv tiles in q's dtype: a no-op for a 16/32-bit pool, an exact conversion for an fp8 one
-        k0 = tl.load(krow[:, None] + offs_c[None, :] * kv_s2, mask=valid[:, None], other=0.0).to(q0.dtype)
+        k0 = kv_load(krow[:, None] + offs_c[None, :] * kv_s2, valid[:, None], q0.dtype, KV8)
         s = mm(q0, tl.trans(k0), IEEE)
         # Each chunk's product is its own accumulation chain; summing them last keeps them independent.
         if NCH > 1:
-            k1 = tl.load(krow[:, None] + (CH + offs_c)[None, :] * kv_s2, mask=valid[:, None], other=0.0).to(q0.dtype)
+            k1 = kv_load(krow[:, None] + (CH + offs_c)[None, :] * kv_s2, valid[:, None], q0.dtype, KV8)
             s1 = mm(q1, tl.trans(k1), IEEE)
         if NCH > 2:
-            k2 = tl.load(krow[:, None] + (2 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None],
-                         other=0.0).to(q0.dtype)
-            k3 = tl.load(krow[:, None] + (3 * CH + offs_c)[None, :] * kv_s2, mask=valid[:, None],
-                         other=0.0).to(q0.dtype)
+            k2 = kv_load(krow[:, None] + (2 * CH + offs_c)[None, :] * kv_s2, valid[:, None], q0.dtype, KV8)
+            k3 = kv_load(krow[:, None] + (3 * CH + offs_c)[None, :] * kv_s2, valid[:, None], q0.dtype, KV8)
             s = s + mm(q2, tl.trans(k2), IEEE)
             s1 = s1 + mm(q3, tl.trans(k3), IEEE)
         if NCH > 1:
             s = s + s1
         kb = tl.zeros([BLOCK_N, BLOCK_B], k0.dtype)
         if HAS_B:
-            kb = tl.load(krow[:, None] + offs_b[None, :] * kv_s2, mask=valid[:, None] & bmask[None, :],
-                         other=0.0).to(q0.dtype)
+            kb = kv_load(krow[:, None] + offs_b[None, :] * kv_s2, valid[:, None] & bmask[None, :], q0.dtype, KV8)
             s += mm(qb, tl.trans(kb), IEEE)
         m_new, alpha, p, l = softmax_step(s, valid, m, l, sm_scale2)
         pv = p.to(k0.dtype)
@@ -313,14 +312,14 @@ def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_p
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                     D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                     HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr):
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr = 0):
     row = tl.program_id(0)
     h0 = tl.program_id(1) * HB
     base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
                          CNT_BLOCK)
     m, l, acc0, acc1, acc2, acc3, acc_b = attend(
         q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
-        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE)
+        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, KV8)
     offs_h = h0 + tl.arange(0, HB)
     hmask = offs_h < H
     scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
@@ -335,8 +334,11 @@ def tile_constants(p: Packed, head_dim: int, cfg: TileConfig) -> dict:
                 BLOCK_N=cfg.block_n, HB=HEAD_BLOCK, IEEE=p.ieee)
 
 
-def launch(args: KernelArgs, *, config: TileConfig | None = None) -> None:
-    """Write the ragged prefill into ``args.output`` in place; torch serves dtypes Triton does not."""
+def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | None = None) -> None:
+    """Write the ragged prefill into ``args.output`` in place; torch serves dtypes Triton does not.
+
+    ``kv8`` overrides how an fp8 pool is converted (``fp8_ptx``; timing experiments and tests only).
+    """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, head_dim = q.shape
     if rows == 0 or heads == 0 or out.shape[2] == 0:
@@ -346,11 +348,12 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None) -> None:
         return
     cfg = config or PREFILL_CONFIG
     p = pack(args)
+    pool, mode = kv_operand(kv, q.dtype, kv8)
     grid = (rows, triton.cdiv(heads, HEAD_BLOCK))
     _prefill_kernel[grid](
-        q, kv, p.idx, p.length, p.indptr, p.sink, out,
+        q, pool, p.idx, p.length, p.indptr, p.sink, out,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        CNT_BLOCK=count_block(p.width), **tile_constants(p, head_dim, cfg), **cfg.launch_options(),
+        CNT_BLOCK=count_block(p.width), KV8=mode, **tile_constants(p, head_dim, cfg), **cfg.launch_options(),
     )

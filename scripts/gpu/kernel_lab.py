@@ -10,8 +10,8 @@ variant of each group are measured in the same run, so they hold on a noisy mach
 Writes $OUT/lab.json and prints one table per group. Run on the device machine from the
 repository root (docs/benchmarks.md gives the exact command):
     python3 scripts/gpu/kernel_lab.py [--only prefill|decode|floor] [--repeats N] [--workers N] [--kv-dtype NAME]
-``--kv-dtype float8_e4m3fn`` (or another fp8 name) times tile configs for an fp8 pool beside the bf16 q instead
-(``FP8_CANDIDATES``; session 23).
+``--kv-dtype float8_e4m3fn`` (or another fp8 name) times tile configs and conversions for an fp8 pool beside the
+bf16 q instead (``FP8_CANDIDATES``; sessions 23, 24).
 """
 
 from __future__ import annotations
@@ -43,19 +43,23 @@ SESSION1 = dict(pdl=False)  # session 1's decode launched its reduce without PDL
 # re-times, at the current code, session 1's configs against the chosen ones and their nearest neighbours.
 
 
-# Tile configs for an fp8 pool (session 23): the bf16 choice spills there (104-216 bytes of stack), so smaller
-# tiles, fewer chains or more warps may serve it better.
-FP8_CANDIDATES = [("bf16's choice: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(32,4,2) one chain", (32, 4, 2, 1)),
-                  ("(32,4,2) 2 chains", (32, 4, 2, 2)), ("(64,8,2) 4 chains", (64, 8, 2, 4)),
-                  ("(32,4,1) one chain", (32, 4, 1, 1))]
+# Tile configs and conversions for an fp8 pool. Session 23: the bf16 choice spills with ``.to()``'s conversion
+# (104-216 bytes of stack). Session 24: the PTX conversion (dispatcher/kernels/fp8_ptx.py) keeps the loads
+# asynchronous; (32,4,2) and (64,8,2) with 4 chains then compile without spills. ``kv8`` None is the launch's own
+# choice (the PTX conversion on sm_89+), 0 forces ``.to()``, 2 the integer-op e4m3 conversion.
+FP8_CANDIDATES = [("bf16's config (64,4,2) 4 chains, .to()", (64, 4, 2, 4), 0),
+                  ("(64,4,2) 4 chains, PTX", (64, 4, 2, 4), None), ("(32,4,2) 4 chains, PTX", (32, 4, 2, 4), None),
+                  ("(64,8,2) 4 chains, PTX", (64, 8, 2, 4), None), ("(32,4,2) one chain, PTX", (32, 4, 2, 1), None)]
+FP8_E4M3_ALU = [("(64,4,2) 4 chains, integer PTX", (64, 4, 2, 4), 2), ("(64,8,2) 4 chains, integer PTX", (64, 8, 2, 4), 2)]
 
 
 def variants(kv_dtype: str | None = None) -> list[dict]:
     """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed; with ``kv_dtype``
-    (an fp8 pool) the FP8_CANDIDATES for both kernels."""
+    (an fp8 pool) the FP8_CANDIDATES for both kernels (and FP8_E4M3_ALU for an e4m3fn pool)."""
     if kv_dtype is not None:
-        return [dict(group=g, name=n, kernel=g, config=c, kw={}, per_sm=None, kv_dtype=kv_dtype)
-                for g in ("prefill", "decode") for n, c in FP8_CANDIDATES]
+        cands = FP8_CANDIDATES + (FP8_E4M3_ALU if kv_dtype == "float8_e4m3fn" else [])
+        return [dict(group=g, name=n, kernel=g, config=c, kw={} if kv8 is None else {"kv8": kv8}, per_sm=None,
+                     kv_dtype=kv_dtype) for g in ("prefill", "decode") for n, c, kv8 in cands]
     pre = [("session 1: (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
            ("chosen: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
            ("(32,2,2) 4 chains", (32, 2, 2, 4))]
@@ -87,7 +91,7 @@ def with_length(a):
 def launcher(v: dict):
     cfg = TileConfig(*v["config"])
     if v["kernel"] == "prefill":
-        return lambda a: triton_prefill.launch(a, config=cfg)
+        return lambda a: triton_prefill.launch(a, config=cfg, **v["kw"])
 
     kw = dict(v["kw"])
     length = kw.pop("with_length", False)

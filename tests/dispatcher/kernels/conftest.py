@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 import torch
 
-KERNEL_MODULES = ("dispatcher.kernels.triton_prefill", "dispatcher.kernels.triton_decode")
+KERNEL_MODULES = ("dispatcher.kernels.fp8_ptx", "dispatcher.kernels.triton_prefill", "dispatcher.kernels.triton_decode")
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 HAVE_CUDA = torch.cuda.is_available()
 
@@ -32,18 +32,18 @@ def _interpreted(obj: object) -> bool:
 
 
 def _kernel(mod: ModuleType) -> object:
-    return getattr(mod, "_prefill_kernel", None) or getattr(mod, "_partial_kernel", None)
+    return getattr(mod, "_prefill_kernel", None) or getattr(mod, "_partial_kernel", None) or mod.kv_load
 
 
 def _load(interpret: bool) -> tuple[ModuleType, ModuleType]:
     """Both kernel modules, reimported where their mode differs from the one asked for."""
     mods, stale = [], False
-    for name in KERNEL_MODULES:  # prefill first: decode imports its helpers, so it follows a reload
+    for name in KERNEL_MODULES:  # in import order: a module follows a reload of one it imports
         mod = sys.modules.get(name) or importlib.import_module(name)
         if stale or _interpreted(_kernel(mod)) != interpret:
             mod, stale = importlib.reload(mod), True
         mods.append(mod)
-    return mods[0], mods[1]
+    return mods[1], mods[2]
 
 
 @pytest.fixture()

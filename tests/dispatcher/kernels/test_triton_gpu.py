@@ -50,6 +50,38 @@ def test_fp8_pools_match_the_reference_in_triton(compiled, dtype, kv_dtype):
     assert len(found) == 2 * 18 and set(ran) == {"triton"} and all(kv_dtype in c.dtype for c in found)
 
 
+PTX_CASES = [("float8_e4m3fn", torch.bfloat16, 1), ("float8_e4m3fn", torch.bfloat16, 2),
+             ("float8_e5m2", torch.bfloat16, 3), ("float8_e4m3fn", torch.float16, 4), ("float8_e5m2", torch.float16, 5)]
+
+
+@pytest.mark.skipif(bool(torch.version.hip), reason="PTX: NVIDIA only")
+@pytest.mark.parametrize(("kv_dtype", "dtype", "mode"), PTX_CASES, ids=[f"mode{m}" for *_, m in PTX_CASES])
+def test_fp8_ptx_conversion_is_exact_for_every_byte(compiled, kv_dtype, dtype, mode):
+    """Each PTX conversion of fp8_ptx against torch's for all 256 bytes: the same bits, or NaN for NaN."""
+    from dispatcher.kernels import fp8_ptx
+
+    pool = torch.arange(256, dtype=torch.int32, device="cuda").to(torch.uint8).repeat(5).view(getattr(torch, kv_dtype))
+    got, want = fp8_ptx.convert(pool, dtype, mode), pool.to(dtype)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    bad = (got.view(torch.int16) != want.view(torch.int16)) & ~nan
+    assert not bad.any(), [(hex(int(b)), float(g), float(w)) for b, g, w in
+                           zip(pool.view(torch.uint8)[bad][:8], got[bad][:8], want[bad][:8])]
+    if mode in (fp8_ptx.E4M3_BF16, fp8_ptx.E5M2_BF16, fp8_ptx.E4M3_F16, fp8_ptx.E5M2_F16):  # the launches' choice
+        assert fp8_ptx.kv_operand(pool, dtype)[1] == mode
+
+
+@pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_fp8_pools_through_to_match_the_reference(compiled, kv_dtype):
+    """The ``.to()`` conversion the PTX replaced, still taken on ROCm and before sm_89, forced here on one dtype."""
+    prefill, decode = compiled
+    launchers = {"prefill": lambda a: prefill.launch(a, kv8=0), "decode": lambda a: decode.launch(a, kv8=0)}
+    found = run_checks(launchers, (torch.bfloat16,), torch.device("cuda"), big=False,
+                       kv_dtype=getattr(torch, kv_dtype))
+    bad = [c for c in found if not c.ok]
+    assert not bad, "\n".join(map(str, bad))
+
+
 @pytest.mark.parametrize(("impl", "split_counts", "lanes"), [
     ("triton", (1, 2, 5, 22, 64), 64), ("sm90", (1, 2, 5, 11, 64), 64), ("sm90-ws", (1, 2, 3, 11, 64), 64),
     ("sm90", (1, 2, 5, 11, 64), 0)])  # D = 512: the pipelined partial kernel (decode_config)

@@ -1,0 +1,180 @@
+"""fp8 kv tiles to q's dtype in PTX, four bytes at a time: what the Triton tile loop reads an fp8 pool through on NVIDIA.
+
+Why not ``tl.load(...).to(tl.bfloat16)``: Triton (3.6) sinks that conversion into each ``tl.dot`` operand
+layout the tile feeds, so a tile used by the scores (transposed) and by P·V is converted twice, and an 8-bit
+load with two converted uses is not pipelined: it is read synchronously, then through plain shared loads
+(docs/benchmarks.md, session 24). An inline-asm conversion with side effects (``is_pure=False``) cannot be
+duplicated or moved, so the tile is converted once, in the layout it was loaded in, and the loads stay
+asynchronous like a 16-bit pool's. Every conversion here is exact (every fp8 value is a bf16 and an fp16
+value), NaN and inf included.
+
+``kv8_mode`` picks the conversion for a call; 0 means ``.to()`` (a 16/32-bit pool, Triton's CPU interpreter,
+which cannot run PTX, ROCm, or a GPU before sm_89, which lacks ``cvt.f16x2.e4m3x2``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Each asm takes one 32-bit register holding four fp8 bytes ($2, element i in byte i) and writes two 32-bit
+# registers of two 16-bit floats each ($0: elements 0, 1; $1: elements 2, 3; the lower element in the lower half).
+# prmt 0x1404 / 0x3424 move bytes 0, 1 / 2, 3 into the high byte of each 16-bit half (b << 8): for e5m2
+# that is the fp16 with the same value, since e5m2 is fp16 cut to its top byte.
+_E4M3_BF16 = tl.constexpr("""{
+.reg .b16 lo, hi;
+.reg .b32 h0, h1;
+.reg .f16 f0, f1, f2, f3;
+.reg .f32 g0, g1, g2, g3;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 h0, lo;
+cvt.rn.f16x2.e4m3x2 h1, hi;
+mov.b32 {f0, f1}, h0;
+mov.b32 {f2, f3}, h1;
+cvt.f32.f16 g0, f0;
+cvt.f32.f16 g1, f1;
+cvt.f32.f16 g2, f2;
+cvt.f32.f16 g3, f3;
+cvt.rn.bf16x2.f32 $0, g1, g0;
+cvt.rn.bf16x2.f32 $1, g3, g2;
+}""")
+
+# The same by integer ops: the e4m3 bits placed in bf16's (sign, low exponent bits, mantissa), times 2^120 to
+# rebias the exponent (exact: subnormals become normal or stay exactly representable), and NaN (|b| = 0x7F)
+# restored, since the rebias maps it to 480. (Session 24 timed it against _E4M3_BF16.)
+_E4M3_BF16_ALU = tl.constexpr("""{
+.reg .b32 w0, w1, t0, t1, f, m0, m1, c, z;
+mov.b32 c, 0x7B807B80;
+mov.b32 z, 0x80008000;
+prmt.b32 w0, $2, 0, 0x1404;
+prmt.b32 w1, $2, 0, 0x3424;
+shr.b32 t0, w0, 4;
+shr.b32 t1, w1, 4;
+and.b32 t0, t0, 0x07F007F0;
+and.b32 t1, t1, 0x07F007F0;
+and.b32 w0, w0, 0x80008000;
+and.b32 w1, w1, 0x80008000;
+or.b32 t0, t0, w0;
+or.b32 t1, t1, w1;
+fma.rn.bf16x2 t0, t0, c, z;
+fma.rn.bf16x2 t1, t1, c, z;
+and.b32 f, $2, 0x7F7F7F7F;
+add.u32 f, f, 0x01010101;
+and.b32 f, f, 0x80808080;
+prmt.b32 m0, f, 0, 0x9988;
+prmt.b32 m1, f, 0, 0xBBAA;
+and.b32 m0, m0, 0x7FC07FC0;
+and.b32 m1, m1, 0x7FC07FC0;
+or.b32 $0, t0, m0;
+or.b32 $1, t1, m1;
+}""")
+
+_E5M2_BF16 = tl.constexpr("""{
+.reg .b32 w0, w1;
+.reg .f16 f0, f1, f2, f3;
+.reg .f32 g0, g1, g2, g3;
+prmt.b32 w0, $2, 0, 0x1404;
+prmt.b32 w1, $2, 0, 0x3424;
+mov.b32 {f0, f1}, w0;
+mov.b32 {f2, f3}, w1;
+cvt.f32.f16 g0, f0;
+cvt.f32.f16 g1, f1;
+cvt.f32.f16 g2, f2;
+cvt.f32.f16 g3, f3;
+cvt.rn.bf16x2.f32 $0, g1, g0;
+cvt.rn.bf16x2.f32 $1, g3, g2;
+}""")
+
+_E4M3_F16 = tl.constexpr("""{
+.reg .b16 lo, hi;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 $0, lo;
+cvt.rn.f16x2.e4m3x2 $1, hi;
+}""")
+
+_E5M2_F16 = tl.constexpr("""{
+prmt.b32 $0, $2, 0, 0x1404;
+prmt.b32 $1, $2, 0, 0x3424;
+}""")
+
+TO = 0  # tl.load(...).to(q's dtype)
+E4M3_BF16 = 1
+E4M3_BF16_ALU = 2
+E5M2_BF16 = 3
+E4M3_F16 = 4
+E5M2_F16 = 5
+
+
+@triton.jit
+def kv_load(ptrs, mask, DT: tl.constexpr, KV8: tl.constexpr):
+    """One kv tile in q's dtype ``DT``: ``.to(DT)`` for KV8 == TO, else the pool's bits (uint8) through PTX.
+
+    ``is_pure=False`` keeps Triton from re-running the conversion in each dot-operand layout (see above)."""
+    if KV8 == 0:
+        return tl.load(ptrs, mask=mask, other=0.0).to(DT)
+    else:
+        b = tl.load(ptrs, mask=mask, other=0)
+        if KV8 == 1:
+            return tl.inline_asm_elementwise(_E4M3_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
+        elif KV8 == 2:
+            return tl.inline_asm_elementwise(_E4M3_BF16_ALU, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
+        elif KV8 == 3:
+            return tl.inline_asm_elementwise(_E5M2_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
+        elif KV8 == 4:
+            return tl.inline_asm_elementwise(_E4M3_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
+        else:
+            return tl.inline_asm_elementwise(_E5M2_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
+
+
+@triton.jit
+def _convert_kernel(src_ptr, dst_ptr, n, DT: tl.constexpr, KV8: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst_ptr + offs, kv_load(src_ptr + offs, mask, DT, KV8), mask=mask)
+
+
+_TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def convert(pool: torch.Tensor, dtype: torch.dtype, mode: int | None = None) -> torch.Tensor:
+    """``pool`` (1-D, fp8) converted to ``dtype`` through ``kv_load``, as the tile loop converts it: a check of
+    each conversion against torch's own (tests/dispatcher/kernels/test_triton_gpu.py)."""
+    src, kv8 = kv_operand(pool, dtype, mode)
+    out = torch.empty(pool.shape, dtype=dtype, device=pool.device)
+    block = 1024
+    _convert_kernel[(triton.cdiv(pool.numel(), block),)](src, out, pool.numel(), DT=_TL[dtype], KV8=kv8, BLOCK=block)
+    return out
+
+
+def _asm_modes() -> dict[tuple[torch.dtype, torch.dtype], int]:
+    e4m3, e5m2 = getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)
+    modes = {}
+    if e4m3 is not None:
+        modes.update({(e4m3, torch.bfloat16): E4M3_BF16, (e4m3, torch.float16): E4M3_F16})
+    if e5m2 is not None:
+        modes.update({(e5m2, torch.bfloat16): E5M2_BF16, (e5m2, torch.float16): E5M2_F16})
+    return modes
+
+
+ASM_MODES = _asm_modes()
+MIN_CAPABILITY = (8, 9)  # cvt.rn.f16x2.e4m3x2: Ada and Hopper onwards
+
+
+def kv8_mode(kv_dtype: torch.dtype, q_dtype: torch.dtype, backend: str, capability: tuple[int, int] | None) -> int:
+    """How the tile loop reads a ``kv_dtype`` pool beside a ``q_dtype`` q: an ASM_MODES conversion on an NVIDIA
+    GPU (``backend`` "cuda") of ``MIN_CAPABILITY`` or later, else TO. Pure: the caller reads the device."""
+    if backend != "cuda" or capability is None or tuple(capability) < MIN_CAPABILITY:
+        return TO
+    return ASM_MODES.get((kv_dtype, q_dtype), TO)
+
+
+def kv_operand(kv: torch.Tensor, q_dtype: torch.dtype, mode: int | None = None) -> tuple[torch.Tensor, int]:
+    """(the pool as the kernel takes it, KV8): its uint8 bits for a PTX conversion, else itself.
+
+    ``mode`` overrides the choice (timing experiments: scripts/gpu/kernel_lab.py ``--kv8``)."""
+    if mode is None:
+        on_cuda = kv.device.type == "cuda" and not torch.version.hip
+        mode = kv8_mode(kv.dtype, q_dtype, "cuda" if on_cuda else kv.device.type,
+                        torch.cuda.get_device_capability(kv.device) if on_cuda else None)
+    return (kv.view(torch.uint8), mode) if mode != TO else (kv, TO)
