@@ -8,6 +8,13 @@ duplicated or moved, so the tile is converted once, in the layout it was loaded 
 asynchronous like a 16-bit pool's. Every conversion here is exact (every fp8 value is a bf16 and an fp16
 value), NaN and inf included.
 
+On an H200 (docs/benchmarks.md, session 24) this took the 16,384-row e4m3fn prefill at 512+64 from 15.9 to
+13.3 ms at the same tile config, and to 12.2 ms at ``triton_prefill.FP8_CONFIG``, which compiles without
+spills here. An fp8 tile still costs more than a bf16 one: it lands in shared memory, is read into registers,
+converted, and stored to shared memory again for the MMAs, where a bf16 tile goes from its copy straight
+to the MMAs' operand loads. Integer ops in place of ``cvt`` (the e4m3 bits placed in bf16's fields, times
+2^120, NaN restored) were slower, 15.7 ms, and were dropped.
+
 ``kv8_mode`` picks the conversion for a call; 0 means ``.to()`` (a 16/32-bit pool, Triton's CPU interpreter,
 which cannot run PTX, ROCm, or a GPU before sm_89, which lacks ``cvt.f16x2.e4m3x2``).
 """
@@ -40,36 +47,6 @@ cvt.rn.bf16x2.f32 $0, g1, g0;
 cvt.rn.bf16x2.f32 $1, g3, g2;
 }""")
 
-# The same by integer ops: the e4m3 bits placed in bf16's (sign, low exponent bits, mantissa), times 2^120 to
-# rebias the exponent (exact: subnormals become normal or stay exactly representable), and NaN (|b| = 0x7F)
-# restored, since the rebias maps it to 480. (Session 24 timed it against _E4M3_BF16.)
-_E4M3_BF16_ALU = tl.constexpr("""{
-.reg .b32 w0, w1, t0, t1, f, m0, m1, c, z;
-mov.b32 c, 0x7B807B80;
-mov.b32 z, 0x80008000;
-prmt.b32 w0, $2, 0, 0x1404;
-prmt.b32 w1, $2, 0, 0x3424;
-shr.b32 t0, w0, 4;
-shr.b32 t1, w1, 4;
-and.b32 t0, t0, 0x07F007F0;
-and.b32 t1, t1, 0x07F007F0;
-and.b32 w0, w0, 0x80008000;
-and.b32 w1, w1, 0x80008000;
-or.b32 t0, t0, w0;
-or.b32 t1, t1, w1;
-fma.rn.bf16x2 t0, t0, c, z;
-fma.rn.bf16x2 t1, t1, c, z;
-and.b32 f, $2, 0x7F7F7F7F;
-add.u32 f, f, 0x01010101;
-and.b32 f, f, 0x80808080;
-prmt.b32 m0, f, 0, 0x9988;
-prmt.b32 m1, f, 0, 0xBBAA;
-and.b32 m0, m0, 0x7FC07FC0;
-and.b32 m1, m1, 0x7FC07FC0;
-or.b32 $0, t0, m0;
-or.b32 $1, t1, m1;
-}""")
-
 _E5M2_BF16 = tl.constexpr("""{
 .reg .b32 w0, w1;
 .reg .f16 f0, f1, f2, f3;
@@ -100,10 +77,9 @@ prmt.b32 $1, $2, 0, 0x3424;
 
 TO = 0  # tl.load(...).to(q's dtype)
 E4M3_BF16 = 1
-E4M3_BF16_ALU = 2
-E5M2_BF16 = 3
-E4M3_F16 = 4
-E5M2_F16 = 5
+E5M2_BF16 = 2
+E4M3_F16 = 3
+E5M2_F16 = 4
 
 
 @triton.jit
@@ -118,10 +94,8 @@ def kv_load(ptrs, mask, DT: tl.constexpr, KV8: tl.constexpr):
         if KV8 == 1:
             return tl.inline_asm_elementwise(_E4M3_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
         elif KV8 == 2:
-            return tl.inline_asm_elementwise(_E4M3_BF16_ALU, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
-        elif KV8 == 3:
             return tl.inline_asm_elementwise(_E5M2_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
-        elif KV8 == 4:
+        elif KV8 == 3:
             return tl.inline_asm_elementwise(_E4M3_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
         else:
             return tl.inline_asm_elementwise(_E5M2_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)

@@ -24,8 +24,8 @@ import triton.language as tl
 from .common import KernelArgs
 from .fp8_ptx import kv_operand
 from .torch_splitk import sparse_decode as torch_sparse_decode
-from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, count_block, next_pow2, pack, row_bounds, store_rows,
-                             tile_constants, triton_supports)
+from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, config_for, count_block, next_pow2, pack,
+                             row_bounds, store_rows, tile_constants, triton_supports)
 
 try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent launch
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -183,7 +183,8 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     if not triton_supports(args):
         torch_sparse_decode(args)
         return
-    cfg = config or DECODE_CONFIG
+    pool, mode = kv_operand(kv, q.dtype, kv8)
+    cfg = config_for(config, DECODE_CONFIG, mode)
     p = pack(args)
     head_blocks = triton.cdiv(heads, HEAD_BLOCK)
     if splits is None:
@@ -193,7 +194,6 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     use_pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
     part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
-    pool, mode = kv_operand(kv, q.dtype, kv8)
     _partial_kernel[(rows, splits, head_blocks)](
         q, pool, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,

@@ -60,6 +60,14 @@ class TileConfig(NamedTuple):
 
 # Picked on an H200 by scripts/gpu/kernel_lab.py (docs/benchmarks.md, "Kernel tuning, session 2").
 PREFILL_CONFIG = TileConfig(64, 4, 2, 4)
+# Both kernels' config for an fp8 pool read through fp8_ptx (kernel_lab.py --kv-dtype, session 24): the fastest
+# prefill and 16-row decode with either format; (64,4,2) 4 chains spills there.
+FP8_CONFIG = TileConfig(32, 4, 2, 4)
+
+
+def config_for(config: TileConfig | None, default: TileConfig, kv8: int) -> TileConfig:
+    """The tile config a launch uses: the one asked for, else FP8_CONFIG for a PTX-converted pool, else ``default``."""
+    return config or (FP8_CONFIG if kv8 else default)
 
 
 class Packed(NamedTuple):
@@ -346,9 +354,9 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
     if not triton_supports(args):
         torch_ragged_prefill(args)
         return
-    cfg = config or PREFILL_CONFIG
-    p = pack(args)
     pool, mode = kv_operand(kv, q.dtype, kv8)
+    cfg = config_for(config, PREFILL_CONFIG, mode)
+    p = pack(args)
     grid = (rows, triton.cdiv(heads, HEAD_BLOCK))
     _prefill_kernel[grid](
         q, pool, p.idx, p.length, p.indptr, p.sink, out,

@@ -45,21 +45,20 @@ SESSION1 = dict(pdl=False)  # session 1's decode launched its reduce without PDL
 
 # Tile configs and conversions for an fp8 pool. Session 23: the bf16 choice spills with ``.to()``'s conversion
 # (104-216 bytes of stack). Session 24: the PTX conversion (dispatcher/kernels/fp8_ptx.py) keeps the loads
-# asynchronous; (32,4,2) and (64,8,2) with 4 chains then compile without spills. ``kv8`` None is the launch's own
-# choice (the PTX conversion on sm_89+), 0 forces ``.to()``, 2 the integer-op e4m3 conversion.
+# asynchronous; (32,4,2) and (64,8,2) with 4 chains then compile without spills, and (32,4,2) became FP8_CONFIG.
+# ``kv8`` None is the launch's own choice (the PTX conversion on sm_89+), 0 forces ``.to()``. (S24-1 also timed an
+# integer-op e4m3 conversion, since dropped: docs/benchmarks.md, session 24.)
 FP8_CANDIDATES = [("bf16's config (64,4,2) 4 chains, .to()", (64, 4, 2, 4), 0),
                   ("(64,4,2) 4 chains, PTX", (64, 4, 2, 4), None), ("(32,4,2) 4 chains, PTX", (32, 4, 2, 4), None),
                   ("(64,8,2) 4 chains, PTX", (64, 8, 2, 4), None), ("(32,4,2) one chain, PTX", (32, 4, 2, 1), None)]
-FP8_E4M3_ALU = [("(64,4,2) 4 chains, integer PTX", (64, 4, 2, 4), 2), ("(64,8,2) 4 chains, integer PTX", (64, 8, 2, 4), 2)]
 
 
 def variants(kv_dtype: str | None = None) -> list[dict]:
     """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed; with ``kv_dtype``
-    (an fp8 pool) the FP8_CANDIDATES for both kernels (and FP8_E4M3_ALU for an e4m3fn pool)."""
+    (an fp8 pool) the FP8_CANDIDATES for both kernels."""
     if kv_dtype is not None:
-        cands = FP8_CANDIDATES + (FP8_E4M3_ALU if kv_dtype == "float8_e4m3fn" else [])
         return [dict(group=g, name=n, kernel=g, config=c, kw={} if kv8 is None else {"kv8": kv8}, per_sm=None,
-                     kv_dtype=kv_dtype) for g in ("prefill", "decode") for n, c, kv8 in cands]
+                     kv_dtype=kv_dtype) for g in ("prefill", "decode") for n, c, kv8 in FP8_CANDIDATES]
     pre = [("session 1: (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
            ("chosen: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
            ("(32,2,2) 4 chains", (32, 2, 2, 4))]
