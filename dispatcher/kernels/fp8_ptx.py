@@ -75,59 +75,11 @@ prmt.b32 $0, $2, 0, 0x1404;
 prmt.b32 $1, $2, 0, 0x3424;
 }""")
 
-# Trial (session 24): fp32 to bf16 by taking each fp32's top half (prmt), exact here since an fp8 value has at
-# most 3 significant mantissa bits, instead of cvt.rn.bf16x2.f32.
-_E4M3_BF16_PRMT = tl.constexpr("""{
-.reg .b16 lo, hi;
-.reg .b32 h0, h1;
-.reg .f16 f0, f1, f2, f3;
-.reg .f32 g0, g1, g2, g3;
-.reg .b32 u0, u1, u2, u3;
-mov.b32 {lo, hi}, $2;
-cvt.rn.f16x2.e4m3x2 h0, lo;
-cvt.rn.f16x2.e4m3x2 h1, hi;
-mov.b32 {f0, f1}, h0;
-mov.b32 {f2, f3}, h1;
-cvt.f32.f16 g0, f0;
-cvt.f32.f16 g1, f1;
-cvt.f32.f16 g2, f2;
-cvt.f32.f16 g3, f3;
-mov.b32 u0, g0;
-mov.b32 u1, g1;
-mov.b32 u2, g2;
-mov.b32 u3, g3;
-prmt.b32 $0, u0, u1, 0x7632;
-prmt.b32 $1, u2, u3, 0x7632;
-}""")
-
-_E5M2_BF16_PRMT = tl.constexpr("""{
-.reg .b32 w0, w1;
-.reg .f16 f0, f1, f2, f3;
-.reg .f32 g0, g1, g2, g3;
-.reg .b32 u0, u1, u2, u3;
-prmt.b32 w0, $2, 0, 0x1404;
-prmt.b32 w1, $2, 0, 0x3424;
-mov.b32 {f0, f1}, w0;
-mov.b32 {f2, f3}, w1;
-cvt.f32.f16 g0, f0;
-cvt.f32.f16 g1, f1;
-cvt.f32.f16 g2, f2;
-cvt.f32.f16 g3, f3;
-mov.b32 u0, g0;
-mov.b32 u1, g1;
-mov.b32 u2, g2;
-mov.b32 u3, g3;
-prmt.b32 $0, u0, u1, 0x7632;
-prmt.b32 $1, u2, u3, 0x7632;
-}""")
-
 TO = 0  # tl.load(...).to(q's dtype)
 E4M3_BF16 = 1
 E5M2_BF16 = 2
 E4M3_F16 = 3
 E5M2_F16 = 4
-E4M3_BF16_PRMT = 5  # trials
-E5M2_BF16_PRMT = 6
 
 
 @triton.jit
@@ -145,10 +97,6 @@ def kv_load(ptrs, mask, DT: tl.constexpr, KV8: tl.constexpr):
             return tl.inline_asm_elementwise(_E5M2_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
         elif KV8 == 3:
             return tl.inline_asm_elementwise(_E4M3_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
-        elif KV8 == 5:
-            return tl.inline_asm_elementwise(_E4M3_BF16_PRMT, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
-        elif KV8 == 6:
-            return tl.inline_asm_elementwise(_E5M2_BF16_PRMT, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
         else:
             return tl.inline_asm_elementwise(_E5M2_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
 

@@ -51,8 +51,6 @@ SESSION1 = dict(pdl=False)  # session 1's decode launched its reduce without PDL
 FP8_CANDIDATES = [("bf16's config (64,4,2) 4 chains, .to()", (64, 4, 2, 4), 0),
                   ("(64,4,2) 4 chains, PTX", (64, 4, 2, 4), None), ("(32,4,2) 4 chains, PTX", (32, 4, 2, 4), None),
                   ("(64,8,2) 4 chains, PTX", (64, 8, 2, 4), None), ("(32,4,2) one chain, PTX", (32, 4, 2, 1), None)]
-FP8_TRIALS = {"float8_e4m3fn": [("(32,4,2) 4 chains, PTX, prmt pack", (32, 4, 2, 4), 5)],
-              "float8_e5m2": [("(32,4,2) 4 chains, PTX, prmt pack", (32, 4, 2, 4), 6)]}
 
 
 def variants(kv_dtype: str | None = None) -> list[dict]:
@@ -60,8 +58,7 @@ def variants(kv_dtype: str | None = None) -> list[dict]:
     (an fp8 pool) the FP8_CANDIDATES for both kernels."""
     if kv_dtype is not None:
         return [dict(group=g, name=n, kernel=g, config=c, kw={} if kv8 is None else {"kv8": kv8}, per_sm=None,
-                     kv_dtype=kv_dtype) for g in ("prefill", "decode")
-                for n, c, kv8 in FP8_CANDIDATES + FP8_TRIALS.get(kv_dtype, [])]
+                     kv_dtype=kv_dtype) for g in ("prefill", "decode") for n, c, kv8 in FP8_CANDIDATES]
     pre = [("session 1: (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
            ("chosen: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
            ("(32,2,2) 4 chains", (32, 2, 2, 4))]
