@@ -143,12 +143,25 @@ def kv8_mode(kv_dtype: torch.dtype, q_dtype: torch.dtype, backend: str, capabili
     return ASM_MODES.get((kv_dtype, q_dtype), TO)
 
 
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    """An NVIDIA device's compute capability, asked of the driver once per device."""
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _CAPABILITY:
+        _CAPABILITY[key] = tuple(torch.cuda.get_device_capability(key))
+    return _CAPABILITY[key]
+
+
 def kv_operand(kv: torch.Tensor, q_dtype: torch.dtype, mode: int | None = None) -> tuple[torch.Tensor, int]:
     """(the pool as the kernel takes it, KV8): its uint8 bits for a PTX conversion, else itself.
 
-    ``mode`` overrides the choice (timing experiments: scripts/gpu/kernel_lab.py ``--kv8``)."""
+    ``mode`` overrides the choice (timing experiments: scripts/gpu/kernel_lab.py). A 16-bit pool, every call's
+    case in bf16 serving, returns before any device query."""
     if mode is None:
-        on_cuda = kv.device.type == "cuda" and not torch.version.hip
-        mode = kv8_mode(kv.dtype, q_dtype, "cuda" if on_cuda else kv.device.type,
-                        torch.cuda.get_device_capability(kv.device) if on_cuda else None)
+        if (kv.dtype, q_dtype) not in ASM_MODES or kv.device.type != "cuda" or torch.version.hip:
+            mode = TO
+        else:
+            mode = kv8_mode(kv.dtype, q_dtype, "cuda", _capability(kv.device))
     return (kv.view(torch.uint8), mode) if mode != TO else (kv, TO)
