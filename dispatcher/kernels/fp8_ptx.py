@@ -29,7 +29,7 @@ import triton.language as tl
 # registers of two 16-bit floats each ($0: elements 0, 1; $1: elements 2, 3; the lower element in the lower half).
 # prmt 0x1404 / 0x3424 move bytes 0, 1 / 2, 3 into the high byte of each 16-bit half (b << 8): for e5m2
 # that is the fp16 with the same value, since e5m2 is fp16 cut to its top byte.
-_E4M3_BF16 = tl.constexpr("""{
+PTX_E4M3_BF16 = tl.constexpr("""{
 .reg .b16 lo, hi;
 .reg .b32 h0, h1;
 .reg .f16 f0, f1, f2, f3;
@@ -47,7 +47,7 @@ cvt.rn.bf16x2.f32 $0, g1, g0;
 cvt.rn.bf16x2.f32 $1, g3, g2;
 }""")
 
-_E5M2_BF16 = tl.constexpr("""{
+PTX_E5M2_BF16 = tl.constexpr("""{
 .reg .b32 w0, w1;
 .reg .f16 f0, f1, f2, f3;
 .reg .f32 g0, g1, g2, g3;
@@ -63,14 +63,14 @@ cvt.rn.bf16x2.f32 $0, g1, g0;
 cvt.rn.bf16x2.f32 $1, g3, g2;
 }""")
 
-_E4M3_F16 = tl.constexpr("""{
+PTX_E4M3_F16 = tl.constexpr("""{
 .reg .b16 lo, hi;
 mov.b32 {lo, hi}, $2;
 cvt.rn.f16x2.e4m3x2 $0, lo;
 cvt.rn.f16x2.e4m3x2 $1, hi;
 }""")
 
-_E5M2_F16 = tl.constexpr("""{
+PTX_E5M2_F16 = tl.constexpr("""{
 prmt.b32 $0, $2, 0, 0x1404;
 prmt.b32 $1, $2, 0, 0x3424;
 }""")
@@ -92,13 +92,13 @@ def kv_load(ptrs, mask, DT: tl.constexpr, KV8: tl.constexpr):
     else:
         b = tl.load(ptrs, mask=mask, other=0)
         if KV8 == 1:
-            return tl.inline_asm_elementwise(_E4M3_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
+            return tl.inline_asm_elementwise(PTX_E4M3_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
         elif KV8 == 2:
-            return tl.inline_asm_elementwise(_E5M2_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
+            return tl.inline_asm_elementwise(PTX_E5M2_BF16, "=r,=r,r", [b], dtype=tl.bfloat16, is_pure=False, pack=4)
         elif KV8 == 3:
-            return tl.inline_asm_elementwise(_E4M3_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
+            return tl.inline_asm_elementwise(PTX_E4M3_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
         else:
-            return tl.inline_asm_elementwise(_E5M2_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
+            return tl.inline_asm_elementwise(PTX_E5M2_F16, "=r,=r,r", [b], dtype=tl.float16, is_pure=False, pack=4)
 
 
 @triton.jit

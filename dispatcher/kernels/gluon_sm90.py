@@ -39,6 +39,7 @@ from typing import NamedTuple
 import torch
 
 from .common import KernelArgs
+from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .triton_prefill import HEAD_BLOCK, count_block, pack
 
 try:  # Gluon and its Hopper ops: Triton >= 3.5 with the NVIDIA backend
@@ -50,6 +51,8 @@ try:  # Gluon and its Hopper ops: Triton >= 3.5 with the NVIDIA backend
     # Triton 3.9 renamed the cp.async copy (async_copy_global_to_shared -> async_load); same arguments.
     cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
     cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # likewise (gl.barrier in 3.9)
+    from .fp8_ptx import PTX_E4M3_BF16, PTX_E4M3_F16, PTX_E5M2_BF16, PTX_E5M2_F16
+
     HAVE_GLUON = True
 except Exception:  # noqa: BLE001 - no Gluon in this Triton (or no Triton): the Triton kernels serve
     HAVE_GLUON = False
@@ -78,6 +81,8 @@ DECODE_SM90 = Sm90Config(2)  # the partial kernel at D = 576 (512+64)
 # tile t - 1's P·V runs under tile t's softmax: kernel time at 16 rows 14.10-14.24 -> 13.95-14.05 µs,
 # at 2 rows 8.38-8.45 -> 8.22-8.29 (S9-2 to S9-4; docs/benchmarks.md).
 DECODE_SM90_D512 = Sm90Config(3, pipe=True)
+# An fp8 pool: its stages hold bytes (36 KB a 576-lane tile), converted into one q-dtype tile per tile (S24).
+DECODE_SM90_FP8 = Sm90Config(3)
 DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 # The decode's partials in q's dtype (fp16/bf16), as FlashInfer keeps its split-KV states: the reduce
@@ -87,16 +92,24 @@ DECODE_PARTIALS_16BIT = True
 
 
 def decode_config(args: KernelArgs) -> Sm90Config:
-    """The partial kernel's default for a call's layout: pipelined at D = 512, two stages at D = 576."""
+    """The partial kernel's default for a call's layout: pipelined at D = 512, two stages at D = 576; for an fp8
+    pool ``DECODE_SM90_FP8``."""
+    if args.kv.dtype != args.q.dtype:
+        return DECODE_SM90_FP8
     return DECODE_SM90_D512 if int(args.q.shape[2]) == LANES_A else DECODE_SM90
 
 
-def supports(args: KernelArgs) -> bool:
-    """True for the calls this kernel takes: a CUDA sm_90 device, fp16/bf16, D of 512 or 576, lanes <= 512."""
+def supports(args: KernelArgs, *, fp8: bool = False) -> bool:
+    """True for the calls this kernel takes: a CUDA sm_90 device, fp16/bf16, D of 512 or 576, lanes <= 512.
+
+    The pool is in q's dtype, or with ``fp8`` (the split-K decode: ``supports_decode``) an fp8 format
+    ``fp8_ptx`` converts beside q's.
+    """
     q, kv, out = args.q, args.kv, args.output
     if not HAVE_GLUON:
         return False
-    if q.dtype not in DTYPES or kv.dtype != q.dtype or q.shape[2] - LANES_A not in ROPE_LANES:
+    same = kv.dtype == q.dtype or (fp8 and (kv.dtype, q.dtype) in ASM_MODES)
+    if q.dtype not in DTYPES or not same or q.shape[2] - LANES_A not in ROPE_LANES:
         return False
     if kv.shape[1] != 1 or kv.stride(2) != 1 or q.stride(2) != 1 or out.shape[2] > LANES_A:
         return False
@@ -107,6 +120,11 @@ def supports(args: KernelArgs) -> bool:
     if q.stride(0) % 16 or q.stride(1) % 16 or q.data_ptr() % 16:  # q is copied the same way
         return False
     return _on_hopper(q)  # last: it asks the driver
+
+
+def supports_decode(args: KernelArgs) -> bool:
+    """``supports`` for the split-K decode, whose partial kernel also reads fp8 pools (session 24)."""
+    return supports(args, fp8=True)
 
 
 _HOPPER: dict[int, bool] = {}
@@ -255,9 +273,36 @@ if HAVE_GLUON:
         return m_new, l_acc * alpha[None, :] + p, alpha, p
 
     @gluon.jit
+    def _convert_tile(src_a, dst_a, src_b, dst_b, DB: gl.constexpr, KV8: gl.constexpr, CW: gl.constexpr = 64):
+        """One landed tile's fp8 bytes (``src_*``, uint8) into its q-dtype tile (``dst_*``), exactly (``fp8_ptx``);
+        fenced and barriered, so wgmma may read it next."""
+        lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        for c in gl.static_range(512 // CW):  # CW lanes at a time: the products' accumulators hold most registers
+            x = src_a.slice(c * CW, CW, dim=1).load(lay)
+            dst_a.slice(c * CW, CW, dim=1).store(_fp8_to(x, KV8))
+        if DB > 0:
+            dst_b.store(_fp8_to(src_b.load(lay), KV8))
+        fence_async_shared()
+        cta_barrier()
+
+    @gluon.jit
+    def _fp8_to(x, KV8: gl.constexpr):
+        """fp8 bytes to q's dtype by ``fp8_ptx``'s PTX for mode KV8 (side effects declared: converted where loaded)."""
+        if KV8 == 1:
+            y = gl.inline_asm_elementwise(PTX_E4M3_BF16, "=r,=r,r", [x], dtype=gl.bfloat16, is_pure=False, pack=4)
+        elif KV8 == 2:
+            y = gl.inline_asm_elementwise(PTX_E5M2_BF16, "=r,=r,r", [x], dtype=gl.bfloat16, is_pure=False, pack=4)
+        elif KV8 == 3:
+            y = gl.inline_asm_elementwise(PTX_E4M3_F16, "=r,=r,r", [x], dtype=gl.float16, is_pure=False, pack=4)
+        else:
+            y = gl.inline_asm_elementwise(PTX_E5M2_F16, "=r,=r,r", [x], dtype=gl.float16, is_pure=False, pack=4)
+        return y
+
+    @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False):
+                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False,
+                KV8: gl.constexpr = 0):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
@@ -271,20 +316,35 @@ if HAVE_GLUON:
         the next tile as soon as this tile's scores are done; that is what lets three stages fit in
         shared memory at 512+64. ABLATE (timing experiments only; wrong answers): 1 gathers only the
         prologue's tiles and computes on stale data, 2 gathers and skips the products.
+
+        KV8 (an ``fp8_ptx`` mode; the pool then holds fp8 bits, read as uint8): the stages hold the
+        tiles' bytes, and each landed tile is converted into one q-dtype tile the products read.
         """
-        dt: gl.constexpr = kv_ptr.dtype.element_ty
+        dt: gl.constexpr = q_ptr.dtype.element_ty
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16-byte vectors, 128 B per row
-        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        cp8: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])  # fp8 bytes: 16-byte vectors, 64 B a row
+        gcp: gl.constexpr = cp8 if KV8 else cp  # the gathers' layout
+        rows_cp: gl.constexpr = gl.SliceLayout(1, gcp)
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         RB: gl.constexpr = 1 if ROPE1 else STAGES  # rope buffers
         LATE: gl.constexpr = ROPE1 and DB > 0  # gathers issued once this tile's scores are done
         AHEAD: gl.constexpr = STAGES - 1  # tiles the prologue starts
         gl.static_assert(STAGES >= 2, "at least two stages: one computed, one gathering")
-        kv_a = gl.allocate_shared_memory(dt, [STAGES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
+        gl.static_assert(not (KV8 and LATE), "an fp8 pool keeps a rope buffer per stage")
+        TILES: gl.constexpr = 1 if KV8 else STAGES  # q-dtype tiles the products read
+        kv_a = gl.allocate_shared_memory(dt, [TILES, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
         if DB > 0:
-            kv_b = gl.allocate_shared_memory(dt, [RB, 64, DB], gl.NVMMASharedLayout.get_default_for([64, DB], dt))
+            kv_b = gl.allocate_shared_memory(dt, [1 if KV8 else RB, 64, DB],
+                                             gl.NVMMASharedLayout.get_default_for([64, DB], dt))
+        g_a = kv_a  # what the gathers fill: the tiles themselves, or with KV8 their bytes
+        g_b = kv_b
+        if KV8:
+            raw: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+            g_a = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 512], raw)
+            if DB > 0:
+                g_b = gl.allocate_shared_memory(gl.uint8, [RB, 64, DB], raw)
         p_smem = gl.allocate_shared_memory(dt, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
         qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
         qb_smem = qa_smem
@@ -311,10 +371,10 @@ if HAVE_GLUON:
                 sl = sl0
             else:
                 sl = _load_slots(idx_ptr, base, idx_s1, lo + i * 64, hi, rows_cp)
-            _gather(kv_ptr, kv_s0, sl, skv, kv_a.index(i), 0, 512, cp)
+            _gather(kv_ptr, kv_s0, sl, skv, g_a.index(i), 0, 512, gcp)
             if DB > 0:
                 if i < RB:
-                    _gather(kv_ptr, kv_s0, sl, skv, kv_b.index(i), 512, DB, cp)
+                    _gather(kv_ptr, kv_s0, sl, skv, g_b.index(i), 512, DB, gcp)
             async_copy.commit_group()
         _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
@@ -333,13 +393,22 @@ if HAVE_GLUON:
                 if ABLATE != 1:
                     if t + STAGES - 1 < n_tiles:
                         g = (t + STAGES - 1) % STAGES
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(g), 0, 512, cp)
+                        _gather(kv_ptr, kv_s0, slots, skv, g_a.index(g), 0, 512, gcp)
                         if DB > 0:
-                            _gather(kv_ptr, kv_s0, slots, skv, kv_b.index(g), 512, DB, cp)
+                            _gather(kv_ptr, kv_s0, slots, skv, g_b.index(g), 512, DB, gcp)
                 async_copy.commit_group()
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
 
-            ka = kv_a.index(stage)
+            if KV8:  # tile t's bytes into the q-dtype tile (every warp is past tile t - 1's products)
+                # An index the compiler cannot see is 0: with a constant one it hoists every wgmma descriptor
+                # of the tile out of the loop and keeps them in registers, which spills (400 bytes of stack).
+                z = gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+                ka = kv_a.index(z)
+                kb = kv_b.index(z)
+                _convert_tile(g_a.index(stage), ka, g_b.index(t % RB), kb, DB, KV8)
+            else:
+                ka = kv_a.index(stage)
+                kb = kv_b.index(t % RB)
             if ABLATE != 2:
                 if CHAINS == 1:
                     s = warpgroup_mma(ka, qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
@@ -349,7 +418,7 @@ if HAVE_GLUON:
                     s2 = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
                                        s0, use_acc=False, is_async=True)
                 if DB > 0:
-                    s = warpgroup_mma(kv_b.index(t % RB), qb_smem.permute((1, 0)), s, is_async=True)
+                    s = warpgroup_mma(kb, qb_smem.permute((1, 0)), s, is_async=True)
             # under tile t's scores: the row's length (tile 0), which of the tile's positions count
             if t == 0:
                 lim = gl.minimum(hi, _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len,
@@ -554,7 +623,7 @@ if HAVE_GLUON:
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False):
+                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False, KV8: gl.constexpr = 0):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
             trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
@@ -579,7 +648,7 @@ if HAVE_GLUON:
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE)
+                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE, KV8)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
@@ -593,12 +662,15 @@ if HAVE_GLUON:
                                                                is_pure=False, pack=1))
 
 
-def _consts(args: KernelArgs, cfg: Sm90Config) -> dict:
+def _consts(args: KernelArgs, cfg: Sm90Config, kv8: int = TO) -> dict:
     if cfg.pipe and (cfg.stages != 3 or int(args.q.shape[2]) != LANES_A):
         raise ValueError(f"Sm90Config(pipe=True) needs stages=3 and D = {LANES_A} (no rope lanes); "
                          f"got stages={cfg.stages}, D = {int(args.q.shape[2])}")
+    if kv8 != TO and (cfg.pipe or cfg.rope1):
+        raise ValueError(f"an fp8 pool takes neither pipe nor rope1; got {cfg}")
+    extra = {"KV8": kv8} if kv8 != TO else {}
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4}
+            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4, **extra}
 
 
 def ws_module(args: KernelArgs):
@@ -649,15 +721,18 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
 
     ``trace`` (timing experiments only): int64, 24 per program, filled with cycle stamps (see _attend).
     """
-    q, kv = args.q, args.kv
+    q = args.q
     rows, heads, _ = q.shape
     p = pack(args)
+    kv, kv8 = kv_operand(args.kv, q.dtype)
+    if kv8 == TO and kv.dtype != q.dtype:
+        raise ValueError(f"no PTX conversion reads a {kv.dtype} pool beside {q.dtype} q here (gluon_sm90.supports)")
     _partial_kernel[(rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)](
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2),
         trace_ptr=trace, TRACE=trace is not None,
-        CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config),
+        CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config, kv8),
     )
 
 
@@ -681,6 +756,8 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
     use_ws = (DECODE_WARP_SPECIALISED and config is None) if ws is None else bool(ws)
+    if use_ws and args.kv.dtype != q.dtype:
+        raise ValueError("the warp-specialised partials read only a pool in q's dtype; an fp8 pool takes ws=False")
     cfg = config or decode_config(args)
     p = pack(args)
     head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK

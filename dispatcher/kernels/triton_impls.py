@@ -93,7 +93,8 @@ def _gluon_or_triton(kernel: str) -> Callable[[KernelArgs], str]:
         if not box:
             g = importlib.import_module(".gluon_sm90", __package__)
             t = importlib.import_module(".triton_prefill" if kernel == "prefill" else ".triton_decode", __package__)
-            box.extend((g.supports, g.launch_prefill if kernel == "prefill" else g.launch_decode, t.launch))
+            box.extend((g.supports if kernel == "prefill" else g.supports_decode,
+                        g.launch_prefill if kernel == "prefill" else g.launch_decode, t.launch))
         supports, fast, fallback = box
         if supports(args):
             fast(args)

@@ -47,7 +47,9 @@ SESSION1 = dict(pdl=False)  # session 1's decode launched its reduce without PDL
 # (104-216 bytes of stack). Session 24: the PTX conversion (dispatcher/kernels/fp8_ptx.py) keeps the loads
 # asynchronous; (32,4,2) and (64,8,2) with 4 chains then compile without spills, and (32,4,2) became FP8_CONFIG.
 # ``kv8`` None is the launch's own choice (the PTX conversion on sm_89+), 0 forces ``.to()``. (S24-1 also timed an
-# integer-op e4m3 conversion, since dropped: docs/benchmarks.md, session 24.)
+# integer-op e4m3 conversion, since dropped: docs/benchmarks.md, session 24.) FP8_GLUON: the Hopper partial kernel
+# reading the pool's bytes (gluon_sm90, session 24), by its stage count.
+FP8_GLUON = [("gluon partials, 3 stages (DECODE_SM90_FP8)", (3,)), ("gluon partials, 2 stages", (2,))]
 FP8_CANDIDATES = [("bf16's config (64,4,2) 4 chains, .to()", (64, 4, 2, 4), 0),
                   ("(64,4,2) 4 chains, PTX", (64, 4, 2, 4), None), ("(32,4,2) 4 chains, PTX", (32, 4, 2, 4), None),
                   ("(64,8,2) 4 chains, PTX", (64, 8, 2, 4), None), ("(32,4,2) one chain, PTX", (32, 4, 2, 1), None)]
@@ -57,8 +59,10 @@ def variants(kv_dtype: str | None = None) -> list[dict]:
     """(group, name, kernel, config, launch kwargs, programs per SM) for every variant timed; with ``kv_dtype``
     (an fp8 pool) the FP8_CANDIDATES for both kernels."""
     if kv_dtype is not None:
-        return [dict(group=g, name=n, kernel=g, config=c, kw={} if kv8 is None else {"kv8": kv8}, per_sm=None,
-                     kv_dtype=kv_dtype) for g in ("prefill", "decode") for n, c, kv8 in FP8_CANDIDATES]
+        out = [dict(group=g, name=n, kernel=g, config=c, kw={} if kv8 is None else {"kv8": kv8}, per_sm=None,
+                    kv_dtype=kv_dtype) for g in ("prefill", "decode") for n, c, kv8 in FP8_CANDIDATES]
+        return out + [dict(group="decode", name=n, kernel="decode", impl="gluon", config=c, kw={}, per_sm=None,
+                           kv_dtype=kv_dtype) for n, c in FP8_GLUON]
     pre = [("session 1: (64,4,2) one chain", (64, 4, 2, 1)), ("(64,4,2) 2 chains", (64, 4, 2, 2)),
            ("chosen: (64,4,2) 4 chains", (64, 4, 2, 4)), ("(64,4,3) 4 chains", (64, 4, 3, 4)),
            ("(32,2,2) 4 chains", (32, 2, 2, 4))]
@@ -88,6 +92,11 @@ def with_length(a):
 
 
 def launcher(v: dict):
+    if v.get("impl") == "gluon":
+        from dispatcher.kernels import gluon_sm90
+
+        sm90 = gluon_sm90.Sm90Config(*v["config"])
+        return lambda a: gluon_sm90.launch_decode(a, config=sm90)
     cfg = TileConfig(*v["config"])
     if v["kernel"] == "prefill":
         return lambda a: triton_prefill.launch(a, config=cfg, **v["kw"])

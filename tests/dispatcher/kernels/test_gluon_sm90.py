@@ -69,6 +69,31 @@ def test_supports_refuses_cpu_tensors_and_unsupported_shapes(monkeypatch):
     assert not gluon_sm90.supports(a)
 
 
+def test_only_the_decode_takes_fp8_pools_on_hopper(monkeypatch):
+    monkeypatch.setattr(gluon_sm90, "_on_hopper", lambda t: True)
+    for q in (torch.bfloat16, torch.float16):
+        for kv in (torch.float8_e4m3fn, torch.float8_e5m2):
+            for layout in (Layout(512, 64), Layout(512, 0), Layout(448, 64)):
+                a = build(3, layout=layout, dtype=q, device=torch.device("cpu"), topk=40, kv_len=200, kv_dtype=kv)
+                assert gluon_sm90.supports_decode(a) and not gluon_sm90.supports(a), (q, kv, layout)
+                assert gluon_sm90.decode_config(a) == gluon_sm90.DECODE_SM90_FP8
+    for q, kv in ((torch.bfloat16, torch.float8_e4m3fnuz), (torch.float32, torch.float8_e4m3fn)):
+        a = build(3, layout=Layout(512, 64), dtype=q, device=torch.device("cpu"), topk=40, kv_len=200, kv_dtype=kv)
+        assert not gluon_sm90.supports_decode(a), (q, kv)  # ROCm's format; no fp32 wgmma
+    a = args_for(Layout(512, 64))
+    assert gluon_sm90.supports_decode(a) == gluon_sm90.supports(a) is True  # a bf16 pool: both
+
+
+def test_an_fp8_pool_takes_neither_the_pipelined_kernel_nor_one_rope_buffer():
+    a = args_for(Layout(512, 0))
+    assert gluon_sm90._consts(a, gluon_sm90.DECODE_SM90_FP8, 1)["KV8"] == 1
+    assert "KV8" not in gluon_sm90._consts(a, gluon_sm90.DECODE_SM90_D512)  # 16-bit pools compile as before
+    with pytest.raises(ValueError, match="fp8"):
+        gluon_sm90._consts(a, gluon_sm90.DECODE_SM90_D512, 1)
+    with pytest.raises(ValueError, match="fp8"):
+        gluon_sm90._consts(args_for(Layout(512, 64)), gluon_sm90.Sm90Config(3, rope1=True), 2)
+
+
 @needs_gluon
 @pytest.mark.parametrize("kernel", ["prefill", "decode"])
 def test_registry_launch_hands_unsupported_calls_to_triton_and_says_so(interp, kernel):
@@ -274,3 +299,64 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
         else:
             assert got["stack"] == 0, (key, got)  # no spills
     assert len(found) == 7 and "d512_ws_kernel_0" in found
+
+
+COMPILE_FP8 = textwrap.dedent("""
+    import json, re, subprocess, sys
+    from pathlib import Path
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from dispatcher.kernels import gluon_sm90
+
+    tools = Path(triton.__file__).parent / "backends/nvidia/bin"
+    fn = gluon_sm90._partial_kernel
+    found = {}
+    for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
+        ptrs = {"q_ptr": "*" + q, "kv_ptr": "*u8" if kv8 else "*" + q, "idx_ptr": "*i32", "len_ptr": "*i32",
+                "indptr_ptr": "*i32", "o_ptr": "*" + q, "lse_ptr": "*fp32"}
+        cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
+        consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "ABLATE": 0, "CHAINS": 1, "PIPE": False,
+                  "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "KV8": kv8, "idx_s1": 1}
+        sig, attrs = {}, {}
+        for i, name in enumerate(fn.arg_names):
+            if name in consts:
+                sig[name] = "constexpr"
+            elif name in ptrs:
+                sig[name], attrs[(i,)] = ptrs[name], [["tt.divisibility", 16]]
+            else:
+                sig[name] = "fp32" if name == "sm_scale2" else "i32"
+                if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "skv", "H", "o_ld"):
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                           target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        cubin = Path(sys.argv[1]) / f"p_{db}_{kv8}.cubin"
+        cubin.write_bytes(k.asm["cubin"])
+        sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+        res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
+                             text=True, check=True).stdout
+        found[f"{db}_{kv8}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."), "hmma": sass.count("HMMA."),
+                                "stack": int(re.search(r"STACK:(\\d+)", res).group(1)),
+                                "asm": k.asm["ttgir"].count("elementwise_inline_asm")}
+    print(json.dumps(found))
+""")
+
+
+@needs_gluon
+def test_the_fp8_partial_kernel_compiles_for_sm90a_without_spills(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "-c", COMPILE_FP8, str(tmp_path)], capture_output=True, text=True,
+                         env=env, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    for key, got in found.items():
+        db, kv8 = (int(x) for x in key.split("_"))
+        # the same wgmma as a 16-bit pool's: scores 512/16 (+ 64/16 rope) k-steps, P·V 8 row blocks x 4
+        assert got["hgmma"] == 32 + (4 if db else 0) + 32 and got["hmma"] == 0, (key, got)
+        assert got["stack"] == 0, (key, got)  # the converted tile's index is opaque: no hoisted descriptors
+        assert got["shared"] <= 232448, (key, got)
+        # with KV8, one conversion a 64-lane chunk of the tile (8) and one for the rope lanes, plus the opaque
+        # zero; without, the two PDL/trace asm statements the partial kernel always has
+        assert got["asm"] == (found["64_0"]["asm"] + 8 + (1 if db else 0) + 1 if kv8 else got["asm"]), (key, got)

@@ -30,24 +30,29 @@ FP8_GPU = ["float8_e4m3fnuz", "float8_e5m2fnuz"] if torch.version.hip else ["flo
 
 @pytest.mark.parametrize("kv_dtype", FP8_GPU)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_fp8_pools_match_the_reference_in_triton(compiled, dtype, kv_dtype):
-    """An fp8 kv pool beside a 16-bit q: the registry's first choice hands it to Triton (no torch fallback), and
-    every case at full shapes, the 16,384-row prefill and the 4.2M-row pool included, matches the reference."""
+def test_fp8_pools_match_the_reference_through_the_registry(compiled, dtype, kv_dtype):
+    """An fp8 kv pool beside a 16-bit q: the registry's first choice runs it on the GPU (no torch fallback): the
+    prefill in Triton, the decode in Gluon on Hopper (in Triton elsewhere), and every case at full shapes, the
+    16,384-row prefill and the 4.2M-row pool included, matches the reference."""
+    from dispatcher.kernels import gluon_sm90
     from dispatcher.kernels.registry import default_registry
     from dispatcher.types import Kernel
 
     reg = default_registry()
-    ran = []
+    ran = {"prefill": set(), "decode": set()}
 
-    def via(kernel):
+    def via(name, kernel):
         impl = reg.resolve(kernel, "cuda")
-        return lambda a: ran.append(impl.launch(a) or impl.impl)
+        return lambda a: ran[name].add(impl.launch(a) or impl.impl)
 
-    launchers = {"prefill": via(Kernel.INTREE_RAGGED_PREFILL), "decode": via(Kernel.INTREE_SPARSE_DECODE)}
+    launchers = {"prefill": via("prefill", Kernel.INTREE_RAGGED_PREFILL),
+                 "decode": via("decode", Kernel.INTREE_SPARSE_DECODE)}
     found = run_checks(launchers, (dtype,), torch.device("cuda"), kv_dtype=getattr(torch, kv_dtype))
     bad = [c for c in found if not c.ok]
     assert not bad, "\n".join(map(str, bad))
-    assert len(found) == 2 * 18 and set(ran) == {"triton"} and all(kv_dtype in c.dtype for c in found)
+    assert len(found) == 2 * 18 and all(kv_dtype in c.dtype for c in found)
+    hopper = gluon_sm90.HAVE_GLUON and gluon_sm90._on_hopper(torch.empty(0, device="cuda"))
+    assert ran == {"prefill": {"triton"}, "decode": {"gluon" if hopper else "triton"}}, ran
 
 
 PTX_CASES = [("float8_e4m3fn", torch.bfloat16, 1), ("float8_e5m2", torch.bfloat16, 2),
@@ -208,6 +213,27 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
     bad = [c for c in found if not c.ok]
     assert not bad, "\n".join(map(str, bad))
     assert took["gluon"] >= 3 * took["triton"], took
+
+
+@pytest.mark.parametrize("stages", [3, 2])
+@pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_sm90_decode_reads_fp8_pools(compiled, dtype, kv_dtype, stages):
+    """The Hopper partial kernel on an fp8 pool's bytes, each tile converted in shared memory: every case."""
+    g = _hopper()
+    cfg = g.Sm90Config(stages)
+    took = []
+
+    def decode(a):
+        assert g.supports_decode(a) and not g.supports(a)  # the decode takes fp8 pools, the prefill does not
+        took.append(a.kv.dtype)
+        g.launch_decode(a, config=cfg)
+
+    found = run_checks({"decode": decode}, (dtype,), torch.device("cuda"), big=stages == 3,
+                       kv_dtype=getattr(torch, kv_dtype))
+    bad = [c for c in found if not c.ok]
+    assert not bad, "\n".join(map(str, bad))
+    assert len(took) == len(found) >= 16 and set(took) == {getattr(torch, kv_dtype)}
 
 
 def test_registry_runs_gluon_on_hopper_and_hands_fp32_to_triton(compiled):
