@@ -12,6 +12,7 @@ Usage: python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES,CHUNKS,MAXNREG 
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
@@ -36,6 +37,9 @@ TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 def signature(fn, consts: dict, ptrs: dict[str, str] | None = None) -> tuple[dict, dict, dict]:
     """(signature, attributes, constexprs) for ``triton.compile``, specialised as a real launch would be."""
     sig, attrs, consts, ptrs = {}, {}, dict(consts), ptrs or PTRS
+    for p in fn.params:  # a constexpr left out takes its default, as at a launch (KV8: a 16-bit pool)
+        if p.is_constexpr and p.name not in consts and p.default is not inspect.Parameter.empty:
+            consts[p.name] = p.default
     for i, name in enumerate(fn.arg_names):
         if name in consts:
             sig[name] = "constexpr"

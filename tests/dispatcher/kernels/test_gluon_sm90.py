@@ -235,7 +235,7 @@ COMPILE = textwrap.dedent("""
                 cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
                       "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
-                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES}
+                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0}
             if d512 and fn is d512[0]:  # its own partition order and registers
                 consts.update(PV_DEFAULT=gluon_sm90_ws_d512.PV_DEFAULT,
                               WREGS=gluon_sm90_ws_d512.REGS[gluon_sm90_ws_d512.PV_DEFAULT])
