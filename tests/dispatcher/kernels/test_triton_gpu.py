@@ -219,21 +219,27 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
 @pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_sm90_decode_reads_fp8_pools(compiled, dtype, kv_dtype, stages):
-    """The Hopper partial kernel on an fp8 pool's bytes, each tile converted in shared memory: every case."""
+    """The Hopper partial kernel on an fp8 pool's bytes, each tile converted in shared memory: every case; the calls
+    it does not take (output rows past 512 lanes) go to Triton, as a 16-bit pool's do."""
     g = _hopper()
+    _, triton_decode = compiled
     cfg = g.Sm90Config(stages)
-    took = []
+    took = {"gluon": 0, "triton": 0}
 
     def decode(a):
-        assert g.supports_decode(a) and not g.supports(a)  # the decode takes fp8 pools, the prefill does not
-        took.append(a.kv.dtype)
-        g.launch_decode(a, config=cfg)
+        assert not g.supports(a)  # the prefill takes no fp8 pool
+        if g.supports_decode(a):
+            took["gluon"] += 1
+            g.launch_decode(a, config=cfg)
+        else:
+            took["triton"] += 1
+            triton_decode.launch(a)
 
     found = run_checks({"decode": decode}, (dtype,), torch.device("cuda"), big=stages == 3,
                        kv_dtype=getattr(torch, kv_dtype))
     bad = [c for c in found if not c.ok]
     assert not bad, "\n".join(map(str, bad))
-    assert len(took) == len(found) >= 16 and set(took) == {getattr(torch, kv_dtype)}
+    assert took["gluon"] >= 3 * took["triton"] and len(found) >= 16, took
 
 
 def test_registry_runs_gluon_on_hopper_and_hands_fp32_to_triton(compiled):
