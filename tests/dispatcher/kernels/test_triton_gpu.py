@@ -52,7 +52,8 @@ def test_fp8_pools_match_the_reference_through_the_registry(compiled, dtype, kv_
     assert not bad, "\n".join(map(str, bad))
     assert len(found) == 2 * 18 and all(kv_dtype in c.dtype for c in found)
     hopper = gluon_sm90.HAVE_GLUON and gluon_sm90._on_hopper(torch.empty(0, device="cuda"))
-    assert ran == {"prefill": {"triton"}, "decode": {"gluon" if hopper else "triton"}}, ran
+    # on Hopper the decode's outputs past 512 lanes go to Triton, as a 16-bit pool's do
+    assert ran == {"prefill": {"triton"}, "decode": {"gluon", "triton"} if hopper else {"triton"}}, ran
 
 
 PTX_CASES = [("float8_e4m3fn", torch.bfloat16, 1), ("float8_e5m2", torch.bfloat16, 2),
