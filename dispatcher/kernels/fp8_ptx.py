@@ -28,17 +28,12 @@ import triton.language as tl
 # Each asm takes one 32-bit register holding four fp8 bytes ($2, element i in byte i) and writes two 32-bit
 # registers of two 16-bit floats each ($0: elements 0, 1; $1: elements 2, 3; the lower element in the lower half).
 # prmt 0x1404 / 0x3424 move bytes 0, 1 / 2, 3 into the high byte of each 16-bit half (b << 8): for e5m2
-# that is the fp16 with the same value, since e5m2 is fp16 cut to its top byte. To bf16 the values go through
-# fp32 (cvt.f32.f16, full rate), whose top halves prmt 0x7632 packs: exact, since an fp8 value has at most 3
-# significant mantissa bits, and NaN and inf stay NaN and inf. That spares the cvt.rn.bf16x2.f32 pack, a
-# conversion unit instruction (F2FP) as cvt.f16x2.e4m3x2 is: with one warpgroup converting a whole tile (the
-# Hopper decode) those units bound the conversion (docs/benchmarks.md, session 24).
+# that is the fp16 with the same value, since e5m2 is fp16 cut to its top byte.
 PTX_E4M3_BF16 = tl.constexpr("""{
 .reg .b16 lo, hi;
 .reg .b32 h0, h1;
 .reg .f16 f0, f1, f2, f3;
 .reg .f32 g0, g1, g2, g3;
-.reg .b32 u0, u1, u2, u3;
 mov.b32 {lo, hi}, $2;
 cvt.rn.f16x2.e4m3x2 h0, lo;
 cvt.rn.f16x2.e4m3x2 h1, hi;
@@ -48,19 +43,14 @@ cvt.f32.f16 g0, f0;
 cvt.f32.f16 g1, f1;
 cvt.f32.f16 g2, f2;
 cvt.f32.f16 g3, f3;
-mov.b32 u0, g0;
-mov.b32 u1, g1;
-mov.b32 u2, g2;
-mov.b32 u3, g3;
-prmt.b32 $0, u0, u1, 0x7632;
-prmt.b32 $1, u2, u3, 0x7632;
+cvt.rn.bf16x2.f32 $0, g1, g0;
+cvt.rn.bf16x2.f32 $1, g3, g2;
 }""")
 
 PTX_E5M2_BF16 = tl.constexpr("""{
 .reg .b32 w0, w1;
 .reg .f16 f0, f1, f2, f3;
 .reg .f32 g0, g1, g2, g3;
-.reg .b32 u0, u1, u2, u3;
 prmt.b32 w0, $2, 0, 0x1404;
 prmt.b32 w1, $2, 0, 0x3424;
 mov.b32 {f0, f1}, w0;
@@ -69,12 +59,8 @@ cvt.f32.f16 g0, f0;
 cvt.f32.f16 g1, f1;
 cvt.f32.f16 g2, f2;
 cvt.f32.f16 g3, f3;
-mov.b32 u0, g0;
-mov.b32 u1, g1;
-mov.b32 u2, g2;
-mov.b32 u3, g3;
-prmt.b32 $0, u0, u1, 0x7632;
-prmt.b32 $1, u2, u3, 0x7632;
+cvt.rn.bf16x2.f32 $0, g1, g0;
+cvt.rn.bf16x2.f32 $1, g3, g2;
 }""")
 
 PTX_E4M3_F16 = tl.constexpr("""{
