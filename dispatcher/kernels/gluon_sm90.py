@@ -273,11 +273,11 @@ if HAVE_GLUON:
         return m_new, l_acc * alpha[None, :] + p, alpha, p
 
     @gluon.jit
-    def _convert_tile(src_a, dst_a, src_b, dst_b, DB: gl.constexpr, KV8: gl.constexpr, CW: gl.constexpr = 64):
+    def _convert_tile(src_a, dst_a, src_b, dst_b, DB: gl.constexpr, KV8: gl.constexpr, CW: gl.constexpr = 256):
         """One landed tile's fp8 bytes (``src_*``, uint8) into its q-dtype tile (``dst_*``), exactly (``fp8_ptx``);
         fenced and barriered, so wgmma may read it next."""
         lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        for c in gl.static_range(512 // CW):  # CW lanes at a time: the products' accumulators hold most registers
+        for c in gl.static_range(512 // CW):  # CW lanes at a time: two halves, each held in registers whole
             x = src_a.slice(c * CW, CW, dim=1).load(lay)
             dst_a.slice(c * CW, CW, dim=1).store(_fp8_to(x, KV8))
         if DB > 0:
