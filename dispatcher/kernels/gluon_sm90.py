@@ -28,6 +28,11 @@ D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pip
 P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``). At
 512+64 a pipelined kernel with one rope buffer was correct but 1 µs slower at 16 rows (S17).
 
+The split-K decode also reads fp8 pools (e4m3fn, e5m2; ``supports_decode``, ``DECODE_SM90_FP8``): the stages
+hold the tiles' bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile that the
+products read (session 24: 9.1-9.2 µs at 2 rows, 19.5-19.7 at 16, 512+64, against 10.4 and 23.0 through
+Triton). The prefills take 16-bit pools only; the registry gives an fp8 prefill to Triton.
+
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
 """

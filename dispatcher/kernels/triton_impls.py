@@ -1,7 +1,8 @@
 """Registers the Triton kernels (and, ahead of them, the Hopper Gluon ones), preferred over torch on GPUs.
 
 The ``gluon`` implementation takes a call only where ``gluon_sm90.supports`` says so (an sm_90
-GPU, fp16/bf16, the production layouts) and hands the rest to Triton, returning the name of what
+GPU, fp16/bf16, the production layouts; for the decode ``supports_decode``, which adds fp8 pools) and hands
+the rest to Triton, returning the name of what
 ran so the dispatcher and the sweep report it. Nothing here imports Triton at module import: ``runs_on`` tries the import the first time a
 CUDA device asks (ROCm torch also reports "cuda"), and a CPU process never pays for it. A
 missing or broken Triton leaves the torch implementations in charge; it never raises.
