@@ -357,6 +357,6 @@ def test_the_fp8_partial_kernel_compiles_for_sm90a_without_spills(tmp_path):
         assert got["hgmma"] == 32 + (4 if db else 0) + 32 and got["hmma"] == 0, (key, got)
         assert got["stack"] == 0, (key, got)  # the converted tile's index is opaque: no hoisted descriptors
         assert got["shared"] <= 232448, (key, got)
-        # with KV8, one conversion a 64-lane chunk of the tile (8) and one for the rope lanes, plus the opaque
-        # zero; without, the two PDL/trace asm statements the partial kernel always has
-        assert got["asm"] == (found["64_0"]["asm"] + 8 + (1 if db else 0) + 1 if kv8 else got["asm"]), (key, got)
+        # with KV8, one conversion a 256-lane half of the tile (2) and one for the rope lanes, plus the opaque
+        # zero, beside the two PDL/trace asm statements the partial kernel always has
+        assert got["asm"] == found["64_0"]["asm"] + (2 + (1 if db else 0) + 1 if kv8 else 0), (key, got)
