@@ -30,51 +30,30 @@ import triton.language as tl
 # registers of two 16-bit floats each ($0: elements 0, 1; $1: elements 2, 3; the lower element in the lower half).
 # prmt 0x1404 / 0x3424 move bytes 0, 1 / 2, 3 into the high byte of each 16-bit half (b << 8): for e5m2
 # that is the fp16 with the same value, since e5m2 is fp16 cut to its top byte.
-PTX_E4M3_BF16 = tl.constexpr("""{
-.reg .b16 lo, hi;
-.reg .b32 h0, h1;
-.reg .f16 f0, f1, f2, f3;
-.reg .f32 g0, g1, g2, g3;
-mov.b32 {lo, hi}, $2;
-cvt.rn.f16x2.e4m3x2 h0, lo;
-cvt.rn.f16x2.e4m3x2 h1, hi;
-mov.b32 {f0, f1}, h0;
-mov.b32 {f2, f3}, h1;
-cvt.f32.f16 g0, f0;
-cvt.f32.f16 g1, f1;
-cvt.f32.f16 g2, f2;
-cvt.f32.f16 g3, f3;
-cvt.rn.bf16x2.f32 $0, g1, g0;
-cvt.rn.bf16x2.f32 $1, g3, g2;
-}""")
+_F16_REGS = ".reg .f16 f0, f1, f2, f3;\n.reg .f32 g0, g1, g2, g3;\n"
 
-PTX_E5M2_BF16 = tl.constexpr("""{
-.reg .b32 w0, w1;
-.reg .f16 f0, f1, f2, f3;
-.reg .f32 g0, g1, g2, g3;
-prmt.b32 w0, $2, 0, 0x1404;
-prmt.b32 w1, $2, 0, 0x3424;
-mov.b32 {f0, f1}, w0;
-mov.b32 {f2, f3}, w1;
-cvt.f32.f16 g0, f0;
-cvt.f32.f16 g1, f1;
-cvt.f32.f16 g2, f2;
-cvt.f32.f16 g3, f3;
-cvt.rn.bf16x2.f32 $0, g1, g0;
-cvt.rn.bf16x2.f32 $1, g3, g2;
-}""")
 
-PTX_E4M3_F16 = tl.constexpr("""{
-.reg .b16 lo, hi;
-mov.b32 {lo, hi}, $2;
-cvt.rn.f16x2.e4m3x2 $0, lo;
-cvt.rn.f16x2.e4m3x2 $1, hi;
-}""")
+def _e4m3_to_f16(d0: str, d1: str) -> str:
+    return f"mov.b32 {{lo, hi}}, $2;\ncvt.rn.f16x2.e4m3x2 {d0}, lo;\ncvt.rn.f16x2.e4m3x2 {d1}, hi;\n"
 
-PTX_E5M2_F16 = tl.constexpr("""{
-prmt.b32 $0, $2, 0, 0x1404;
-prmt.b32 $1, $2, 0, 0x3424;
-}""")
+
+def _e5m2_to_f16(d0: str, d1: str) -> str:
+    return f"prmt.b32 {d0}, $2, 0, 0x1404;\nprmt.b32 {d1}, $2, 0, 0x3424;\n"
+
+
+def _f16_to_bf16(s0: str, s1: str) -> str:
+    """Two fp16x2 registers to $0, $1 as bf16x2, through fp32 (exact)."""
+    return (f"mov.b32 {{f0, f1}}, {s0};\nmov.b32 {{f2, f3}}, {s1};\n"
+            + "".join(f"cvt.f32.f16 g{i}, f{i};\n" for i in range(4))
+            + "cvt.rn.bf16x2.f32 $0, g1, g0;\ncvt.rn.bf16x2.f32 $1, g3, g2;\n")
+
+
+PTX_E4M3_BF16 = tl.constexpr("{\n.reg .b16 lo, hi;\n.reg .b32 h0, h1;\n" + _F16_REGS + _e4m3_to_f16("h0", "h1")
+                             + _f16_to_bf16("h0", "h1") + "}")
+PTX_E5M2_BF16 = tl.constexpr("{\n.reg .b32 w0, w1;\n" + _F16_REGS + _e5m2_to_f16("w0", "w1")
+                             + _f16_to_bf16("w0", "w1") + "}")
+PTX_E4M3_F16 = tl.constexpr("{\n.reg .b16 lo, hi;\n" + _e4m3_to_f16("$0", "$1") + "}")
+PTX_E5M2_F16 = tl.constexpr("{\n" + _e5m2_to_f16("$0", "$1") + "}")
 
 TO = 0  # tl.load(...).to(q's dtype)
 E4M3_BF16 = 1

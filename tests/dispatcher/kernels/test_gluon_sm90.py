@@ -218,65 +218,85 @@ COMPILE = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
-    from dispatcher.kernels import gluon_sm90
+    from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_d512
 
-    PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*bf16", "indptr_ptr": "*bf16",
-            "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*bf16", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
-            "part_lse_ptr": "*fp32"}
     tools = Path(triton.__file__).parent / "backends/nvidia/bin"
-    from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512
+    DIV16 = ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld")  # as a launch specialises 576, ...
+
+
+    def ptrs(q="bf16", kv="bf16"):
+        return {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
+                "sink_ptr": "*" + q, "out_ptr": "*" + q, "o_ptr": "*" + q, "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
+                "part_lse_ptr": "*fp32"}
+
+
+    def compile_one(key, fn, consts, ptr_types, opts):
+        sig, attrs = {}, {}
+        consts = {k: v for k, v in consts.items() if k in fn.arg_names}
+        for i, name in enumerate(fn.arg_names):
+            if name in consts:
+                sig[name] = "constexpr"
+            elif name in ptr_types:
+                sig[name], attrs[(i,)] = ptr_types[name], [["tt.divisibility", 16]]
+            else:
+                sig[name] = "fp32" if name == "sm_scale2" else "i32"
+                if name in DIV16:
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                           target=GPUTarget("cuda", 90, 32), options=opts)
+        cubin = Path(sys.argv[1]) / f"{key}.cubin"
+        cubin.write_bytes(k.asm["cubin"])
+        sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+        res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
+                             text=True, check=True).stdout
+        return {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."), "warps": k.metadata.num_warps,
+                "setmaxnreg": sass.count("USETMAXREG"), "hmma": sass.count("HMMA."),
+                "stack": int(re.search(r"STACK:(\\d+)", res).group(1)), "l1_prefetch": sass.count("CCTL.E.PF1"),
+                "asm": k.asm["ttgir"].count("elementwise_inline_asm")}
+
 
     found = {}
-    for db in (64, 0):
-        d512 = (gluon_sm90_ws_d512._ws_kernel,) if db == 0 else ()  # used only at D = 512
-        for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel) + d512:
-            cfg = gluon_sm90.PREFILL_SM90
-            if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
-                cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
-            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
-                      "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
-                      "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0}
-            if d512 and fn is d512[0]:  # its own partition order and registers
-                consts.update(PV_DEFAULT=gluon_sm90_ws_d512.PV_DEFAULT,
-                              WREGS=gluon_sm90_ws_d512.REGS[gluon_sm90_ws_d512.PV_DEFAULT])
-            opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
-            sig, attrs = {}, {}
-            for i, name in enumerate(fn.arg_names):
-                if name in consts:
-                    sig[name] = "constexpr"
-                elif name in PTRS:
-                    sig[name] = PTRS[name]
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-                else:
-                    sig[name] = "fp32" if name == "sm_scale2" else "i32"
-                    if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"):
-                        attrs[(i,)] = [["tt.divisibility", 16]]  # as a launch specialises 576, 9216, ...
-            consts = {k: v for k, v in consts.items() if k in fn.arg_names}
-            k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                               target=GPUTarget("cuda", 90, 32), options=opts)
-            name = ("d512" if d512 and fn is d512[0] else "") + fn.__name__
-            cubin = Path(sys.argv[1]) / f"{name}_{db}.cubin"
-            cubin.write_bytes(k.asm["cubin"])
-            sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
-                                  text=True, check=True).stdout
-            res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
-                                 text=True, check=True).stdout
-            found[f"{name}_{db}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."),
-                                          "warps": k.metadata.num_warps, "setmaxnreg": sass.count("USETMAXREG"),
-                                          "hmma": sass.count("HMMA."), "stack": int(re.search(r"STACK:(\\d+)", res).group(1)),
-                                          "l1_prefetch": sass.count("CCTL.E.PF1")}
+    if sys.argv[2] == "fp8":  # the decode's partial kernel on an fp8 pool's bytes, every mode, both block shapes
+        for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
+            cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
+            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "ABLATE": 0, "CHAINS": 1, "PIPE": False,
+                      "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "KV8": kv8, "idx_s1": 1}
+            found[f"{db}_{kv8}"] = compile_one(f"p_{db}_{kv8}", gluon_sm90._partial_kernel, consts,
+                                               ptrs(q, "u8" if kv8 else q), {"num_warps": 4})
+    else:
+        for db in (64, 0):
+            d512 = (gluon_sm90_ws_d512._ws_kernel,) if db == 0 else ()  # used only at D = 512
+            for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel) + d512:
+                cfg = gluon_sm90.PREFILL_SM90
+                if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
+                    cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
+                consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
+                          "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
+                          "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0}
+                if d512 and fn is d512[0]:  # its own partition order and registers
+                    consts.update(PV_DEFAULT=gluon_sm90_ws_d512.PV_DEFAULT,
+                                  WREGS=gluon_sm90_ws_d512.REGS[gluon_sm90_ws_d512.PV_DEFAULT])
+                opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
+                key = ("d512" if d512 and fn is d512[0] else "") + fn.__name__ + f"_{db}"
+                found[key] = compile_one(key, fn, consts, ptrs(), opts)
     print(json.dumps(found))
 """)
 
 
-@needs_gluon
-def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
+def compiled_for_sm90(tmp_path, which: str) -> dict:
+    """Each kernel of a COMPILE set ("16bit", "fp8") compiled for sm_90a in a process without the interpreter."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
-    res = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path)], capture_output=True, text=True, env=env,
-                         timeout=300, cwd=ROOT)
+    res = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), which], capture_output=True, text=True,
+                         env=env, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
-    found = json.loads(res.stdout.strip().splitlines()[-1])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@needs_gluon
+def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
+    found = compiled_for_sm90(tmp_path, "16bit")
     # Per 64-slot tile: scores 512/16 (+ 64/16 rope) wgmma k-steps, P·V 8 row blocks x 4 k-steps. The
     # warp-specialised kernel has the scores twice (two softmax warpgroups) and P·V once; the pipelined
     # partial kernel (D = 512) has both twice: tile 0's scores and the last P·V outside its loop.
@@ -301,56 +321,9 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
     assert len(found) == 7 and "d512_ws_kernel_0" in found
 
 
-COMPILE_FP8 = textwrap.dedent("""
-    import json, re, subprocess, sys
-    from pathlib import Path
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from dispatcher.kernels import gluon_sm90
-
-    tools = Path(triton.__file__).parent / "backends/nvidia/bin"
-    fn = gluon_sm90._partial_kernel
-    found = {}
-    for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
-        ptrs = {"q_ptr": "*" + q, "kv_ptr": "*u8" if kv8 else "*" + q, "idx_ptr": "*i32", "len_ptr": "*i32",
-                "indptr_ptr": "*i32", "o_ptr": "*" + q, "lse_ptr": "*fp32"}
-        cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
-        consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "ABLATE": 0, "CHAINS": 1, "PIPE": False,
-                  "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "KV8": kv8, "idx_s1": 1}
-        sig, attrs = {}, {}
-        for i, name in enumerate(fn.arg_names):
-            if name in consts:
-                sig[name] = "constexpr"
-            elif name in ptrs:
-                sig[name], attrs[(i,)] = ptrs[name], [["tt.divisibility", 16]]
-            else:
-                sig[name] = "fp32" if name == "sm_scale2" else "i32"
-                if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "skv", "H", "o_ld"):
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-        cubin = Path(sys.argv[1]) / f"p_{db}_{kv8}.cubin"
-        cubin.write_bytes(k.asm["cubin"])
-        sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout
-        res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
-                             text=True, check=True).stdout
-        found[f"{db}_{kv8}"] = {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."), "hmma": sass.count("HMMA."),
-                                "stack": int(re.search(r"STACK:(\\d+)", res).group(1)),
-                                "asm": k.asm["ttgir"].count("elementwise_inline_asm")}
-    print(json.dumps(found))
-""")
-
-
 @needs_gluon
 def test_the_fp8_partial_kernel_compiles_for_sm90a_without_spills(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"))
-    res = subprocess.run([sys.executable, "-c", COMPILE_FP8, str(tmp_path)], capture_output=True, text=True,
-                         env=env, timeout=300, cwd=ROOT)
-    assert res.returncode == 0, res.stderr[-3000:]
-    found = json.loads(res.stdout.strip().splitlines()[-1])
+    found = compiled_for_sm90(tmp_path, "fp8")
     for key, got in found.items():
         db, kv8 = (int(x) for x in key.split("_"))
         # the same wgmma as a 16-bit pool's: scores 512/16 (+ 64/16 rope) k-steps, P·V 8 row blocks x 4
