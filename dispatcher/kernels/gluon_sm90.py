@@ -703,6 +703,8 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
     """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
+    if kv.dtype != q.dtype:
+        raise ValueError(f"the Hopper prefills read a pool in q's dtype ({q.dtype}), not {kv.dtype}; see supports()")
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
     if config is None and PREFILL_WARP_SPECIALISED:

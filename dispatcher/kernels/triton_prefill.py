@@ -219,7 +219,6 @@ def finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
     return tl.where(l > 0.0, alpha / tl.where(l > 0.0, l, 1.0), 0.0)
 
 
-
 @triton.jit
 def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_scale2,
            q_s0, q_s1, q_s2, kv_s0, kv_s2,
@@ -261,7 +260,7 @@ def attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, base, idx_s1, skv, H, sm_sca
         slot = tl.load(idx_ptr + base + offs_n.to(tl.int64) * idx_s1, mask=in_row, other=-1).to(tl.int64)
         valid = in_row & (slot >= 0) & (slot < skv)
         krow = kv_ptr + tl.where(valid, slot, 0) * kv_s0
-        # kv tiles in q's dtype: a no-op for a 16/32-bit pool, an exact conversion for an fp8 one
+        # kv tiles in q's dtype: a no-op for a 16/32-bit pool, an exact conversion for an fp8 one (fp8_ptx)
         k0 = kv_load(krow[:, None] + offs_c[None, :] * kv_s2, valid[:, None], q0.dtype, KV8)
         s = mm(q0, tl.trans(k0), IEEE)
         # Each chunk's product is its own accumulation chain; summing them last keeps them independent.

@@ -84,6 +84,15 @@ def test_only_the_decode_takes_fp8_pools_on_hopper(monkeypatch):
     assert gluon_sm90.supports_decode(a) == gluon_sm90.supports(a) is True  # a bf16 pool: both
 
 
+def test_the_launches_refuse_an_fp8_pool_where_no_kernel_reads_one():
+    a = build(3, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=40, kv_len=200,
+              kv_dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="prefills read a pool in q's dtype"):
+        gluon_sm90.launch_prefill(a)
+    with pytest.raises(ValueError, match="warp-specialised partials"):
+        gluon_sm90.launch_decode(a, ws=True)
+
+
 def test_an_fp8_pool_takes_neither_the_pipelined_kernel_nor_one_rope_buffer():
     a = args_for(Layout(512, 0))
     assert gluon_sm90._consts(a, gluon_sm90.DECODE_SM90_FP8, 1)["KV8"] == 1
