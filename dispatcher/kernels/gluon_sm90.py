@@ -30,7 +30,7 @@ P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_
 
 The split-K decode also reads fp8 pools (e4m3fn, e5m2; ``supports_decode``, ``DECODE_SM90_FP8``): the stages
 hold the tiles' bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile that the
-products read (session 24: 9.1-9.2 µs at 2 rows, 19.5-19.7 at 16, 512+64, against 10.4 and 23.0 through
+products read (session 24: 9.0-9.1 µs at 2 rows, 18.6-18.7 at 16, 512+64, against 10.4 and 23.0 through
 Triton). The prefills take 16-bit pools only; the registry gives an fp8 prefill to Triton.
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
