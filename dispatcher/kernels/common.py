@@ -65,3 +65,14 @@ def index_width(index: SparseIndex) -> int:
         ptr = index.ragged_indptr
         return int((ptr[1:] - ptr[:-1]).max().item()) if ptr.numel() > 1 else 0
     return int(index.indices.shape[1])
+
+
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def device_capability(device: torch.device) -> tuple[int, int]:
+    """A CUDA device's compute capability, asked of the driver once per device (launches ask on every call)."""
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _CAPABILITY:
+        _CAPABILITY[key] = tuple(torch.cuda.get_device_capability(key))
+    return _CAPABILITY[key]

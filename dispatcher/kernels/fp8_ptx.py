@@ -26,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .common import device_capability
+
 # Each asm takes one 32-bit register holding four fp8 bytes ($2, element i in byte i) and writes two 32-bit
 # registers of two 16-bit floats each ($0: elements 0, 1; $1: elements 2, 3; the lower element in the lower half).
 # prmt 0x1404 / 0x3424 move bytes 0, 1 / 2, 3 into the high byte of each 16-bit half (b << 8): for e5m2
@@ -123,17 +125,6 @@ def kv8_mode(kv_dtype: torch.dtype, q_dtype: torch.dtype, backend: str, capabili
     return ASM_MODES.get((kv_dtype, q_dtype), TO)
 
 
-_CAPABILITY: dict[int, tuple[int, int]] = {}
-
-
-def _capability(device: torch.device) -> tuple[int, int]:
-    """An NVIDIA device's compute capability, asked of the driver once per device."""
-    key = device.index if device.index is not None else torch.cuda.current_device()
-    if key not in _CAPABILITY:
-        _CAPABILITY[key] = tuple(torch.cuda.get_device_capability(key))
-    return _CAPABILITY[key]
-
-
 def kv_operand(kv: torch.Tensor, q_dtype: torch.dtype, mode: int | None = None) -> tuple[torch.Tensor, int]:
     """(the pool as the kernel takes it, KV8): its uint8 bits for a PTX conversion, else itself.
 
@@ -143,5 +134,5 @@ def kv_operand(kv: torch.Tensor, q_dtype: torch.dtype, mode: int | None = None) 
         if (kv.dtype, q_dtype) not in ASM_MODES or kv.device.type != "cuda" or torch.version.hip:
             mode = TO
         else:
-            mode = kv8_mode(kv.dtype, q_dtype, "cuda", _capability(kv.device))
+            mode = kv8_mode(kv.dtype, q_dtype, "cuda", device_capability(kv.device))
     return (kv.view(torch.uint8), mode) if mode != TO else (kv, TO)

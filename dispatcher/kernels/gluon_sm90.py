@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import torch
 
-from .common import KernelArgs
+from .common import KernelArgs, device_capability
 from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .triton_prefill import HEAD_BLOCK, count_block, pack
 
@@ -132,18 +132,9 @@ def supports_decode(args: KernelArgs) -> bool:
     return supports(args, fp8=True)
 
 
-_HOPPER: dict[int, bool] = {}
-
-
 def _on_hopper(t: torch.Tensor) -> bool:
     """An NVIDIA GPU of compute capability 9.0 (H100, H200, H20, GH200): the wgmma these kernels need (cached)."""
-    if t.device.type != "cuda" or torch.version.hip is not None:
-        return False
-    key = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    hit = _HOPPER.get(key)
-    if hit is None:
-        hit = _HOPPER[key] = torch.cuda.get_device_capability(key) == (9, 0)
-    return hit
+    return t.device.type == "cuda" and torch.version.hip is None and device_capability(t.device) == (9, 0)
 
 
 if HAVE_GLUON:

@@ -84,29 +84,19 @@ COMPILE = textwrap.dedent("""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from dispatcher.kernels import triton_decode, triton_prefill
+    sys.path.insert(0, "scripts/gpu")
+    from compile_check import PTRS, signature  # specialised as a real launch is: unit strides, multiples of 16
 
     tools = Path(triton.__file__).parent / "backends/nvidia/bin"
     cfg = triton_prefill.FP8_CONFIG
     found = {}
     for kv, q, mode in (("bf16", "bf16", 0), ("u8", "bf16", 1), ("u8", "bf16", 2), ("u8", "fp16", 3),
                         ("u8", "fp16", 4)):
-        ptrs = {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
-                "sink_ptr": "*fp32", "out_ptr": "*" + q, "o_ptr": "*fp32", "lse_ptr": "*fp32"}
+        ptrs = {**PTRS, "q_ptr": "*" + q, "kv_ptr": "*" + kv, "out_ptr": "*" + q}
         consts = {"D": 576, "CH": 512 // cfg.chunks, "NCH": cfg.chunks, "BLOCK_B": 64, "HAS_B": True, "V_B": False,
                   "BLOCK_N": cfg.block_n, "HB": 16, "IEEE": False, "CNT_BLOCK": 2048, "KV8": mode, "PDL": False}
         for fn in (triton_prefill._prefill_kernel, triton_decode._partial_kernel):
-            sig, attrs, const = {}, {}, {k: v for k, v in consts.items() if k in fn.arg_names}
-            for i, name in enumerate(fn.arg_names):
-                if name in const:
-                    sig[name] = "constexpr"
-                elif name in ptrs:
-                    sig[name], attrs[(i,)] = ptrs[name], [["tt.divisibility", 16]]
-                elif name in ("q_s2", "kv_s2", "idx_s1", "o_s2"):  # unit strides, as a launch specialises them
-                    sig[name], const[name] = "constexpr", 1
-                else:
-                    sig[name] = "fp32" if name == "sm_scale2" else "i32"
-                    if name in ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H"):
-                        attrs[(i,)] = [["tt.divisibility", 16]]
+            sig, attrs, const = signature(fn, {k: v for k, v in consts.items() if k in fn.arg_names}, ptrs)
             k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
                                target=GPUTarget("cuda", 90, 32), options=cfg.launch_options())
             cubin = Path(sys.argv[1]) / f"{fn.__name__}_{mode}.cubin"
