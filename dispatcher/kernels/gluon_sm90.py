@@ -674,9 +674,10 @@ def ws_module(args: KernelArgs):
 
     With rope lanes (512+64) ``gluon_sm90_ws``, whose two rope buffers take each tile's P: 5.48-5.60
     ms at 16,384 rows against 5.85-5.88 for session 4's kernel. At D = 512 (448+64, 512+0: no rope
-    buffer) ``gluon_sm90_ws_d512``, session 4's: 4.89-4.91 ms against 5.08-5.12 (S5-1 to S5-5).
+    buffer) ``gluon_sm90_ws_d512``, session 4's: 4.89-4.91 ms against 5.08-5.12 (S5-1 to S5-5). An fp8 pool
+    takes ``gluon_sm90_ws`` at every layout: only it converts one (session 25).
     """
-    if int(args.q.shape[2]) - LANES_A > 0:
+    if int(args.q.shape[2]) - LANES_A > 0 or args.kv.dtype != args.q.dtype:
         from . import gluon_sm90_ws
 
         return gluon_sm90_ws
@@ -754,8 +755,6 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
     use_ws = (DECODE_WARP_SPECIALISED and config is None) if ws is None else bool(ws)
-    if use_ws and args.kv.dtype != q.dtype:
-        raise ValueError("the warp-specialised partials read only a pool in q's dtype; an fp8 pool takes ws=False")
     cfg = config or decode_config(args)
     p = pack(args)
     head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK

@@ -52,8 +52,9 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _prefetch_span, _row_len,
-                              _row_span, _store_t, _valid)
+    from . import fp8_ptx
+    from .gluon_sm90 import (_copy_q, _final_scale, _fp8_to, _gather, _load_slots, _p_view, _prefetch_span,
+                              _row_len, _row_span, _store_t, _valid, cta_barrier)
 
     STAGES = 3
     # Timing experiments only (scripts/gpu/decode_trace.py --ws sets it before the first compile, in its own
@@ -67,6 +68,9 @@ if HAVE_GLUON:
     NO_SCORES = gl.constexpr(False)
     NO_PV = gl.constexpr(False)
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
+    # An fp8 pool: the loader converts each tile once it has landed (True), or the softmax warpgroup whose
+    # tile it is does, before its scores (False; measured in session 25, docs/benchmarks.md).
+    FP8_IN_LOADER = gl.constexpr(False)
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
 
     @gluon.jit
@@ -110,6 +114,11 @@ if HAVE_GLUON:
             """16 floats of buffer j from float ``at`` on (ALPHA, FIN_M, FIN_L), past the P written there."""
             n: gl.constexpr = rp.shape[1] * rp.shape[2] // 2  # the buffer as floats
             return rp.index(j).reinterpret(gl.float32, [n], gl.SwizzledSharedLayout(1, 1, 1, [0])).slice(at, 16)
+
+        @gluon.jit
+        def _as_blocks(buf, n: gl.constexpr):
+            """A q-dtype buffer as ``n`` 4 KB blocks of [64, 64] bytes, in order (an fp8 pool's landing view)."""
+            return buf.reinterpret(gl.uint8, [n, 64, 64], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     else:
 
         @gluon.jit
@@ -117,8 +126,92 @@ if HAVE_GLUON:
             n: gl.constexpr = rp.shape[1] * rp.shape[2] // 2
             return rp.index(j)._reinterpret(gl.float32, [n], gl.SwizzledSharedLayout(1, 1, 1, [0])).slice(at, 16)
 
+        @gluon.jit
+        def _as_blocks(buf, n: gl.constexpr):
+            return buf._reinterpret(gl.uint8, [n, 64, 64], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+
+    @gluon.constexpr_function
+    def _kv8_mode(kv_ty, q_ty):
+        """``fp8_ptx``'s conversion for a pool of element type ``kv_ty`` beside a ``q_ty`` q; TO for a 16-bit pool."""
+        if kv_ty == q_ty:
+            return fp8_ptx.TO
+        e4m3 = kv_ty == gl.float8e4nv
+        if q_ty == gl.bfloat16:
+            return fp8_ptx.E4M3_BF16 if e4m3 else fp8_ptx.E5M2_BF16
+        return fp8_ptx.E4M3_F16 if e4m3 else fp8_ptx.E5M2_F16
+
+    # An fp8 pool (session 25): a tile's bytes land inside the q-dtype stage they are converted into, so the
+    # stages keep their size and number. ``kv8``/``rp8`` see the stages and rope buffers as 4 KB blocks of
+    # [64 slots, 64 lanes] bytes: block 16 s + 8 h + c is bytes [4096 c, 4096 c + 4096) of stage s's half h
+    # (its lanes [256 h, 256 h + 256), 32 KB: an NVMMA tile keeps each 64-lane column, 8 KB, contiguous).
+    # A half's bytes land in its blocks 4-7, the upper 16 KB, and the rope lanes' in the upper 4 KB of
+    # their buffer; the softmax warpgroup whose tile it is converts them where they lie (_expand_half).
+    CP8 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))  # 16 bytes a thread, 64 a row
+
     @gluon.jit
-    def _softmax_part(qa_smem, qb_smem, kv_a, rp, m_smem, bars, q_ptr, q_s0, q_s1, H,
+    def _load_block(kv8, b):
+        """Block ``b`` of ``kv8`` (64 lanes of fp8 bytes for 64 slots) as two 32-slot halves: 4 registers each."""
+        return kv8.index(b).slice(0, 32, dim=0).load(CP8), kv8.index(b).slice(32, 32, dim=0).load(CP8)
+
+    @gluon.jit
+    def _store_block(xa, xb, dst, c: gl.constexpr, KV8: gl.constexpr):
+        """``_load_block``'s bytes converted into 64-lane column ``c`` of ``dst``."""
+        dst.slice(64 * c, 64, dim=1).slice(0, 32, dim=0).store(_fp8_to(xa, KV8))
+        dst.slice(64 * c, 64, dim=1).slice(32, 32, dim=0).store(_fp8_to(xb, KV8))
+
+    @gluon.jit
+    def _expand_half(kv8, b0, dst, KV8: gl.constexpr):
+        """Half a stage's fp8 bytes (blocks b0 + 4 .. b0 + 7 of ``kv8``) into its 256 q-dtype lanes ``dst``, in place.
+
+        Column c (lanes 64 c .. 64 c + 63) is written over bytes [8 c, 8 c + 8) KB of the half, and its bytes
+        lie in block b0 + 4 + c, bytes [16 + 4 c, 20 + 4 c) KB: columns 0 and 1 overwrite no byte, columns 2
+        and 3 overwrite all four blocks. So the bytes are read two blocks at a time (16 registers), columns
+        2 and 3 only once every thread has read all four (a barrier of this partition's warps). The
+        compiler puts a barrier wherever shared stores follow loads of the same buffer or the reverse, so
+        the loads are grouped: three barriers a half."""
+        x0a, x0b = _load_block(kv8, b0 + 4)
+        x1a, x1b = _load_block(kv8, b0 + 5)
+        _store_block(x0a, x0b, dst, 0, KV8)
+        _store_block(x1a, x1b, dst, 1, KV8)
+        x2a, x2b = _load_block(kv8, b0 + 6)
+        x3a, x3b = _load_block(kv8, b0 + 7)
+        cta_barrier()  # every thread has read blocks 4-7
+        _store_block(x2a, x2b, dst, 2, KV8)
+        _store_block(x3a, x3b, dst, 3, KV8)
+        fence_async_shared()
+        cta_barrier()
+
+    @gluon.jit
+    def _expand_half_lean(kv8, b0, dst, KV8: gl.constexpr):
+        """``_expand_half`` for the softmax warpgroups, which have few registers to spare: 32 slots of a block
+        at a time, so more barriers (the compiler's, between each store and the next load)."""
+        for c in gl.static_range(2):
+            for r in gl.static_range(2):
+                x = kv8.index(b0 + 4 + c).slice(32 * r, 32, dim=0).load(CP8)
+                dst.slice(64 * c, 64, dim=1).slice(32 * r, 32, dim=0).store(_fp8_to(x, KV8))
+        x3a, x3b = _load_block(kv8, b0 + 7)
+        cta_barrier()  # blocks 4, 5 and 7 read
+        for r in gl.static_range(2):
+            x = kv8.index(b0 + 6).slice(32 * r, 32, dim=0).load(CP8)
+            dst.slice(128, 64, dim=1).slice(32 * r, 32, dim=0).store(_fp8_to(x, KV8))
+        cta_barrier()  # block 6 read
+        _store_block(x3a, x3b, dst, 3, KV8)
+        fence_async_shared()
+        cta_barrier()
+
+    @gluon.jit
+    def _expand_rope(src, dst, KV8: gl.constexpr):
+        """A tile's 64 fp8 rope lanes (``src``, the upper 4 KB of rope buffer ``dst``) into ``dst``, in place."""
+        xa = src.slice(0, 32, dim=0).load(CP8)
+        xb = src.slice(32, 32, dim=0).load(CP8)
+        cta_barrier()
+        dst.slice(0, 32, dim=0).store(_fp8_to(xa, KV8))
+        dst.slice(32, 32, dim=0).store(_fp8_to(xb, KV8))
+        fence_async_shared()
+        cta_barrier()
+
+    @gluon.jit
+    def _softmax_part(qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                       idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged,
                       has_len, n_items, n_hb, splits, par, tp):
         """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
@@ -142,6 +235,8 @@ if HAVE_GLUON:
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
         dt: gl.constexpr = kv_a.dtype
+        # An fp8 pool whose tiles this warpgroup converts (else the loader hands them over converted)
+        KV8: gl.constexpr = 0 if FP8_IN_LOADER else _kv8_mode(kv_ptr.dtype.element_ty, dt)
         mma: gl.constexpr = MMA
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -183,17 +278,23 @@ if HAVE_GLUON:
                         mbarrier.wait(rope_ready.index(par), c & 1)
                     s_a = s0
                     s_b = s0
-                else:
+                else:  # with an fp8 pool each half is converted once landed, under the previous half's product
+                    if KV8 != 0:
+                        _expand_half_lean(kv8, 16 * (g % 3), ka.slice(0, 256, dim=1), KV8)
                     s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
                                         use_acc=False, is_async=True)
                     if HALVES:
                         mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
                         fence_async_shared()
+                        if KV8 != 0:
+                            _expand_half_lean(kv8, 16 * (g % 3) + 8, ka.slice(256, 256, dim=1), KV8)
                     s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
                                         s0, use_acc=False, is_async=True)
                     if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
                         mbarrier.wait(rope_ready.index(par), c & 1)
                         fence_async_shared()
+                        if KV8 != 0:
+                            _expand_rope(rp8.index(2 * par + 1), rp.index(par), KV8)
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                     s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
@@ -321,7 +422,20 @@ if HAVE_GLUON:
             _stamp_time(tp, 23)
 
     @gluon.jit
-    def _load_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
+    def _hand_over_fp8(kv_a, rp, kv8, rp8, kv_ready, rope_ready, st, j, DB: gl.constexpr, KV8: gl.constexpr):
+        """The loader's fp8 path: a landed tile (stage ``st``, rope buffer ``j``) converted in place, each half
+        and the rope lanes handed to the softmax warpgroups as soon as it is done. The caller has waited for
+        this thread's copies of the tile (``wait_group``); the barrier waits for the other threads'."""
+        cta_barrier()
+        for h in gl.static_range(2):
+            _expand_half(kv8, 16 * st + 8 * h, kv_a.index(st).slice(256 * h, 256, dim=1), KV8)
+            mbarrier.arrive(kv_ready.index(2 * st + h))
+        if DB > 0:
+            _expand_rope(rp8.index(2 * j + 1), rp.index(j), KV8)
+            mbarrier.arrive(rope_ready.index(j))
+
+    @gluon.jit
+    def _load_part(kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                    n_items, n_hb, splits, tp):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
 
@@ -331,9 +445,19 @@ if HAVE_GLUON:
         _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
-        cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        FP8: gl.constexpr = kv_ptr.dtype.element_ty != kv_a.dtype  # bytes into the stages' upper halves (kv8)
+        # With FP8_IN_LOADER the loader converts tile g - 1 once it has issued tile g's 512 lanes (so that tile
+        # g - 1's landing overlaps their issue), hands it over, then gathers tile g's rope lanes. The 512 lanes
+        # and the rope lanes are a commit group each.
+        CONV: gl.constexpr = FP8 and FP8_IN_LOADER
+        KV8: gl.constexpr = _kv8_mode(kv_ptr.dtype.element_ty, kv_a.dtype) if CONV else 0
+        cp: gl.constexpr = CP8 if FP8 else gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        if FP8:
+            kv_ptr = kv_ptr.to(gl.pointer_type(gl.uint8), bitcast=True)
         g = 0
+        pst = 0  # the previous tile's stage and rope buffer (CONV)
+        pj = 0
         c0 = 0  # rope lanes gathered into buffer 0, and 1: the phases of rope_empty
         c1 = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
@@ -349,9 +473,15 @@ if HAVE_GLUON:
                         mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
                         if not NO_GATHER:
-                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h, 256,
-                                    cp)
-                        async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
+                            if FP8:  # 64 lanes a block, into the half's upper 16 KB
+                                for b in gl.static_range(4):
+                                    _gather(kv_ptr, kv_s0, slots, skv, kv8.index(16 * st + 8 * h + 4 + b),
+                                            256 * h + 64 * b, 64, cp)
+                            else:
+                                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h,
+                                        256, cp)
+                        if not CONV:
+                            async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
                 else:
                     mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
                     fence_async_shared()
@@ -360,17 +490,35 @@ if HAVE_GLUON:
                     async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 if g == 0:
                     _stamp(tp, 1)  # the first tile's copies issued
+                j = t % 2
+                if CONV:  # tile g - 1 converted before this tile's rope lanes wait for a buffer: across items
+                    # tiles g - 1 and g may share one (an item of an odd number of tiles), whose P·V needs g - 1
+                    async_copy.commit_group()
+                    if g > 0:
+                        async_copy.wait_group(1)  # this thread's copies of tile g - 1 (its rope lanes' included)
+                        _hand_over_fp8(kv_a, rp, kv8, rp8, kv_ready, rope_ready, pst, pj, DB, KV8)
+                    pst = st
+                    pj = j
                 if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
-                    j = t % 2
                     cj = gl.where(j == 0, c0, c1)
                     mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
                     fence_async_shared()
                     if not NO_GATHER:
-                        _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
-                    async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
+                        if FP8:  # into the buffer's upper 4 KB
+                            _gather(kv_ptr, kv_s0, slots, skv, rp8.index(2 * j + 1), 512, DB, cp)
+                        else:
+                            _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
+                    if not CONV:
+                        async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j
                     c1 += j
+                    if CONV:
+                        async_copy.commit_group()
                 g += 1
+        if CONV:  # the program's last tile
+            if g > 0:
+                async_copy.wait_group(0)
+                _hand_over_fp8(kv_a, rp, kv8, rp8, kv_ready, rope_ready, pst, pj, DB, KV8)
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
@@ -387,7 +535,9 @@ if HAVE_GLUON:
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
                                       is_pure=False, pack=1)
-        dt: gl.constexpr = kv_ptr.dtype.element_ty
+        dt: gl.constexpr = q_ptr.dtype.element_ty
+        FP8: gl.constexpr = kv_ptr.dtype.element_ty != dt  # an fp8 pool: converted in the stages (_expand_half)
+        gl.static_assert(HALVES or not FP8, "an fp8 pool takes stages handed over in halves")
         bar_l: gl.constexpr = mbarrier.MBarrierLayout()
         vec_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
         kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
@@ -395,6 +545,11 @@ if HAVE_GLUON:
         # (at its last tile of an item) totals. 64 x 32 at 512+0: room for the floats after P.
         RW: gl.constexpr = DB if DB > 0 else 32
         rp = gl.allocate_shared_memory(dt, [2, 64, RW], gl.NVMMASharedLayout.get_default_for([64, RW], dt))
+        kv8 = kv_a  # the stages and rope buffers as 4 KB blocks of fp8 bytes (see _expand_half)
+        rp8 = rp
+        if FP8:
+            kv8 = _as_blocks(kv_a, 48)
+            rp8 = _as_blocks(rp, RW // 16)
         m_smem = gl.allocate_shared_memory(gl.float32, [2, 16], vec_l)
         qa_smem = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
         qb_smem = qa_smem
@@ -417,10 +572,13 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
+        # Landed (one cp.async arrival per loader thread), or with the loader converting an fp8 pool, converted
+        # (one arrival after the loader's barrier).
+        READY: gl.constexpr = 1 if FP8 and FP8_IN_LOADER else 128
         for i in gl.static_range(3):
             if HALVES:
                 for h in gl.static_range(2):
-                    mbarrier.init(kv_ready.index(2 * i + h), count=128)
+                    mbarrier.init(kv_ready.index(2 * i + h), count=READY)
                     mbarrier.init(kv_empty.index(2 * i + h), count=1)
             else:
                 mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
@@ -429,18 +587,18 @@ if HAVE_GLUON:
             mbarrier.init(p_ready.index(i), count=1)
             mbarrier.init(buf_empty.index(i), count=1)
             mbarrier.init(m_ready.index(i), count=1)
-            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
+            mbarrier.init(rope_ready.index(i), count=READY)
         mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
         mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
         fence_async_shared()
-        sargs = (qa_smem, qb_smem, kv_a, rp, m_smem, bars, q_ptr, q_s0, q_s1, H,
+        sargs = (qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                  idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,
                  n_items, n_hb, splits)
         wargs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-        largs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv, n_items, n_hb,
+        largs = (kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv, n_items, n_hb,
                  splits, tp)
         # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64
         # than with softmax warpgroup 0 as the default, 3.0% at 512+0 (S14-12; bit-identical answers).
@@ -491,11 +649,21 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     )
 
 
+def _halves(args: KernelArgs, halves: bool | None) -> bool:
+    """Stages in halves (``STAGE_HALVES`` unless asked); an fp8 pool lands and is converted by halves only."""
+    halves = STAGE_HALVES if halves is None else bool(halves)
+    if not halves and args.kv.dtype != args.q.dtype:
+        raise ValueError(f"an fp8 pool ({args.kv.dtype}) takes stages handed over in halves (halves=True)")
+    return halves
+
+
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
                       halves: bool | None = None) -> None:
-    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
+    """The no-split prefill; call only where ``gluon_sm90.supports(args, fp8=True)``. One program per multiprocessor.
+
+    The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands)."""
     launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
-                  HALVES=STAGE_HALVES if halves is None else bool(halves))
+                  HALVES=_halves(args, halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
@@ -507,4 +675,4 @@ def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.T
     """
     extra = {"trace_ptr": trace} if trace is not None else {}
     launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS),
-                  HALVES=STAGE_HALVES, **extra)
+                  HALVES=_halves(args, None), **extra)

@@ -6,7 +6,7 @@ device machine has (3.6 there): Gluon's API moves between versions, so a check u
 Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE[,ABLATE]] ... | ws]
 (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE, ABLATE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
-stages handed over in halves; default: a few of each)
+stages handed over in halves, ``wsh8``/``wsh8e5`` the same over an e4m3fn/e5m2 pool; default: a few of each)
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dispatcher.kernels import gluon_sm90  # noqa: E402
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
-def compile_one(fn, consts: dict, **options) -> dict:
-    sig, attrs, consts = signature(fn, consts, PTRS)
+def compile_one(fn, consts: dict, ptrs: dict | None = None, **options) -> dict:
+    sig, attrs, consts = signature(fn, consts, {**PTRS, **(ptrs or {})})
     k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, **options})
     cubin = Path("/tmp/_gluon_check.cubin")
@@ -55,10 +55,12 @@ def main(argv: list[str]) -> None:
 
             kind, _, rest = spec.partition(":")
             regs = [int(x) for x in rest.split(",")] if rest else list(gluon_sm90_ws.WORKER_REGS)
-            halves = kind == "wsh"  # each stage handed over in two 256-lane halves (STAGE_HALVES)
+            halves = kind.startswith("wsh")  # each stage handed over in two 256-lane halves (STAGE_HALVES)
+            pool = {"wsh8": "*fp8e4nv", "wsh8e5": "*fp8e5"}.get(kind)  # an fp8 pool (halves only)
             for db in (64, 0):
                 got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs),
-                                                             "HALVES": halves}, maxnreg=128)
+                                                             "HALVES": halves}, {"kv_ptr": pool} if pool else None,
+                                  maxnreg=128)
                 print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch, pipe, ablate = ([int(x) for x in spec.split(",")] + [0, 0])[:6]

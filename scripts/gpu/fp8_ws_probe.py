@@ -1,0 +1,117 @@
+"""The warp-specialised prefill on an fp8 pool (session 25): checks, then kernel time beside the other paths.
+
+``gluon_sm90_ws`` reads an e4m3fn or e5m2 pool: each tile's bytes land in the upper half of the q-dtype
+stage they become, and are converted there, by the loader (``--variant loader``, ``FP8_IN_LOADER``) or by
+the softmax warpgroup whose tile it is (``--variant softmax``). The flag is read when the kernel compiles:
+one process, and one Triton cache, per variant.
+
+``--check`` runs every correctness case (bf16 and fp16 q, both fp8 formats; small shapes, and with
+``--big`` full ones) through the variant's prefill and its ws decode partials. The timings (``KernelTimer``,
+CUPTI kernel time, H = 16, top-k 2048) put at each layout and row count: the variant on an e4m3fn and an
+e5m2 pool, the Triton prefill on the same pools (the registry's choice until now), and the default prefill
+on a bf16 pool (``gluon_sm90.launch_prefill``). It also compares the variant's output with Triton's on the
+same fp8 pool (largest absolute difference).
+
+    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/fp8_ws_probe.py --variant loader [--check] [--big]
+
+Writes $OUT/fp8_ws_probe_VARIANT.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, triton_prefill  # noqa: E402
+from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
+from dispatcher.sweep.inputs import make_sets  # noqa: E402
+from dispatcher.sweep.timing import KernelTimer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_lab import lab_output, save_results, warm_clocks  # noqa: E402
+
+DEV = torch.device("cuda")
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def set_variant(name: str) -> None:
+    from triton.experimental.gluon import language as gl
+
+    gluon_sm90_ws.FP8_IN_LOADER = gl.constexpr(name == "loader")
+
+
+def check_variant(log, big: bool) -> dict:
+    from dispatcher.sweep.correctness import run_checks
+
+    took = []
+
+    def guarded(launch):
+        def fn(a):
+            took.append(gluon_sm90.supports(a, fp8=True))
+            assert took[-1] or a.output.shape[2] > 512, "a case this kernel should take"
+            (launch if took[-1] else triton_prefill.launch)(a)
+        return fn
+
+    launchers = {"prefill": guarded(gluon_sm90_ws.launch_prefill_ws),
+                 "decode": guarded(lambda a: gluon_sm90.launch_decode(a, ws=True, pdl=False))}
+    found = []
+    for kv_dtype in FP8:
+        took.clear()
+        got = run_checks(launchers, (torch.bfloat16, torch.float16), DEV, big=big, kv_dtype=kv_dtype)
+        found += [c for c, ran in zip(got, took) if ran]
+        log(f"checks with a {kv_dtype} pool done: {sum(c.ok for c in found)}/{len(found)} right so far")
+    bad = [str(c) for c in found if not c.ok]
+    log(f"checks: {len(found) - len(bad)}/{len(found)} right; worst rel err "
+        f"{max((c.rel_err for c in found), default=float('nan')):.2e}" + "".join(f"\n  {b}" for b in bad))
+    return {"total": len(found), "bad": bad, "worst_rel_err": max((c.rel_err for c in found), default=None)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", choices=["loader", "softmax"], required=True)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--big", action="store_true", help="the checks at full shapes too")
+    ap.add_argument("--rows", default="16384,2048")
+    ap.add_argument("--layouts", default="512+64,512+0,448+64")
+    ap.add_argument("--repeats", type=int, default=20)
+    opt = ap.parse_args()
+    set_variant(opt.variant)  # before anything compiles
+    out, log = lab_output()
+    checks = check_variant(log, opt.big) if opt.check else None
+    warm_clocks(DEV, 1.0)
+    timer = KernelTimer(DEV)
+    rec = []
+    for spec in opt.layouts.split(","):
+        lay = Layout(*(int(x) for x in spec.split("+")))
+        for rows in (int(r) for r in opt.rows.split(",")):
+            kv_len = default_kv_len(rows, 2048)
+            for kv_dtype in (*FP8, torch.bfloat16):
+                sets = make_sets(rows, 2048, 16, lay, kv_len, dtype=torch.bfloat16, device=DEV,
+                                 kv_dtype=None if kv_dtype == torch.bfloat16 else kv_dtype)
+                paths = ({"ws_fp8": gluon_sm90_ws.launch_prefill_ws, "triton": triton_prefill.launch}
+                         if kv_dtype != torch.bfloat16 else {"default_bf16": gluon_sm90.launch_prefill})
+                outs = {}
+                for name, launch in paths.items():
+                    sets[0].output.zero_()
+                    launch(sets[0])
+                    outs[name] = sets[0].output.float().clone()
+                    k = timer.time(launch, sets, warmup=3, repeats=opt.repeats)
+                    rec.append(dict(variant=opt.variant, layout=spec, rows=rows, kv_dtype=str(kv_dtype).split(".")[-1],
+                                    path=name, kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us))
+                    log(f"{opt.variant:7} {spec:6} {rows:6} {rec[-1]['kv_dtype']:14} {name:12} "
+                        f"{k.median_us:9.1f} us (p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f})")
+                if len(outs) == 2:
+                    diff = float((outs["ws_fp8"] - outs["triton"]).abs().max())
+                    rec[-1]["max_abs_diff_vs_triton"] = diff
+                    log(f"        largest |ws_fp8 - triton| = {diff:.3e}")
+                del sets, outs
+                torch.cuda.empty_cache()
+    save_results(out, f"fp8_ws_probe_{opt.variant}", results=rec, checks=checks)
+
+
+if __name__ == "__main__":
+    main()
