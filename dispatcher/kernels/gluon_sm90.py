@@ -31,7 +31,9 @@ P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_
 The split-K decode also reads fp8 pools (e4m3fn, e5m2; ``supports_decode``, ``DECODE_SM90_FP8``): the stages
 hold the tiles' bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile that the
 products read (session 24: 9.0-9.1 µs at 2 rows, 18.6-18.7 at 16, 512+64, against 10.4 and 23.0 through
-Triton). The prefills take 16-bit pools only; the registry gives an fp8 prefill to Triton.
+Triton). The default prefill reads them too (``supports_prefill``): ``gluon_sm90_ws`` lands each tile's bytes in
+the stage they are converted into (session 25: 8.8-9.0 ms at 16,384 rows, 512+64, against 12.1-12.4 through
+Triton; a bf16 pool takes 5.3).
 
 Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
 for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
@@ -130,6 +132,11 @@ def supports(args: KernelArgs, *, fp8: bool = False) -> bool:
 def supports_decode(args: KernelArgs) -> bool:
     """``supports`` for the split-K decode, whose partial kernel also reads fp8 pools (session 24)."""
     return supports(args, fp8=True)
+
+
+def supports_prefill(args: KernelArgs) -> bool:
+    """``supports`` for the default (warp-specialised) prefill, which also reads fp8 pools (session 25)."""
+    return supports(args, fp8=PREFILL_WARP_SPECIALISED)
 
 
 def _on_hopper(t: torch.Tensor) -> bool:
@@ -690,16 +697,19 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
     """The no-split prefill on Hopper. Call only where supports().
 
     By default a warp-specialised kernel (a loader, two scores+softmax warpgroups and a P·V one,
-    one persistent program per SM; ``ws_module`` says which for a layout); with a ``config``, this
-    module's one-warpgroup kernel, the one the split-K decode's partials use.
+    one persistent program per SM; ``ws_module`` says which for a layout; an fp8 pool's is ``gluon_sm90_ws``);
+    with a ``config``, this module's one-warpgroup kernel, the one the split-K decode's partials use (16-bit
+    pools only).
     """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
-    if kv.dtype != q.dtype:
-        raise ValueError(f"the Hopper prefills read a pool in q's dtype ({q.dtype}), not {kv.dtype}; see supports()")
+    ws = config is None and PREFILL_WARP_SPECIALISED
+    if kv.dtype != q.dtype and not ws:
+        raise ValueError(f"the one-warpgroup prefill reads a pool in q's dtype ({q.dtype}), not {kv.dtype}; "
+                         "the warp-specialised one (config=None) reads fp8 pools")
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
-    if config is None and PREFILL_WARP_SPECIALISED:
+    if ws:
         ws_module(args).launch_prefill_ws(args)
         return
     cfg = config or PREFILL_SM90

@@ -1,7 +1,7 @@
 """Registers the Triton kernels (and, ahead of them, the Hopper Gluon ones), preferred over torch on GPUs.
 
 The ``gluon`` implementation takes a call only where ``gluon_sm90.supports`` says so (an sm_90
-GPU, fp16/bf16, the production layouts; for the decode ``supports_decode``, which adds fp8 pools) and hands
+GPU, fp16/bf16, the production layouts; ``supports_prefill`` and ``supports_decode`` add fp8 pools) and hands
 the rest to Triton, returning the name of what
 ran so the dispatcher and the sweep report it. Nothing here imports Triton at module import: ``runs_on`` tries the import the first time a
 CUDA device asks (ROCm torch also reports "cuda"), and a CPU process never pays for it. A
@@ -94,7 +94,7 @@ def _gluon_or_triton(kernel: str) -> Callable[[KernelArgs], str]:
         if not box:
             g = importlib.import_module(".gluon_sm90", __package__)
             t = importlib.import_module(".triton_prefill" if kernel == "prefill" else ".triton_decode", __package__)
-            box.extend((g.supports if kernel == "prefill" else g.supports_decode,
+            box.extend((g.supports_prefill if kernel == "prefill" else g.supports_decode,
                         g.launch_prefill if kernel == "prefill" else g.launch_decode, t.launch))
         supports, fast, fallback = box
         if supports(args):

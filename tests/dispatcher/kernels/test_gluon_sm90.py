@@ -69,28 +69,36 @@ def test_supports_refuses_cpu_tensors_and_unsupported_shapes(monkeypatch):
     assert not gluon_sm90.supports(a)
 
 
-def test_only_the_decode_takes_fp8_pools_on_hopper(monkeypatch):
+def test_the_decode_and_the_default_prefill_take_fp8_pools_on_hopper(monkeypatch):
     monkeypatch.setattr(gluon_sm90, "_on_hopper", lambda t: True)
     for q in (torch.bfloat16, torch.float16):
         for kv in (torch.float8_e4m3fn, torch.float8_e5m2):
             for layout in (Layout(512, 64), Layout(512, 0), Layout(448, 64)):
                 a = build(3, layout=layout, dtype=q, device=torch.device("cpu"), topk=40, kv_len=200, kv_dtype=kv)
-                assert gluon_sm90.supports_decode(a) and not gluon_sm90.supports(a), (q, kv, layout)
+                assert gluon_sm90.supports_decode(a) and gluon_sm90.supports_prefill(a), (q, kv, layout)
+                assert not gluon_sm90.supports(a), (q, kv, layout)  # the one-warpgroup prefill: 16-bit pools
                 assert gluon_sm90.decode_config(a) == gluon_sm90.DECODE_SM90_FP8
     for q, kv in ((torch.bfloat16, torch.float8_e4m3fnuz), (torch.float32, torch.float8_e4m3fn)):
         a = build(3, layout=Layout(512, 64), dtype=q, device=torch.device("cpu"), topk=40, kv_len=200, kv_dtype=kv)
-        assert not gluon_sm90.supports_decode(a), (q, kv)  # ROCm's format; no fp32 wgmma
+        assert not gluon_sm90.supports_decode(a) and not gluon_sm90.supports_prefill(a), (q, kv)  # ROCm's; fp32
     a = args_for(Layout(512, 64))
-    assert gluon_sm90.supports_decode(a) == gluon_sm90.supports(a) is True  # a bf16 pool: both
+    assert gluon_sm90.supports_decode(a) == gluon_sm90.supports_prefill(a) == gluon_sm90.supports(a) is True
+    fp8 = build(3, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=40, kv_len=200,
+                kv_dtype=torch.float8_e4m3fn)
+    monkeypatch.setattr(gluon_sm90, "PREFILL_WARP_SPECIALISED", False)  # then the prefill is the one-warpgroup one
+    assert not gluon_sm90.supports_prefill(fp8) and gluon_sm90.supports_prefill(a)
 
 
 def test_the_launches_refuse_an_fp8_pool_where_no_kernel_reads_one():
     a = build(3, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=40, kv_len=200,
               kv_dtype=torch.float8_e4m3fn)
-    with pytest.raises(ValueError, match="prefills read a pool in q's dtype"):
-        gluon_sm90.launch_prefill(a)
-    with pytest.raises(ValueError, match="warp-specialised partials"):
-        gluon_sm90.launch_decode(a, ws=True)
+    with pytest.raises(ValueError, match="one-warpgroup prefill reads a pool in q's dtype"):
+        gluon_sm90.launch_prefill(a, config=gluon_sm90.PREFILL_SM90)
+    if gluon_sm90.HAVE_GLUON:  # the fp8 pool lands and is converted by halves: whole stages cannot take it
+        from dispatcher.kernels import gluon_sm90_ws
+
+        with pytest.raises(ValueError, match="halves"):
+            gluon_sm90_ws.launch_prefill_ws(a, halves=False)
 
 
 def test_an_fp8_pool_takes_neither_the_pipelined_kernel_nor_one_rope_buffer():
@@ -219,6 +227,14 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout(monkeypatch):
         assert {m: len(r.calls) - before[m] for m, r in recs.items()} == {
             mod: 2, (gluon_sm90_ws_d512 if mod is gluon_sm90_ws else gluon_sm90_ws): 0}, layout
         assert recs[mod].calls[-2][1]["partial"] == 0 and recs[mod].calls[-1][1]["partial"] == 1
+        # an fp8 pool: gluon_sm90_ws at every layout (only it converts one), the pool itself as the kv operand
+        f = build(30, layout=layout, dtype=torch.bfloat16, device=cpu, topk=256, kv_len=1024,
+                  kv_dtype=torch.float8_e5m2)
+        assert gluon_sm90.ws_module(f) is gluon_sm90_ws, layout
+        gluon_sm90.launch_prefill(f)
+        kw = recs[gluon_sm90_ws].calls[-1][1]
+        assert kw["kv_ptr"].dtype == torch.float8_e5m2 and kw["HALVES"] is True and kw["partial"] == 0
+        assert kw["DB"] == layout.nope + layout.rope - 512
 
 
 COMPILE = textwrap.dedent("""
@@ -266,7 +282,14 @@ COMPILE = textwrap.dedent("""
 
 
     found = {}
-    if sys.argv[2] == "fp8":  # the decode's partial kernel on an fp8 pool's bytes, every mode, both block shapes
+    if sys.argv[2] == "fp8ws":  # the warp-specialised kernel on each fp8 format, beside a 16-bit pool's
+        for db in (64, 0):
+            for kv, q in (("bf16", "bf16"), ("fp8e4nv", "bf16"), ("fp8e5", "fp16")):
+                consts = {"DB": db, "PDL": True, "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": True,
+                          "idx_s1": 1, "o_s2": 1}
+                found[f"{db}_{kv}"] = compile_one(f"ws_{db}_{kv}", gluon_sm90_ws._ws_kernel, consts, ptrs(q, kv),
+                                                  {"num_warps": 4, "maxnreg": 128})
+    elif sys.argv[2] == "fp8":  # the decode's partial kernel on an fp8 pool's bytes, every mode, both block shapes
         for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
             cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "ABLATE": 0, "CHAINS": 1, "PIPE": False,
@@ -294,7 +317,8 @@ COMPILE = textwrap.dedent("""
 
 
 def compiled_for_sm90(tmp_path, which: str) -> dict:
-    """Each kernel of a COMPILE set ("16bit", "fp8") compiled for sm_90a in a process without the interpreter."""
+    """Each kernel of a COMPILE set ("16bit", "fp8", "fp8ws") compiled for sm_90a in a process without the
+    interpreter."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_DEFAULT_FP_FUSION="1")
     res = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path), which], capture_output=True, text=True,
@@ -342,3 +366,19 @@ def test_the_fp8_partial_kernel_compiles_for_sm90a_without_spills(tmp_path):
         # with KV8, one conversion a 256-lane half of the tile (2) and one for the rope lanes, plus the opaque
         # zero, beside the two PDL/trace asm statements the partial kernel always has
         assert got["asm"] == found["64_0"]["asm"] + (2 + (1 if db else 0) + 1 if kv8 else 0), (key, got)
+
+
+@needs_gluon
+def test_the_ws_kernel_converts_an_fp8_pool_in_its_own_stages(tmp_path):
+    """On an fp8 pool the warp-specialised kernel keeps a 16-bit pool's shared memory (each tile's bytes land in
+    the stage they are converted into) and its wgmma; each softmax warpgroup converts its tiles' two halves (8
+    conversions each: 32 slots x 64 lanes at a time) and its rope lanes (2)."""
+    found = compiled_for_sm90(tmp_path, "fp8ws")
+    for db in (64, 0):
+        base = found[f"{db}_bf16"]
+        for kv in ("fp8e4nv", "fp8e5"):
+            got = found[f"{db}_{kv}"]
+            assert got["shared"] == base["shared"] <= 232448, (db, kv, got, base)
+            assert got["hgmma"] == base["hgmma"] == 2 * (32 + (4 if db else 0)) + 32 and got["hmma"] == 0, (db, kv)
+            assert got["asm"] == base["asm"] + 2 * (16 + (2 if db else 0)), (db, kv, got, base)
+            assert got["warps"] == 16 and got["stack"] <= 256, (db, kv, got)  # a few spilled scalars, bounded

@@ -31,9 +31,9 @@ FP8_GPU = ["float8_e4m3fnuz", "float8_e5m2fnuz"] if torch.version.hip else ["flo
 @pytest.mark.parametrize("kv_dtype", FP8_GPU)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_fp8_pools_match_the_reference_through_the_registry(compiled, dtype, kv_dtype):
-    """An fp8 kv pool beside a 16-bit q: the registry's first choice runs it on the GPU (no torch fallback): the
-    prefill in Triton, the decode in Gluon on Hopper (in Triton elsewhere), and every case at full shapes, the
-    16,384-row prefill and the 4.2M-row pool included, matches the reference."""
+    """An fp8 kv pool beside a 16-bit q: the registry's first choice runs it on the GPU (no torch fallback): on
+    Hopper in Gluon (the warp-specialised prefill, the one-warpgroup decode), elsewhere in Triton, and every case at
+    full shapes, the 16,384-row prefill and the 4.2M-row pool included, matches the reference."""
     from dispatcher.kernels import gluon_sm90
     from dispatcher.kernels.registry import default_registry
     from dispatcher.types import Kernel
@@ -52,8 +52,9 @@ def test_fp8_pools_match_the_reference_through_the_registry(compiled, dtype, kv_
     assert not bad, "\n".join(map(str, bad))
     assert len(found) == 2 * 18 and all(kv_dtype in c.dtype for c in found)
     hopper = gluon_sm90.HAVE_GLUON and gluon_sm90._on_hopper(torch.empty(0, device="cuda"))
-    # on Hopper the decode's outputs past 512 lanes go to Triton, as a 16-bit pool's do
-    assert ran == {"prefill": {"triton"}, "decode": {"gluon", "triton"} if hopper else {"triton"}}, ran
+    # on Hopper the outputs past 512 lanes go to Triton, as a 16-bit pool's do
+    want = {"gluon", "triton"} if hopper else {"triton"}
+    assert ran == {"prefill": want, "decode": want}, ran
 
 
 PTX_CASES = [("float8_e4m3fn", torch.bfloat16, 1), ("float8_e5m2", torch.bfloat16, 2),
@@ -228,7 +229,7 @@ def test_sm90_decode_reads_fp8_pools(compiled, dtype, kv_dtype, stages):
     took = {"gluon": 0, "triton": 0}
 
     def decode(a):
-        assert not g.supports(a)  # the prefill takes no fp8 pool
+        assert not g.supports(a)  # the one-warpgroup prefill takes no fp8 pool
         if g.supports_decode(a):
             took["gluon"] += 1
             g.launch_decode(a, config=cfg)
@@ -241,6 +242,35 @@ def test_sm90_decode_reads_fp8_pools(compiled, dtype, kv_dtype, stages):
     bad = [c for c in found if not c.ok]
     assert not bad, "\n".join(map(str, bad))
     assert took["gluon"] >= 3 * took["triton"] and len(found) >= 16, took
+
+
+@pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_sm90_ws_kernel_reads_fp8_pools(compiled, dtype, kv_dtype):
+    """The warp-specialised kernel on an fp8 pool, each tile's bytes converted in the stage they land in (session
+    25): the prefill at full shapes (the 16,384-row call included) and its split-K partials (``ws=True``) on every
+    case; rows past 512 output lanes go to Triton."""
+    from dispatcher.kernels import gluon_sm90_ws
+
+    g = _hopper()
+    triton_prefill, triton_decode = compiled
+    took = {"gluon": 0, "triton": 0}
+
+    def pick(launch, fallback):
+        def fn(a):
+            assert g.supports_prefill(a) == g.supports_decode(a)
+            ok = g.supports_prefill(a)
+            took["gluon" if ok else "triton"] += 1
+            (launch if ok else fallback)(a)
+        return fn
+
+    launchers = {"prefill": pick(gluon_sm90_ws.launch_prefill_ws, triton_prefill.launch),
+                 "decode": pick(lambda a: g.launch_decode(a, ws=True, pdl=False), triton_decode.launch)}
+    found = run_checks(launchers, (dtype,), torch.device("cuda"), big=dtype == torch.bfloat16,
+                       kv_dtype=getattr(torch, kv_dtype))
+    bad = [c for c in found if not c.ok]
+    assert not bad, "\n".join(map(str, bad))
+    assert took["gluon"] >= 3 * took["triton"] and len(found) >= 32, took
 
 
 def test_registry_runs_gluon_on_hopper_and_hands_fp32_to_triton(compiled):
