@@ -25,8 +25,14 @@ tile's rope lanes and then its P, and q do (232,232 bytes). The grid is one prog
 multiprocessor, each taking work items (query row, split, head block) pid, pid + grid, ...: the
 loader runs on into the next item's tiles while the others finish the current one.
 
-Same math, arguments and ``supports()`` as ``gluon_sm90``; ``gluon_sm90.ws_module`` picks it for
-layouts with rope lanes (512+64), for the prefill and for ``launch_decode(ws=True)``'s partials
+An fp8 pool (e4m3fn, e5m2; session 25) keeps all of that: each tile's bytes land in the upper half of the
+q-dtype stage half (and rope buffer) they become, and the softmax warpgroup whose tile it is converts them
+there, in place, before its scores (``_expand_half``). 8.8-9.0 ms at 16,384 rows, 512+64, against 12.1-12.4
+for the Triton prefill on the same pool; a bf16 pool takes 5.3 (docs/benchmarks.md, session 25).
+
+Same math, arguments and ``supports()`` as ``gluon_sm90`` (``supports_prefill`` for fp8 pools);
+``gluon_sm90.ws_module`` picks it for layouts with rope lanes (512+64), and for an fp8 pool at every layout,
+for the prefill and for ``launch_decode(ws=True)``'s partials
 (slower than the one-warpgroup kernel at 2-16 rows, so not the decode's default). On an H200
 (docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
 session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
@@ -68,9 +74,6 @@ if HAVE_GLUON:
     NO_SCORES = gl.constexpr(False)
     NO_PV = gl.constexpr(False)
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
-    # An fp8 pool: the loader converts each tile once it has landed (True), or the softmax warpgroup whose
-    # tile it is does, before its scores (False; measured in session 25, docs/benchmarks.md).
-    FP8_IN_LOADER = gl.constexpr(False)
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
 
     @gluon.jit
@@ -164,27 +167,11 @@ if HAVE_GLUON:
         """Half a stage's fp8 bytes (blocks b0 + 4 .. b0 + 7 of ``kv8``) into its 256 q-dtype lanes ``dst``, in place.
 
         Column c (lanes 64 c .. 64 c + 63) is written over bytes [8 c, 8 c + 8) KB of the half, and its bytes
-        lie in block b0 + 4 + c, bytes [16 + 4 c, 20 + 4 c) KB: columns 0 and 1 overwrite no byte, columns 2
-        and 3 overwrite all four blocks. So the bytes are read two blocks at a time (16 registers), columns
-        2 and 3 only once every thread has read all four (a barrier of this partition's warps). The
-        compiler puts a barrier wherever shared stores follow loads of the same buffer or the reverse, so
-        the loads are grouped: three barriers a half."""
-        x0a, x0b = _load_block(kv8, b0 + 4)
-        x1a, x1b = _load_block(kv8, b0 + 5)
-        _store_block(x0a, x0b, dst, 0, KV8)
-        _store_block(x1a, x1b, dst, 1, KV8)
-        x2a, x2b = _load_block(kv8, b0 + 6)
-        x3a, x3b = _load_block(kv8, b0 + 7)
-        cta_barrier()  # every thread has read blocks 4-7
-        _store_block(x2a, x2b, dst, 2, KV8)
-        _store_block(x3a, x3b, dst, 3, KV8)
-        fence_async_shared()
-        cta_barrier()
-
-    @gluon.jit
-    def _expand_half_lean(kv8, b0, dst, KV8: gl.constexpr):
-        """``_expand_half`` for the softmax warpgroups, which have few registers to spare: 32 slots of a block
-        at a time, so more barriers (the compiler's, between each store and the next load)."""
+        lie in block b0 + 4 + c, bytes [16 + 4 c, 20 + 4 c) KB. Columns 0 and 1 overwrite no byte; column 2
+        overwrites blocks 4 and 5, column 3 blocks 6 and 7, so each waits until every thread has read those
+        (a barrier of this partition's warps). 32 slots of a block at a time: the softmax warpgroups have
+        few registers to spare (two whole blocks in registers spilled 248 bytes at 160 registers). The
+        compiler adds a barrier between each store and the next load of the stage."""
         for c in gl.static_range(2):
             for r in gl.static_range(2):
                 x = kv8.index(b0 + 4 + c).slice(32 * r, 32, dim=0).load(CP8)
@@ -235,8 +222,7 @@ if HAVE_GLUON:
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
         dt: gl.constexpr = kv_a.dtype
-        # An fp8 pool whose tiles this warpgroup converts (else the loader hands them over converted)
-        KV8: gl.constexpr = 0 if FP8_IN_LOADER else _kv8_mode(kv_ptr.dtype.element_ty, dt)
+        KV8: gl.constexpr = _kv8_mode(kv_ptr.dtype.element_ty, dt)  # an fp8 pool: this warpgroup converts its tiles
         mma: gl.constexpr = MMA
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -278,16 +264,16 @@ if HAVE_GLUON:
                         mbarrier.wait(rope_ready.index(par), c & 1)
                     s_a = s0
                     s_b = s0
-                else:  # with an fp8 pool each half is converted once landed, under the previous half's product
+                else:  # an fp8 pool: each half converted once landed (the second under the first's product)
                     if KV8 != 0:
-                        _expand_half_lean(kv8, 16 * (g % 3), ka.slice(0, 256, dim=1), KV8)
+                        _expand_half(kv8, 16 * (g % 3), ka.slice(0, 256, dim=1), KV8)
                     s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
                                         use_acc=False, is_async=True)
                     if HALVES:
                         mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
                         fence_async_shared()
                         if KV8 != 0:
-                            _expand_half_lean(kv8, 16 * (g % 3) + 8, ka.slice(256, 256, dim=1), KV8)
+                            _expand_half(kv8, 16 * (g % 3) + 8, ka.slice(256, 256, dim=1), KV8)
                     s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
                                         s0, use_acc=False, is_async=True)
                     if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
@@ -422,21 +408,8 @@ if HAVE_GLUON:
             _stamp_time(tp, 23)
 
     @gluon.jit
-    def _hand_over_fp8(kv_a, rp, kv8, rp8, kv_ready, rope_ready, st, j, DB: gl.constexpr, KV8: gl.constexpr):
-        """The loader's fp8 path: a landed tile (stage ``st``, rope buffer ``j``) converted in place, each half
-        and the rope lanes handed to the softmax warpgroups as soon as it is done. The caller has waited for
-        this thread's copies of the tile (``wait_group``); the barrier waits for the other threads'."""
-        cta_barrier()
-        for h in gl.static_range(2):
-            _expand_half(kv8, 16 * st + 8 * h, kv_a.index(st).slice(256 * h, 256, dim=1), KV8)
-            mbarrier.arrive(kv_ready.index(2 * st + h))
-        if DB > 0:
-            _expand_rope(rp8.index(2 * j + 1), rp.index(j), KV8)
-            mbarrier.arrive(rope_ready.index(j))
-
-    @gluon.jit
-    def _load_part(kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                   n_items, n_hb, splits, tp):
+    def _load_part(kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged,
+                   skv, n_items, n_hb, splits, tp):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
 
         Each item's slot numbers are asked of L1 first, so the tiles' loads of them do not wait on L2.
@@ -446,18 +419,11 @@ if HAVE_GLUON:
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
         FP8: gl.constexpr = kv_ptr.dtype.element_ty != kv_a.dtype  # bytes into the stages' upper halves (kv8)
-        # With FP8_IN_LOADER the loader converts tile g - 1 once it has issued tile g's 512 lanes (so that tile
-        # g - 1's landing overlaps their issue), hands it over, then gathers tile g's rope lanes. The 512 lanes
-        # and the rope lanes are a commit group each.
-        CONV: gl.constexpr = FP8 and FP8_IN_LOADER
-        KV8: gl.constexpr = _kv8_mode(kv_ptr.dtype.element_ty, kv_a.dtype) if CONV else 0
         cp: gl.constexpr = CP8 if FP8 else gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         if FP8:
             kv_ptr = kv_ptr.to(gl.pointer_type(gl.uint8), bitcast=True)
         g = 0
-        pst = 0  # the previous tile's stage and rope buffer (CONV)
-        pj = 0
         c0 = 0  # rope lanes gathered into buffer 0, and 1: the phases of rope_empty
         c1 = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
@@ -480,8 +446,7 @@ if HAVE_GLUON:
                             else:
                                 _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h,
                                         256, cp)
-                        if not CONV:
-                            async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
+                        async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
                 else:
                     mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
                     fence_async_shared()
@@ -490,16 +455,8 @@ if HAVE_GLUON:
                     async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 if g == 0:
                     _stamp(tp, 1)  # the first tile's copies issued
-                j = t % 2
-                if CONV:  # tile g - 1 converted before this tile's rope lanes wait for a buffer: across items
-                    # tiles g - 1 and g may share one (an item of an odd number of tiles), whose P·V needs g - 1
-                    async_copy.commit_group()
-                    if g > 0:
-                        async_copy.wait_group(1)  # this thread's copies of tile g - 1 (its rope lanes' included)
-                        _hand_over_fp8(kv_a, rp, kv8, rp8, kv_ready, rope_ready, pst, pj, DB, KV8)
-                    pst = st
-                    pj = j
                 if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
+                    j = t % 2
                     cj = gl.where(j == 0, c0, c1)
                     mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
                     fence_async_shared()
@@ -508,17 +465,10 @@ if HAVE_GLUON:
                             _gather(kv_ptr, kv_s0, slots, skv, rp8.index(2 * j + 1), 512, DB, cp)
                         else:
                             _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
-                    if not CONV:
-                        async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
+                    async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j
                     c1 += j
-                    if CONV:
-                        async_copy.commit_group()
                 g += 1
-        if CONV:  # the program's last tile
-            if g > 0:
-                async_copy.wait_group(0)
-                _hand_over_fp8(kv_a, rp, kv8, rp8, kv_ready, rope_ready, pst, pj, DB, KV8)
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
@@ -572,13 +522,10 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
         q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
-        # Landed (one cp.async arrival per loader thread), or with the loader converting an fp8 pool, converted
-        # (one arrival after the loader's barrier).
-        READY: gl.constexpr = 1 if FP8 and FP8_IN_LOADER else 128
         for i in gl.static_range(3):
             if HALVES:
                 for h in gl.static_range(2):
-                    mbarrier.init(kv_ready.index(2 * i + h), count=READY)
+                    mbarrier.init(kv_ready.index(2 * i + h), count=128)
                     mbarrier.init(kv_empty.index(2 * i + h), count=1)
             else:
                 mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
@@ -587,7 +534,7 @@ if HAVE_GLUON:
             mbarrier.init(p_ready.index(i), count=1)
             mbarrier.init(buf_empty.index(i), count=1)
             mbarrier.init(m_ready.index(i), count=1)
-            mbarrier.init(rope_ready.index(i), count=READY)
+            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
         mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
         mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
         fence_async_shared()
@@ -598,8 +545,8 @@ if HAVE_GLUON:
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-        largs = (kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv, n_items, n_hb,
-                 splits, tp)
+        largs = (kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
+                 n_items, n_hb, splits, tp)
         # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64
         # than with softmax warpgroup 0 as the default, 3.0% at 512+0 (S14-12; bit-identical answers).
         gl.warp_specialize([

@@ -1,20 +1,20 @@
 """The warp-specialised prefill on an fp8 pool (session 25): checks, then kernel time beside the other paths.
 
 ``gluon_sm90_ws`` reads an e4m3fn or e5m2 pool: each tile's bytes land in the upper half of the q-dtype
-stage they become, and are converted there, by the loader (``--variant loader``, ``FP8_IN_LOADER``) or by
-the softmax warpgroup whose tile it is (``--variant softmax``). The flag is read when the kernel compiles:
-one process, and one Triton cache, per variant.
+stage they become, and the softmax warpgroup whose tile it is converts them there. (Session 25 also ran a
+variant in which the loader converted them, ``--variant loader`` at commit 366efac: right, and slower, S25-2;
+it was removed.)
 
 ``--check`` runs every correctness case (bf16 and fp16 q, both fp8 formats; small shapes, and with
-``--big`` full ones) through the variant's prefill and its ws decode partials. The timings (``KernelTimer``,
-CUPTI kernel time, H = 16, top-k 2048) put at each layout and row count: the variant on an e4m3fn and an
-e5m2 pool, the Triton prefill on the same pools (the registry's choice until now), and the default prefill
-on a bf16 pool (``gluon_sm90.launch_prefill``). It also compares the variant's output with Triton's on the
-same fp8 pool (largest absolute difference).
+``--big`` full ones) through the kernel's prefill and its ws decode partials. The timings (``KernelTimer``,
+CUPTI kernel time, H = 16, top-k 2048) put at each layout and row count: the kernel on an e4m3fn and an
+e5m2 pool, the Triton prefill on the same pools (the registry's choice before session 25), and the default
+prefill on a bf16 pool (``gluon_sm90.launch_prefill``). It also compares the kernel's output with Triton's on
+the same fp8 pool (largest absolute difference).
 
-    TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/fp8_ws_probe.py --variant loader [--check] [--big]
+    python3 scripts/gpu/fp8_ws_probe.py [--check] [--big] [--rows 16384,2048] [--layouts 512+64,512+0,448+64]
 
-Writes $OUT/fp8_ws_probe_VARIANT.json.
+Writes $OUT/fp8_ws_probe.json.
 """
 
 from __future__ import annotations
@@ -38,13 +38,7 @@ DEV = torch.device("cuda")
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def set_variant(name: str) -> None:
-    from triton.experimental.gluon import language as gl
-
-    gluon_sm90_ws.FP8_IN_LOADER = gl.constexpr(name == "loader")
-
-
-def check_variant(log, big: bool) -> dict:
+def check_kernel(log, big: bool) -> dict:
     from dispatcher.sweep.correctness import run_checks
 
     took = []
@@ -72,16 +66,14 @@ def check_variant(log, big: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variant", choices=["loader", "softmax"], required=True)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--big", action="store_true", help="the checks at full shapes too")
     ap.add_argument("--rows", default="16384,2048")
     ap.add_argument("--layouts", default="512+64,512+0,448+64")
     ap.add_argument("--repeats", type=int, default=20)
     opt = ap.parse_args()
-    set_variant(opt.variant)  # before anything compiles
     out, log = lab_output()
-    checks = check_variant(log, opt.big) if opt.check else None
+    checks = check_kernel(log, opt.big) if opt.check else None
     warm_clocks(DEV, 1.0)
     timer = KernelTimer(DEV)
     rec = []
@@ -100,9 +92,9 @@ def main() -> None:
                     launch(sets[0])
                     outs[name] = sets[0].output.float().clone()
                     k = timer.time(launch, sets, warmup=3, repeats=opt.repeats)
-                    rec.append(dict(variant=opt.variant, layout=spec, rows=rows, kv_dtype=str(kv_dtype).split(".")[-1],
+                    rec.append(dict(layout=spec, rows=rows, kv_dtype=str(kv_dtype).split(".")[-1],
                                     path=name, kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us))
-                    log(f"{opt.variant:7} {spec:6} {rows:6} {rec[-1]['kv_dtype']:14} {name:12} "
+                    log(f"{spec:6} {rows:6} {rec[-1]['kv_dtype']:14} {name:12} "
                         f"{k.median_us:9.1f} us (p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f})")
                 if len(outs) == 2:
                     diff = float((outs["ws_fp8"] - outs["triton"]).abs().max())
@@ -110,7 +102,7 @@ def main() -> None:
                     log(f"        largest |ws_fp8 - triton| = {diff:.3e}")
                 del sets, outs
                 torch.cuda.empty_cache()
-    save_results(out, f"fp8_ws_probe_{opt.variant}", results=rec, checks=checks)
+    save_results(out, "fp8_ws_probe", results=rec, checks=checks)
 
 
 if __name__ == "__main__":
