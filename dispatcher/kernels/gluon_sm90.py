@@ -694,7 +694,7 @@ def ws_module(args: KernelArgs):
 
 
 def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> None:
-    """The no-split prefill on Hopper. Call only where supports().
+    """The no-split prefill on Hopper. Call only where ``supports_prefill`` (``supports`` with a ``config``).
 
     By default a warp-specialised kernel (a loader, two scores+softmax warpgroups and a P·V one,
     one persistent program per SM; ``ws_module`` says which for a layout; an fp8 pool's is ``gluon_sm90_ws``);

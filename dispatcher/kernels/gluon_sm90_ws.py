@@ -606,7 +606,7 @@ def _halves(args: KernelArgs, halves: bool | None) -> bool:
 
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
                       halves: bool | None = None) -> None:
-    """The no-split prefill; call only where ``gluon_sm90.supports(args, fp8=True)``. One program per multiprocessor.
+    """The no-split prefill; call only where ``gluon_sm90.supports_prefill``. One program per multiprocessor.
 
     The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands)."""
     launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
