@@ -103,14 +103,15 @@ def convert(pool: torch.Tensor, dtype: torch.dtype, mode: int | None = None) -> 
     return out
 
 
+# The PTX conversion for each (pool, q) pair, by torch's dtype names: ASM_MODES here, and the Gluon
+# kernels' compile-time choice (gluon_sm90_ws._kv8_mode), read this one table.
+MODES_BY_NAME = {("float8_e4m3fn", "bfloat16"): E4M3_BF16, ("float8_e5m2", "bfloat16"): E5M2_BF16,
+                 ("float8_e4m3fn", "float16"): E4M3_F16, ("float8_e5m2", "float16"): E5M2_F16}
+
+
 def _asm_modes() -> dict[tuple[torch.dtype, torch.dtype], int]:
-    e4m3, e5m2 = getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)
-    modes = {}
-    if e4m3 is not None:
-        modes.update({(e4m3, torch.bfloat16): E4M3_BF16, (e4m3, torch.float16): E4M3_F16})
-    if e5m2 is not None:
-        modes.update({(e5m2, torch.bfloat16): E5M2_BF16, (e5m2, torch.float16): E5M2_F16})
-    return modes
+    return {(getattr(torch, kv), getattr(torch, q)): mode for (kv, q), mode in MODES_BY_NAME.items()
+            if hasattr(torch, kv)}
 
 
 ASM_MODES = _asm_modes()

@@ -133,15 +133,14 @@ if HAVE_GLUON:
         def _as_blocks(buf, n: gl.constexpr):
             return buf._reinterpret(gl.uint8, [n, 64, 64], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 
+    _TORCH_NAMES = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "bf16": "bfloat16", "fp16": "float16"}
+
     @gluon.constexpr_function
     def _kv8_mode(kv_ty, q_ty):
         """``fp8_ptx``'s conversion for a pool of element type ``kv_ty`` beside a ``q_ty`` q; TO for a 16-bit pool."""
         if kv_ty == q_ty:
             return fp8_ptx.TO
-        e4m3 = kv_ty == gl.float8e4nv
-        if q_ty == gl.bfloat16:
-            return fp8_ptx.E4M3_BF16 if e4m3 else fp8_ptx.E5M2_BF16
-        return fp8_ptx.E4M3_F16 if e4m3 else fp8_ptx.E5M2_F16
+        return fp8_ptx.MODES_BY_NAME[(_TORCH_NAMES[str(kv_ty)], _TORCH_NAMES[str(q_ty)])]
 
     # An fp8 pool (session 25): a tile's bytes land inside the q-dtype stage they are converted into, so the
     # stages keep their size and number. ``kv8``/``rp8`` see the stages and rope buffers as 4 KB blocks of
@@ -152,15 +151,14 @@ if HAVE_GLUON:
     CP8 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))  # 16 bytes a thread, 64 a row
 
     @gluon.jit
-    def _load_block(kv8, b):
-        """Block ``b`` of ``kv8`` (64 lanes of fp8 bytes for 64 slots) as two 32-slot halves: 4 registers each."""
-        return kv8.index(b).slice(0, 32, dim=0).load(CP8), kv8.index(b).slice(32, 32, dim=0).load(CP8)
+    def _load_rows(blk, r: gl.constexpr):
+        """Slots [32 r, 32 r + 32) of a [64 slots, 64 lanes] block of fp8 bytes: 4 registers a thread."""
+        return blk.slice(32 * r, 32, dim=0).load(CP8)
 
     @gluon.jit
-    def _store_block(xa, xb, dst, c: gl.constexpr, KV8: gl.constexpr):
-        """``_load_block``'s bytes converted into 64-lane column ``c`` of ``dst``."""
-        dst.slice(64 * c, 64, dim=1).slice(0, 32, dim=0).store(_fp8_to(xa, KV8))
-        dst.slice(64 * c, 64, dim=1).slice(32, 32, dim=0).store(_fp8_to(xb, KV8))
+    def _store_rows(x, col, r: gl.constexpr, KV8: gl.constexpr):
+        """``_load_rows``'s bytes converted into slots [32 r, 32 r + 32) of a 64-lane q-dtype column ``col``."""
+        col.slice(32 * r, 32, dim=0).store(_fp8_to(x, KV8))
 
     @gluon.jit
     def _expand_half(kv8, b0, dst, KV8: gl.constexpr):
@@ -174,26 +172,26 @@ if HAVE_GLUON:
         compiler adds a barrier between each store and the next load of the stage."""
         for c in gl.static_range(2):
             for r in gl.static_range(2):
-                x = kv8.index(b0 + 4 + c).slice(32 * r, 32, dim=0).load(CP8)
-                dst.slice(64 * c, 64, dim=1).slice(32 * r, 32, dim=0).store(_fp8_to(x, KV8))
-        x3a, x3b = _load_block(kv8, b0 + 7)
+                _store_rows(_load_rows(kv8.index(b0 + 4 + c), r), dst.slice(64 * c, 64, dim=1), r, KV8)
+        x3a = _load_rows(kv8.index(b0 + 7), 0)
+        x3b = _load_rows(kv8.index(b0 + 7), 1)
         cta_barrier()  # blocks 4, 5 and 7 read
         for r in gl.static_range(2):
-            x = kv8.index(b0 + 6).slice(32 * r, 32, dim=0).load(CP8)
-            dst.slice(128, 64, dim=1).slice(32 * r, 32, dim=0).store(_fp8_to(x, KV8))
+            _store_rows(_load_rows(kv8.index(b0 + 6), r), dst.slice(128, 64, dim=1), r, KV8)
         cta_barrier()  # block 6 read
-        _store_block(x3a, x3b, dst, 3, KV8)
+        _store_rows(x3a, dst.slice(192, 64, dim=1), 0, KV8)
+        _store_rows(x3b, dst.slice(192, 64, dim=1), 1, KV8)
         fence_async_shared()
         cta_barrier()
 
     @gluon.jit
     def _expand_rope(src, dst, KV8: gl.constexpr):
         """A tile's 64 fp8 rope lanes (``src``, the upper 4 KB of rope buffer ``dst``) into ``dst``, in place."""
-        xa = src.slice(0, 32, dim=0).load(CP8)
-        xb = src.slice(32, 32, dim=0).load(CP8)
+        xa = _load_rows(src, 0)
+        xb = _load_rows(src, 1)
         cta_barrier()
-        dst.slice(0, 32, dim=0).store(_fp8_to(xa, KV8))
-        dst.slice(32, 32, dim=0).store(_fp8_to(xb, KV8))
+        _store_rows(xa, dst, 0, KV8)
+        _store_rows(xb, dst, 1, KV8)
         fence_async_shared()
         cta_barrier()
 
