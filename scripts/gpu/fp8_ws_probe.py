@@ -13,6 +13,9 @@ prefill on a bf16 pool (``gluon_sm90.launch_prefill``). It also compares the ker
 the same fp8 pool (largest absolute difference).
 
     python3 scripts/gpu/fp8_ws_probe.py [--check] [--big] [--rows 16384,2048] [--layouts 512+64,512+0,448+64]
+        [--q-dtypes bfloat16,float16] [--no-triton]
+
+With ``--q-dtypes`` each q dtype is timed on both fp8 pools and on a pool of its own dtype (``default_16bit``).
 
 Writes $OUT/fp8_ws_probe.json.
 """
@@ -71,8 +74,11 @@ def main() -> None:
     ap.add_argument("--rows", default="16384,2048")
     ap.add_argument("--layouts", default="512+64,512+0,448+64")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--q-dtypes", default="bfloat16", help="q's dtypes to time (bfloat16, float16)")
+    ap.add_argument("--no-triton", action="store_true", help="leave the Triton prefill out of the timings")
     opt = ap.parse_args()
     out, log = lab_output()
+    q_dtypes = [getattr(torch, name) for name in opt.q_dtypes.split(",")]
     checks = check_kernel(log, opt.big) if opt.check else None
     warm_clocks(DEV, 1.0)
     timer = KernelTimer(DEV)
@@ -81,20 +87,22 @@ def main() -> None:
         lay = Layout(*(int(x) for x in spec.split("+")))
         for rows in (int(r) for r in opt.rows.split(",")):
             kv_len = default_kv_len(rows, 2048)
-            for kv_dtype in (*FP8, torch.bfloat16):
-                sets = make_sets(rows, 2048, 16, lay, kv_len, dtype=torch.bfloat16, device=DEV,
-                                 kv_dtype=None if kv_dtype == torch.bfloat16 else kv_dtype)
+            for q_dtype, kv_dtype in ((q, kv) for q in q_dtypes for kv in (*FP8, q)):
+                sets = make_sets(rows, 2048, 16, lay, kv_len, dtype=q_dtype, device=DEV,
+                                 kv_dtype=None if kv_dtype == q_dtype else kv_dtype)
                 paths = ({"ws_fp8": gluon_sm90_ws.launch_prefill_ws, "triton": triton_prefill.launch}
-                         if kv_dtype != torch.bfloat16 else {"default_bf16": gluon_sm90.launch_prefill})
+                         if kv_dtype != q_dtype else {"default_16bit": gluon_sm90.launch_prefill})
+                if opt.no_triton:
+                    paths.pop("triton", None)
                 outs = {}
                 for name, launch in paths.items():
                     sets[0].output.zero_()
                     launch(sets[0])
                     outs[name] = sets[0].output.float().clone()
                     k = timer.time(launch, sets, warmup=3, repeats=opt.repeats)
-                    rec.append(dict(layout=spec, rows=rows, kv_dtype=str(kv_dtype).split(".")[-1],
-                                    path=name, kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us))
-                    log(f"{spec:6} {rows:6} {rec[-1]['kv_dtype']:14} {name:12} "
+                    rec.append(dict(layout=spec, rows=rows, q_dtype=str(q_dtype).split(".")[-1],
+                                    kv_dtype=str(kv_dtype).split(".")[-1], path=name, kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us))
+                    log(f"{spec:6} {rows:6} {rec[-1]['q_dtype']:9} {rec[-1]['kv_dtype']:14} {name:12} "
                         f"{k.median_us:9.1f} us (p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f})")
                 if len(outs) == 2:
                     diff = float((outs["ws_fp8"] - outs["triton"]).abs().max())
