@@ -8,7 +8,9 @@ the Hopper Gluon kernels' prefill at 16384 rows and decode at 16 rows. With ``ws
 two warp-specialised prefills (session 4's gluon_sm90_ws_d512, then gluon_sm90_ws) at 16384 rows, 512+0 then 512+64.
 With ``ws-prefill``: the registry's prefill at 512+64 (``gluon_sm90_ws``) alone, 16384 rows; the environment's
 ``RS_ABLATE`` (comma-separated ``gluon_sm90_ws`` flags, e.g. ``NO_GATHER``) leaves parts out first, as
-``ablate_probe.py`` does (give such a process its own ``TRITON_CACHE_DIR``).
+``ablate_probe.py`` does (give such a process its own ``TRITON_CACHE_DIR``). With ``ws-fp8`` (session 26):
+``gluon_sm90_ws`` at 512+64, 16384 rows, on a bf16 pool, then on an e4m3fn pool with bf16 q and with fp16 q
+(what the in-stage conversion adds to the shared-memory pipe).
 """
 
 from __future__ import annotations
@@ -46,12 +48,19 @@ def main() -> None:
 
         ws_flags_on(filter(None, os.environ.get("RS_ABLATE", "").split(",")))
         plan = [(16384, gluon_sm90.launch_prefill, Layout(512, 64))]
+    dtypes = {}  # plan index: (q dtype, kv dtype) where not bf16 throughout
+    if sys.argv[1:] == ["ws-fp8"]:
+        from dispatcher.kernels import gluon_sm90_ws
+
+        plan = [(16384, gluon_sm90_ws.launch_prefill_ws, Layout(512, 64))] * 3
+        dtypes = {1: (torch.bfloat16, torch.float8_e4m3fn), 2: (torch.float16, torch.float8_e4m3fn)}
     if sys.argv[1:] == ["layouts"]:
         plan = [(16384, launch, layout) for layout in (Layout(512, 64), Layout(512, 0))
                 for launch in (triton_prefill.launch, triton_decode.launch)]
-    for rows, launch, layout in plan:
-        args = make_sets(rows, 2048, 16, layout, default_kv_len(rows, 2048), dtype=torch.bfloat16,
-                         device=dev)[0]
+    for i, (rows, launch, layout) in enumerate(plan):
+        q_dtype, kv_dtype = dtypes.get(i, (torch.bfloat16, None))
+        args = make_sets(rows, 2048, 16, layout, default_kv_len(rows, 2048), dtype=q_dtype, device=dev,
+                         kv_dtype=kv_dtype)[0]
         for _ in range(2):  # compile and warm outside the profiled range
             launch(args)
         calls.append((launch, args))
