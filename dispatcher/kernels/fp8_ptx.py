@@ -1,5 +1,5 @@
 """fp8 kv tiles to q's dtype in PTX, four bytes at a time: how the Triton tile loop, and on Hopper the Gluon
-decode (``gluon_sm90._convert_tile``), read an fp8 pool on NVIDIA.
+decode (``gluon_sm90_parts._convert_tile``), read an fp8 pool on NVIDIA.
 
 Why not ``tl.load(...).to(tl.bfloat16)``: Triton (3.6) sinks that conversion into each ``tl.dot`` operand
 layout the tile feeds, so a tile used by the scores (transposed) and by P·V is converted twice, and an 8-bit

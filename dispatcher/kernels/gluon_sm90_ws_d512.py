@@ -50,7 +50,7 @@ from __future__ import annotations
 import torch
 
 from .common import KernelArgs
-from .gluon_sm90 import HAVE_GLUON
+from .gluon_sm90_parts import HAVE_GLUON
 from .gluon_sm90_ws import launch_kernel
 
 if HAVE_GLUON:
@@ -60,9 +60,9 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90 import (_final_scale, _gather, _load_slots, _prefetch_span, _row_len, _store_t, _valid,
-                              cta_barrier)
-    from .gluon_sm90_ws import MMA, STAGES, _item  # the same work items, layout and stage count as that kernel
+    from .gluon_sm90_parts import (_final_scale, _gather, _load_slots, _prefetch_span, _row_len, _store_t, _valid,
+                                   cta_barrier)
+    from .gluon_sm90_ws_parts import MMA, _item  # the same work items and layout as that kernel
 
     @gluon.jit
     def _rope_rows(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):

@@ -1,4 +1,4 @@
-"""The warp-specialised prefill with its gathers or products left out (``gluon_sm90_ws.NO_*``; session 14).
+"""The warp-specialised prefill with its gathers or products left out (``gluon_sm90_ws_parts.NO_*``; session 14).
 
 The 16,384-row prefill at 512+64 moves its kv at about 7.1 TB/s; the same gathers alone, in
 ``tma_probe.py``'s ring of stages with nothing computing, move 8.8 TB/s (S14-2). This times, by

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import answers_of, lab_output, rel_err, save_results, warm_clocks  # noqa: E402
 
 DEV = torch.device("cuda")
-REAL = (0,)  # the ablate values whose answers are meant to be right (1, 2: gluon_sm90._attend's ablations)
+REAL = (0,)  # the ablate values whose answers are meant to be right (1, 2: gluon_sm90_attend._attend's ablations)
 
 
 def layout(spec: str) -> Layout:

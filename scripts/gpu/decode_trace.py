@@ -8,8 +8,8 @@ and untraced side by side, so the stamps' own cost shows. Answers are checked ag
 reference. Writes $OUT/decode_trace.json (decode_trace_len.json with --with-len); prints medians
 over programs and calls.
 
-With ``--ws`` the partials come from the warp-specialised kernel (``gluon_sm90_ws``, its module
-flag TRACE set before anything compiles, in a Triton cache of its own): the loader stamps its
+With ``--ws`` the partials come from the warp-specialised kernel (``gluon_sm90_ws``, its partitions'
+flag ``gluon_sm90_ws_parts.TRACE`` set before anything compiles, in a Triton cache of its own): the loader stamps its
 first copies, softmax warpgroup 0 the item's q, and P·V each tile's P arriving and its product
 done.
 
@@ -33,7 +33,7 @@ if "--ws" in sys.argv:  # the traced build must not share a cache with the produ
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, triton_decode  # noqa: E402
+from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_parts, triton_decode  # noqa: E402
 from dispatcher.kernels.torch_ref import ragged_prefill as torch_ref  # noqa: E402
 from dispatcher.kernels.triton_prefill import pack  # noqa: E402
 from dispatcher.sweep.grid import Layout, default_kv_len  # noqa: E402
@@ -85,7 +85,7 @@ def main() -> None:
     if opt.ws:
         from triton.experimental.gluon import language as gl
 
-        gluon_sm90_ws.TRACE = gl.constexpr(True)
+        gluon_sm90_ws_parts.TRACE = gl.constexpr(True)
     out = Path(os.environ.get("OUT", "out/gpu"))
     out.mkdir(parents=True, exist_ok=True)
     warm_clocks(DEV, 2.0)

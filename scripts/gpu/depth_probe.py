@@ -11,7 +11,7 @@ not, the gathers are capped elsewhere (the path between the SMs and L2), and onl
 
 Two questions, side by side in one run, one program per SM, nothing computing:
 - ``ring{R}x{D}``: R-row stages (576 lanes: 512 in the wgmma layout, 64 rope lanes in their own
-  buffer, by the prefill's cp.async gather, ``gluon_sm90._gather``), D of them in the ring. Bytes
+  buffer, by the prefill's cp.async gather, ``gluon_sm90_parts._gather``), D of them in the ring. Bytes
   in flight are at most R x D x 1,152. 64x1, 64x2, 64x3 and 32x2 to 32x6 trace rate against
   bytes in flight.
 - ``ring64x{D}+reg{F}``: the same ring, and beside it a 4-warp partition that gathers more rows
@@ -49,7 +49,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels.gluon_sm90 import _gather  # noqa: E402
+from dispatcher.kernels.gluon_sm90_parts import _gather  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import interleaved_event_times, lab_output, save_results, warm_clocks  # noqa: E402

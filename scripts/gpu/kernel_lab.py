@@ -144,19 +144,20 @@ def warm_clocks(dev: torch.device, seconds: float) -> None:
 
 
 def ws_flags_on(flags) -> None:
-    """Turn on ``gluon_sm90_ws``'s timing-experiment flags (``NO_*``, ``TRACE``): before anything compiles.
+    """Turn on the warp-specialised kernel's timing-experiment flags (``NO_*``, ``TRACE``; globals of
+    ``gluon_sm90_ws_parts``, which its partitions read): before anything compiles.
 
     A name that is not such a flag fails here, instead of setting an attribute no kernel reads.
     """
     from triton.experimental.gluon import language as gl
 
-    from dispatcher.kernels import gluon_sm90_ws
+    from dispatcher.kernels import gluon_sm90_ws_parts
 
     for flag in flags:
-        if not (flag.startswith("NO_") or flag == "TRACE") or not isinstance(getattr(gluon_sm90_ws, flag, None),
+        if not (flag.startswith("NO_") or flag == "TRACE") or not isinstance(getattr(gluon_sm90_ws_parts, flag, None),
                                                                              gl.constexpr):
-            raise ValueError(f"gluon_sm90_ws has no timing flag {flag!r}")
-        setattr(gluon_sm90_ws, flag, gl.constexpr(True))
+            raise ValueError(f"gluon_sm90_ws_parts has no timing flag {flag!r}")
+        setattr(gluon_sm90_ws_parts, flag, gl.constexpr(True))
 
 
 def interleaved_event_times(runs: dict, repeats: int) -> dict[str, list[float]]:

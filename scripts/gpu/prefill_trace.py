@@ -1,4 +1,4 @@
-"""Who waits for whom in the warp-specialised prefill, from cycle stamps (``gluon_sm90_ws.TRACE``; session 14).
+"""Who waits for whom in the warp-specialised prefill, from cycle stamps (``gluon_sm90_ws_parts.TRACE``; session 14).
 
 The prefill's parts timed alone do not overlap as they might: products, softmax and hand-overs
 without gathers take 4.82 ms at 512+64, the sum of their parts (S14-4). Here the kernel stamps
@@ -71,7 +71,7 @@ def intervals(stamps: torch.Tensor) -> dict[str, list[float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--left-out", default="", help="comma-separated NO_* flags of gluon_sm90_ws")
+    ap.add_argument("--left-out", default="", help="comma-separated NO_* flags of gluon_sm90_ws_parts")
     opt = ap.parse_args()
     flags = [f for f in opt.left_out.split(",") if f]
     try:

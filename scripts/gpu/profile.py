@@ -7,7 +7,7 @@ With the argument ``layouts``: the prefill and the one-split decode at 16384 row
 the Hopper Gluon kernels' prefill at 16384 rows and decode at 16 rows. With ``ws-layouts``: the
 two warp-specialised prefills (session 4's gluon_sm90_ws_d512, then gluon_sm90_ws) at 16384 rows, 512+0 then 512+64.
 With ``ws-prefill``: the registry's prefill at 512+64 (``gluon_sm90_ws``) alone, 16384 rows; the environment's
-``RS_ABLATE`` (comma-separated ``gluon_sm90_ws`` flags, e.g. ``NO_GATHER``) leaves parts out first, as
+``RS_ABLATE`` (comma-separated ``gluon_sm90_ws_parts`` flags, e.g. ``NO_GATHER``) leaves parts out first, as
 ``ablate_probe.py`` does (give such a process its own ``TRITON_CACHE_DIR``). With ``ws-fp8`` (session 26):
 ``gluon_sm90_ws`` at 512+64, 16384 rows, on a bf16 pool, then on an e4m3fn pool with bf16 q and with fp16 q
 (what the in-stage conversion adds to the shared-memory pipe).

@@ -16,7 +16,7 @@ except in a one-warp partition, so one warp issues them.
 The probe gathers the same tiles (64 random rows of 512 lanes, one slot in 16 -1 when timed; a
 -1 column and a past-the-pool column when checked) into a ring of three 64 KB stages, one
 program per multiprocessor unless ``--grid`` says otherwise, in one of these ways (``MODES``):
-- ``cp512``: the prefill's way, 16-byte cp.async copies by a 4-warp loader (gluon_sm90._gather);
+- ``cp512``: the prefill's way, 16-byte cp.async copies by a 4-warp loader (gluon_sm90_parts._gather);
 - ``cp576``: the same with the 64 rope lanes too, into a buffer of their own;
 - ``hybrid``: cp.async for the 512 lanes and a 1-warp TMA loader for the rope lanes;
 - ``tma1``, ``tma2``, ``tma4``: one-row TMA copies, 8 a row, from 1, 2 or 4 one-warp loaders;
@@ -51,7 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from dispatcher.kernels.gluon_sm90 import _gather  # noqa: E402
+from dispatcher.kernels.gluon_sm90_parts import _gather  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernel_lab import interleaved_event_times, lab_output, save_results, warm_clocks  # noqa: E402

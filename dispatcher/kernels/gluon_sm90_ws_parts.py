@@ -1,0 +1,368 @@
+"""The partitions of ``gluon_sm90_ws``'s warp-specialised kernel: the loader, the two scores+softmax warpgroups
+and P·V, with the work items, the buffers' float views and the timing-experiment flags they read.
+
+The flags (``TRACE``, ``NO_*``) are globals of this module because worker partitions take no constexpr
+arguments (Triton 3.6): the GPU labs set them here before the first compile (``kernel_lab.ws_flags_on``).
+How the partitions hand tiles over is in ``gluon_sm90_ws``'s docstring.
+"""
+
+from __future__ import annotations
+
+from .gluon_sm90_parts import HAVE_GLUON
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                                 warpgroup_mma_wait)
+
+    from .gluon_sm90_parts import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _prefetch_span, _row_len,
+                                   _row_span, _store_t, _valid)
+    from .gluon_sm90_ws_fp8 import CP8, _expand_half, _expand_rope, _kv8_mode
+
+    STAGES = 3
+    # Timing experiments only (scripts/gpu/decode_trace.py --ws sets it before the first compile, in its own
+    # Triton cache): cycle stamps into ``trace_ptr``, 24 a program, as gluon_sm90's partial kernel writes them.
+    # A global because worker partitions take no constexpr arguments (Triton 3.6).
+    TRACE = gl.constexpr(False)
+    # Timing experiments only (scripts/gpu/ablate_probe.py sets them before the first compile, in its own Triton
+    # cache): leave out every gather (the loader only hands stages over), the scores' products (scores zero) or
+    # P·V's. Every wait and hand-over stays. Answers are then wrong.
+    NO_GATHER = gl.constexpr(False)
+    NO_SCORES = gl.constexpr(False)
+    NO_PV = gl.constexpr(False)
+    NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
+    NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
+
+    @gluon.jit
+    def _stamp(tp, slot):
+        if TRACE:
+            c = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+            gl.store(tp + gl.program_id(0) * 24 + slot, c)
+
+    @gluon.jit
+    def _stamp_time(tp, slot):
+        if TRACE:
+            c = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False,
+                                          pack=1)
+            gl.store(tp + gl.program_id(0) * 24 + slot, c)
+
+    # wgmma's accumulator layout for 64 x 16 per warpgroup, as gluon_sm90's kernels use it
+    MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
+
+    @gluon.jit
+    def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+        """Work item w: (row, first head, split, offset of the row's first index, row width, positions [lo, hi))."""
+        hb = w % n_hb
+        rs = w // n_hb
+        split = rs % splits
+        row = rs // splits
+        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width, as gluon_sm90's partials
+        lo = split * chunk
+        hi = gl.minimum(lo + chunk, seg)
+        return row, hb * 16, split, base, seg, lo, hi
+
+    # Floats of a buffer after its P (P fills the first 512): the rescale factors, then a warpgroup's totals.
+    ALPHA = gl.constexpr(512)
+    FIN_M = gl.constexpr(528)
+    FIN_L = gl.constexpr(544)
+
+    if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name for 3.6's _reinterpret
+
+        @gluon.jit
+        def _vec_view(rp, j, at: gl.constexpr):
+            """16 floats of buffer j from float ``at`` on (ALPHA, FIN_M, FIN_L), past the P written there."""
+            n: gl.constexpr = rp.shape[1] * rp.shape[2] // 2  # the buffer as floats
+            return rp.index(j).reinterpret(gl.float32, [n], gl.SwizzledSharedLayout(1, 1, 1, [0])).slice(at, 16)
+    else:
+
+        @gluon.jit
+        def _vec_view(rp, j, at: gl.constexpr):
+            n: gl.constexpr = rp.shape[1] * rp.shape[2] // 2
+            return rp.index(j)._reinterpret(gl.float32, [n], gl.SwizzledSharedLayout(1, 1, 1, [0])).slice(at, 16)
+
+    @gluon.jit
+    def _trace_start(unread, trace_ptr):
+        """The stamps' pointer the partitions take: ``trace_ptr`` with TRACE (its first stamps written), else
+        ``unread``, any pointer (partition arguments must be values)."""
+        tp = unread
+        if TRACE:
+            tp = trace_ptr
+            _stamp_time(tp, 22)
+            _stamp(tp, 0)
+        return tp
+
+    @gluon.jit
+    def _softmax_part(qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
+                      idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged,
+                      has_len, n_items, n_hb, splits, par, tp):
+        """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
+
+        The scores, the exponentials and the P hand-over of consecutive tiles run in the two
+        warpgroups at once; only the running max passes from one to the other (m_smem, m_bar), so
+        P·V sees one max sequence as with a single softmax. Each keeps its own sum, relative to the
+        last max it saw, and writes both beside its last P of the item; P·V merges the two. Warpgroup 0 also writes each item's
+        q into shared memory, once both are done with the previous item's (q_free), and tells
+        warpgroup 1 (q_ready).
+
+        Buffer ``par`` of ``rp`` is this warpgroup's: the loader gathers its tile's rope lanes there,
+        and once the scores are done this warpgroup writes the tile's P and rescale factors over
+        them, for P·V, which releases the buffer (rope_empty) to the loader for the warpgroup's
+        next tile.
+        """
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
+        if par == 0:
+            _stamp(tp, 21)  # softmax warpgroup 0 starts
+        # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
+        DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
+        HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
+        dt: gl.constexpr = kv_a.dtype
+        KV8: gl.constexpr = _kv8_mode(kv_ptr.dtype.element_ty, dt)  # an fp8 pool: this warpgroup converts its tiles
+        mma: gl.constexpr = MMA
+        rows_s: gl.constexpr = gl.SliceLayout(1, mma)
+        heads_l: gl.constexpr = gl.SliceLayout(0, mma)
+        s0 = gl.zeros([64, 16], gl.float32, mma)
+        gbase = 0  # tiles of this program's earlier items: stage and phase of kv_ready
+        c = 0  # tiles this warpgroup has handed to P·V: phase of its buffer's barriers
+        cm = 0  # running maxima received from the other warpgroup: phase of its m_bar
+        k = 0  # items done
+        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
+            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                      ragged)
+            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
+            if par == 0:  # this item's q, once both warpgroups' scores of the previous item are done with the last
+                # one: copied by cp.async, which arrives on Q_READY, so its latency overlaps the count below
+                mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
+                _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
+                async_copy.mbarrier_arrive(q_ready.index(0), increment_count=False)
+            # The row's length (one load up to 2048 indices): only the softmax masks need it.
+            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 2048)
+            lim = gl.minimum(hi, n)  # positions at or past the row's length are masked out of the softmax
+            m = gl.full([16], float("-inf"), gl.float32, heads_l)  # the running max as of this warpgroup's last tile
+            l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums relative to m: reduced at the end
+            mbarrier.wait(q_ready.index(0), k & 1)
+            if par == 0:
+                _stamp(tp, 2)  # q in shared memory, the row's length known
+            for t in range(par, nt, 2):
+                g = gbase + t
+                ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
+                ka = kv_a.index(g % 3)
+                if HALVES:  # each half's product as soon as that half has landed
+                    mbarrier.wait(kv_ready.index(2 * (g % 3)), (g // 3) & 1)
+                else:
+                    mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
+                fence_async_shared()
+                if NO_SCORES:  # timing experiments: every wait kept
+                    if HALVES:
+                        mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
+                    if DB > 0:
+                        mbarrier.wait(rope_ready.index(par), c & 1)
+                    s_a = s0
+                    s_b = s0
+                else:  # an fp8 pool: each half converted once landed (the second under the first's product)
+                    if KV8 != 0:
+                        _expand_half(kv8, 16 * (g % 3), ka.slice(0, 256, dim=1), KV8)
+                    s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
+                                        use_acc=False, is_async=True)
+                    if HALVES:
+                        mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
+                        fence_async_shared()
+                        if KV8 != 0:
+                            _expand_half(kv8, 16 * (g % 3) + 8, ka.slice(256, 256, dim=1), KV8)
+                    s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
+                                        s0, use_acc=False, is_async=True)
+                    if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
+                        mbarrier.wait(rope_ready.index(par), c & 1)
+                        fence_async_shared()
+                        if KV8 != 0:
+                            _expand_rope(rp8.index(2 * par + 1), rp.index(par), KV8)
+                        s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
+                    s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
+                s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
+                tmax = gl.max(s, axis=0)
+                m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
+                if t > 0 and not NO_MCHAIN:
+                    mbarrier.wait(m_ready.index(1 - par), cm & 1)
+                    m_prev = m_smem.index(1 - par).load(heads_l)
+                    cm += 1
+                m_new = gl.maximum(m_prev, tmax)
+                if t + 1 < nt:  # the other warpgroup's next tile waits for it
+                    m_smem.index(par).store(m_new)
+                    mbarrier.arrive(m_ready.index(par))
+                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+                p = gl.exp2(s - m_safe[None, :])
+                l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
+                m = m_new
+                if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
+                    mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
+                _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
+                _vec_view(rp, par, ALPHA).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
+                if t + 2 >= nt:  # this warpgroup's last tile of the item: its totals, relative to its last max
+                    _vec_view(rp, par, FIN_M).store(m)
+                    _vec_view(rp, par, FIN_L).store(gl.sum(l_acc, axis=0))
+                fence_async_shared()
+                mbarrier.arrive(p_ready.index(par))
+                c += 1
+            mbarrier.arrive(q_free.index(0))  # this warpgroup's scores of the item are done with q
+            gbase += nt
+            k += 1
+
+    @gluon.jit
+    def _pv_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
+                 indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp):
+        """Oᵀ over the item's tiles in order, P from the two softmax warpgroups in turn; their totals merged at the end.
+
+        Each softmax warpgroup's totals (its last max and its sum relative to it) come with its last
+        P of the item; a warpgroup with no tile in the item (one tile, or none) contributes nothing.
+        """
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
+        mma: gl.constexpr = MMA
+        heads_l: gl.constexpr = gl.SliceLayout(0, mma)
+        HALVES: gl.constexpr = kv_empty.shape[0] == 6
+        g = 0
+        c0 = 0
+        c1 = 0
+        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
+            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                      ragged)
+            o = gl.zeros([512, 16], gl.float32, mma)
+            o_lo = gl.zeros([256, 16], gl.float32, mma)
+            o_hi = gl.zeros([256, 16], gl.float32, mma)
+            m0 = gl.full([16], float("-inf"), gl.float32, heads_l)
+            m1 = m0
+            l0 = gl.zeros([16], gl.float32, heads_l)
+            l1 = l0
+            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
+            for t in range(nt):
+                j = t % 2
+                cj = gl.where(j == 0, c0, c1)
+                mbarrier.wait(p_ready.index(j), cj & 1)
+                _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
+                fence_async_shared()
+                alpha = _vec_view(rp, j, ALPHA).load(heads_l)
+                if NO_PV:  # timing experiments
+                    o_lo = o_lo * alpha[None, :]
+                    o_hi = o_hi * alpha[None, :]
+                    o = o * alpha[None, :]
+                    if HALVES:
+                        mbarrier.arrive(kv_empty.index(2 * (g % 3)))
+                elif HALVES:  # the stage's first half goes back to the loader as soon as its product is done
+                    if not NO_RESCALE:
+                        o_lo = o_lo * alpha[None, :]
+                        o_hi = o_hi * alpha[None, :]
+                    kt = kv_a.index(g % 3).permute((1, 0))
+                    o_lo = warpgroup_mma(kt.slice(0, 256, dim=0), _p_view(rp, j), o_lo, is_async=True)
+                    o_hi = warpgroup_mma(kt.slice(256, 256, dim=0), _p_view(rp, j), o_hi, is_async=True)
+                    o_lo = warpgroup_mma_wait(1, deps=(o_lo,))
+                    mbarrier.arrive(kv_empty.index(2 * (g % 3)))
+                    o_hi = warpgroup_mma_wait(0, deps=(o_hi,))
+                else:
+                    o = o * alpha[None, :]
+                    o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
+                    o = warpgroup_mma_wait(0, deps=(o,))
+                _stamp(tp, 4 + 2 * gl.minimum(t, 7))  # tile t's P·V done
+                if t + 2 >= nt:  # warpgroup j's last tile: its totals
+                    if j == 0:
+                        m0 = _vec_view(rp, 0, FIN_M).load(heads_l)
+                        l0 = _vec_view(rp, 0, FIN_L).load(heads_l)
+                    else:
+                        m1 = _vec_view(rp, 1, FIN_M).load(heads_l)
+                        l1 = _vec_view(rp, 1, FIN_L).load(heads_l)
+                mbarrier.arrive(buf_empty.index(j))  # P read: the loader may gather the next rope lanes there
+                if HALVES:
+                    mbarrier.arrive(kv_empty.index(2 * (g % 3) + 1))
+                else:
+                    mbarrier.arrive(kv_empty.index(g % 3))
+                c0 += 1 - j
+                c1 += j
+                g += 1
+            m = gl.maximum(m0, m1)  # the last tile's running max: Oᵀ is relative to it
+            m_safe = gl.where(m == float("-inf"), 0.0, m)
+            l = l0 * gl.exp2(m0 - m_safe) + l1 * gl.exp2(m1 - m_safe)
+            offs_h = h0 + gl.arange(0, 16, heads_l)
+            hmask = offs_h < H
+            if partial != 0:  # the split-K decode's partial: Oᵀ / l and the log-sum-exp, for the reduce
+                inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
+                lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
+                part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
+                gl.store(part_lse_ptr + part, lse, mask=hmask)
+                if HALVES:
+                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_lo, inv)
+                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
+                else:
+                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+            else:
+                scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+                if HALVES:
+                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_lo, scale)
+                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
+                else:
+                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+            _stamp(tp, 20)
+            _stamp_time(tp, 23)
+
+    @gluon.jit
+    def _load_part(kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged,
+                   skv, n_items, n_hb, splits, tp):
+        """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
+
+        Each item's slot numbers are asked of L1 first, so the tiles' loads of them do not wait on L2.
+        """
+        kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
+        _stamp(tp, 19)  # the loader partition starts
+        DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
+        HALVES: gl.constexpr = kv_ready.shape[0] == 6
+        FP8: gl.constexpr = kv_ptr.dtype.element_ty != kv_a.dtype  # bytes into the stages' upper halves (kv8)
+        cp: gl.constexpr = CP8 if FP8 else gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
+        if FP8:
+            kv_ptr = kv_ptr.to(gl.pointer_type(gl.uint8), bitcast=True)
+        g = 0
+        c0 = 0  # rope lanes gathered into buffer 0, and 1: the phases of rope_empty
+        c1 = 0
+        for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
+            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                      ragged)
+            for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
+                _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
+            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
+                st = g % 3
+                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
+                if HALVES:  # each 256-lane half as soon as P·V is done with it
+                    for h in gl.static_range(2):
+                        mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
+                        fence_async_shared()
+                        if not NO_GATHER:
+                            if FP8:  # 64 lanes a block, into the half's upper 16 KB
+                                for b in gl.static_range(4):
+                                    _gather(kv_ptr, kv_s0, slots, skv, kv8.index(16 * st + 8 * h + 4 + b),
+                                            256 * h + 64 * b, 64, cp)
+                            else:
+                                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h,
+                                        256, cp)
+                        async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
+                else:
+                    mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+                    fence_async_shared()
+                    if not NO_GATHER:
+                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+                    async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                if g == 0:
+                    _stamp(tp, 1)  # the first tile's copies issued
+                if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
+                    j = t % 2
+                    cj = gl.where(j == 0, c0, c1)
+                    mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
+                    fence_async_shared()
+                    if not NO_GATHER:
+                        if FP8:  # into the buffer's upper 4 KB
+                            _gather(kv_ptr, kv_s0, slots, skv, rp8.index(2 * j + 1), 512, DB, cp)
+                        else:
+                            _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
+                    async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
+                    c0 += 1 - j
+                    c1 += j
+                g += 1
