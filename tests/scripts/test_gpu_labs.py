@@ -191,3 +191,18 @@ def test_jit_probe_names_the_arguments_whose_specialisation_changed(labs):
     after = "_k[num_warps=4, num_ctas=1](q_ptr: *bf16, rows: i32 (D), width: i32 (D), H: constexpr)"
     assert jit_probe.arg_diff(before, after) == ["rows: i32 -> i32 (D)", "H: i32 -> constexpr"]
     assert jit_probe.arg_diff(before, before) == []
+
+
+def test_cvt_rate_times_each_conversion_as_written_with_its_output_fed_back(labs):
+    """cvt_rate.py's loop step: the mode's own PTX, its two output words xor-ed into the step's one result, its
+    input the previous step's result (the kernels' $2 becomes the step's $1)."""
+    import cvt_rate
+
+    for name, (ptx, _, _) in cvt_rate.MODES.items():
+        step = cvt_rate.as_loop_step(ptx)
+        assert "$2" not in step, name
+        assert step.count("$0") == 1 and step.rstrip().endswith("xor.b32 $0, o0, o1;\n}"), name
+        assert step.count("$1") == ptx.count("$2"), name  # every read of the input, none of an output
+        assert step.count("o0") == ptx.count("$0") + 2 and step.count("o1") == ptx.count("$1") + 2, name
+    assert cvt_rate.int_e4m3_bf16(nan=True).count("mul.lo.u32") == 2  # the NaN step, once per output word
+    assert "mul.lo.u32" not in cvt_rate.int_e4m3_bf16(nan=False)
