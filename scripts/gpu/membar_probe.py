@@ -25,9 +25,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels.gluon_sm90_parts import _fp8_to  # noqa: E402
+from dispatcher.kernels.gluon_sm90_ws_fp8 import CP8  # noqa: E402  (the kernel's conversion layout)
 
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
-CP8 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))  # 16 bytes a thread, 64 a row
 
 
 @gluon.jit
