@@ -58,7 +58,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon import language as gl
 
     from .gluon_sm90_attend import _attend, _attend_pipe
-    from .gluon_sm90_parts import _final_scale, _row_span, _stamp, _store_partial, _store_t
+    from .gluon_sm90_parts import _final_scale, _partial_scale, _row_span, _stamp, _store_partial, _store_t
 
 BLOCK_N = 64  # kv slots per tile: wgmma's M for one warpgroup
 LANES_A = 512  # the power-of-two head block every production layout has (V is its first ``lanes`` lanes)
@@ -198,8 +198,7 @@ if HAVE_GLUON:
                               DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE, KV8)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
-        inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
-        lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
+        inv, lse = _partial_scale(m, l)
         part0 = (row.to(gl.int64) * splits + split) * H  # the partial-row id of head 0
         gl.store(lse_ptr + part0 + offs_h, lse, mask=hmask)
         _store_partial(o_ptr, part0, h0, H, o_ld, o, inv)

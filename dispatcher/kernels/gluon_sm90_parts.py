@@ -227,6 +227,14 @@ if HAVE_GLUON:
         gl.store(ptrs, val, mask=(offs_f < o_ld)[:, None] & (offs_h < H)[None, :])
 
     @gluon.jit
+    def _partial_scale(m, l):
+        """A split-K partial's factor 1/l and log-sum-exp (base 2, as ``triton_decode``'s reduce reads it);
+        0 and -inf for heads with nothing valid."""
+        inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
+        lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
+        return inv, lse
+
+    @gluon.jit
     def _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
         """Each head's output factor: the sink joins the max and adds mass with no value, then 1/l; 0 if empty.
 

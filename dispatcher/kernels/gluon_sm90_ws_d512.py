@@ -60,9 +60,10 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90_parts import (_final_scale, _gather, _load_slots, _prefetch_span, _row_len, _store_t, _valid,
-                                   cta_barrier)
-    from .gluon_sm90_ws_parts import MMA, _item  # the same work items and layout as that kernel
+    from .gluon_sm90_parts import (_final_scale, _gather, _load_slots, _partial_scale, _prefetch_span, _row_len,
+                                   _store_t, _valid, cta_barrier)
+    # the same work items, layout and softmax step as that kernel
+    from .gluon_sm90_ws_parts import MMA, _item, _merge_totals, _softmax_tile
 
     @gluon.jit
     def _rope_rows(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
@@ -159,20 +160,7 @@ if HAVE_GLUON:
                         async_copy.mbarrier_arrive(rope_ready.index(1 - par), increment_count=False)
                     sl = _load_slots(idx_ptr, base, idx_s1, lo + (t + 3) * 64, hi, rows_cp)  # for after tile t + 2
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
-                tmax = gl.max(s, axis=0)
-                m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
-                if t > 0:
-                    mbarrier.wait(m_bar.index(1 - par), cm & 1)
-                    m_prev = m_smem.index(1 - par).load(heads_l)
-                    cm += 1
-                m_new = gl.maximum(m_prev, tmax)
-                if t + 1 < nt:  # the other warpgroup's next tile waits for it
-                    m_smem.index(par).store(m_new)
-                    mbarrier.arrive(m_bar.index(par))
-                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                p = gl.exp2(s - m_safe[None, :])
-                l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
-                m = m_new
+                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_bar, par, t, nt, cm, True)
                 mbarrier.wait(p_empty.index(par), (c & 1) ^ 1)
                 p_smem.index(par).store(p.to(dt))
                 a_smem.index(par).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
@@ -226,14 +214,11 @@ if HAVE_GLUON:
             mbarrier.arrive(fin_empty.index(0))
             mbarrier.arrive(fin_empty.index(1))
             k += 1
-            m = gl.maximum(m0, m1)  # the last tile's running max: Oᵀ is relative to it
-            m_safe = gl.where(m == float("-inf"), 0.0, m)
-            l = l0 * gl.exp2(m0 - m_safe) + l1 * gl.exp2(m1 - m_safe)
+            m, l = _merge_totals(m0, l0, m1, l1)
             offs_h = h0 + gl.arange(0, 16, heads_l)
             hmask = offs_h < H
             if partial != 0:  # the split-K decode's partial: Oᵀ / l and the log-sum-exp, for the reduce
-                inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
-                lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
+                inv, lse = _partial_scale(m, l)
                 part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
                 gl.store(part_lse_ptr + part, lse, mask=hmask)
                 _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)

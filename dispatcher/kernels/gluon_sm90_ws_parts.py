@@ -17,8 +17,8 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90_parts import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _prefetch_span, _row_len,
-                                   _row_span, _store_t, _valid)
+    from .gluon_sm90_parts import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _partial_scale,
+                                   _prefetch_span, _row_len, _row_span, _store_t, _valid)
     from .gluon_sm90_ws_fp8 import CP8, _expand_half, _expand_rope, _kv8_mode
 
     STAGES = 3
@@ -63,6 +63,38 @@ if HAVE_GLUON:
         lo = split * chunk
         hi = gl.minimum(lo + chunk, seg)
         return row, hb * 16, split, base, seg, lo, hi
+
+    @gluon.jit
+    def _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr):
+        """Tile t's online softmax in one of two warpgroups that take alternate tiles of an item.
+
+        The running max comes from the other warpgroup's tile t - 1 (m_smem, m_ready; with CHAIN,
+        else each warpgroup keeps its own, a timing experiment) and goes on to its tile t + 1.
+        Returns P (relative to the new max), the max before this tile and after it, the
+        per-thread partial sums moved to the new max, and the count of maxima received (cm).
+        """
+        heads_l: gl.constexpr = gl.SliceLayout(0, MMA)
+        tmax = gl.max(s, axis=0)
+        m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
+        if t > 0 and CHAIN:
+            mbarrier.wait(m_ready.index(1 - par), cm & 1)
+            m_prev = m_smem.index(1 - par).load(heads_l)
+            cm += 1
+        m_new = gl.maximum(m_prev, tmax)
+        if t + 1 < nt:  # the other warpgroup's next tile waits for it
+            m_smem.index(par).store(m_new)
+            mbarrier.arrive(m_ready.index(par))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s - m_safe[None, :])
+        l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
+        return p, m_prev, m_safe, m_new, l_acc, cm
+
+    @gluon.jit
+    def _merge_totals(m0, l0, m1, l1):
+        """The two softmax warpgroups' totals as one: the larger last max (Oᵀ is relative to it) and the sum."""
+        m = gl.maximum(m0, m1)
+        m_safe = gl.where(m == float("-inf"), 0.0, m)
+        return m, l0 * gl.exp2(m0 - m_safe) + l1 * gl.exp2(m1 - m_safe)
 
     # Floats of a buffer after its P (P fills the first 512): the rescale factors, then a warpgroup's totals.
     ALPHA = gl.constexpr(512)
@@ -181,20 +213,8 @@ if HAVE_GLUON:
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                     s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
-                tmax = gl.max(s, axis=0)
-                m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
-                if t > 0 and not NO_MCHAIN:
-                    mbarrier.wait(m_ready.index(1 - par), cm & 1)
-                    m_prev = m_smem.index(1 - par).load(heads_l)
-                    cm += 1
-                m_new = gl.maximum(m_prev, tmax)
-                if t + 1 < nt:  # the other warpgroup's next tile waits for it
-                    m_smem.index(par).store(m_new)
-                    mbarrier.arrive(m_ready.index(par))
-                m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-                p = gl.exp2(s - m_safe[None, :])
-                l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
-                m = m_new
+                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
+                                                                not NO_MCHAIN)
                 if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
@@ -279,14 +299,11 @@ if HAVE_GLUON:
                 c0 += 1 - j
                 c1 += j
                 g += 1
-            m = gl.maximum(m0, m1)  # the last tile's running max: Oᵀ is relative to it
-            m_safe = gl.where(m == float("-inf"), 0.0, m)
-            l = l0 * gl.exp2(m0 - m_safe) + l1 * gl.exp2(m1 - m_safe)
+            m, l = _merge_totals(m0, l0, m1, l1)
             offs_h = h0 + gl.arange(0, 16, heads_l)
             hmask = offs_h < H
             if partial != 0:  # the split-K decode's partial: Oᵀ / l and the log-sum-exp, for the reduce
-                inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
-                lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
+                inv, lse = _partial_scale(m, l)
                 part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
                 gl.store(part_lse_ptr + part, lse, mask=hmask)
                 if HALVES:

@@ -6,7 +6,10 @@ device machine has (3.6 there): Gluon's API moves between versions, so a check u
 Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE[,ABLATE]] ... | ws]
 (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE, ABLATE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
-stages handed over in halves, ``wsh8``/``wsh8e5`` the same over an e4m3fn/e5m2 pool; default: a few of each)
+stages handed over in halves, ``wsh8``/``wsh8e5`` the same over an e4m3fn/e5m2 pool; ``ws512`` the D = 512 ws
+kernel of gluon_sm90_ws_d512, with each default partition; default: a few of each).
+``--sass-dir DIR`` keeps each variant's SASS as DIR/<variant>.sass, to diff two trees' builds
+(``scripts/gpu/sass_diff.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ from dispatcher.kernels import gluon_sm90  # noqa: E402
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
-def compile_one(fn, consts: dict, ptrs: dict | None = None, **options) -> dict:
+SASS_DIR: Path | None = None  # --sass-dir
+
+
+def compile_one(fn, consts: dict, ptrs: dict | None = None, label: str | None = None, **options) -> dict:
+    """Compile one variant for sm_90a; ``label`` names its SASS under ``--sass-dir``."""
     sig, attrs, consts = signature(fn, consts, {**PTRS, **(ptrs or {})})
     k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, **options})
@@ -39,6 +46,9 @@ def compile_one(fn, consts: dict, ptrs: dict | None = None, **options) -> dict:
                          capture_output=True, text=True).stdout
     sass = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
     Path(f"/tmp/_gluon_{fn.__name__}.sass").write_text(sass)
+    if SASS_DIR is not None and label:
+        SASS_DIR.mkdir(parents=True, exist_ok=True)
+        (SASS_DIR / f"{label}.sass").write_text(sass)
     Path(f"/tmp/_gluon_{fn.__name__}.ttgir").write_text(k.asm["ttgir"])
     Path(f"/tmp/_gluon_{fn.__name__}.ptx").write_text(k.asm["ptx"])
     regs = rep.split("REG:")[1].split()[0] if "REG:" in rep else "?"
@@ -48,8 +58,25 @@ def compile_one(fn, consts: dict, ptrs: dict | None = None, **options) -> dict:
 
 
 def main(argv: list[str]) -> None:
+    global SASS_DIR
+    if "--sass-dir" in argv:
+        i = argv.index("--sass-dir")
+        if i + 1 >= len(argv):
+            raise SystemExit("--sass-dir takes a folder")
+        SASS_DIR = Path(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     specs = argv or ["64,2,0,1", "64,3,1,1", "64,3,1,2", "64,2,0,2", "0,3,0,2", "ws"]
     for spec in specs:
+        if spec == "ws512":  # the D = 512 ws kernel (gluon_sm90_ws_d512), each default partition
+            from dispatcher.kernels import gluon_sm90_ws_d512 as d512
+
+            for db in (64, 0):
+                for pv in (True, False):
+                    got = compile_one(d512._ws_kernel, {"DB": db, "PDL": True, "PV_DEFAULT": pv,
+                                                        "WREGS": d512.REGS[pv]}, label=f"ws512-db{db}-pv{int(pv)}",
+                                      maxnreg=128)
+                    print(f"ws512 DB={db} PV_DEFAULT={pv} _ws_kernel", got, flush=True)
+            continue
         if spec.startswith("ws"):  # the warp-specialised kernel (gluon_sm90_ws), both head layouts
             from dispatcher.kernels import gluon_sm90_ws
 
@@ -60,14 +87,15 @@ def main(argv: list[str]) -> None:
             for db in (64, 0):
                 got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs),
                                                              "HALVES": halves}, {"kv_ptr": pool} if pool else None,
-                                  maxnreg=128)
+                                  label=f"{spec.replace(':', '-').replace(',', '_')}-db{db}", maxnreg=128)
                 print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch, pipe, ablate = ([int(x) for x in spec.split(",")] + [0, 0])[:6]
         for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})):
             consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": ablate, "CHAINS": ch, "CNT_BLOCK": 2048,
                       "PIPE": bool(pipe), **extra}
-            print(spec, fn.__name__, compile_one(fn, consts), flush=True)
+            label = f"{spec.replace(',', '_')}-{fn.__name__.strip('_')}"
+            print(spec, fn.__name__, compile_one(fn, consts, label=label), flush=True)
 
 
 if __name__ == "__main__":

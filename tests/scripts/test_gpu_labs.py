@@ -206,3 +206,38 @@ def test_cvt_rate_times_each_conversion_as_written_with_its_output_fed_back(labs
         assert step.count("o0") == ptx.count("$0") + 2 and step.count("o1") == ptx.count("$1") + 2, name
     assert cvt_rate.int_e4m3_bf16(nan=True).count("mul.lo.u32") == 2  # the NaN step, once per output word
     assert "mul.lo.u32" not in cvt_rate.int_e4m3_bf16(nan=False)
+
+
+def test_sass_diff_tells_renamed_registers_from_changed_code(labs, tmp_path):
+    """sass_diff.py: addresses, encodings and branch targets never count; register names are reported apart;
+    a changed or missing instruction, or a variant in one folder only, fails."""
+    import sass_diff
+
+    def listing(*insns: str, at: int = 0) -> str:
+        return "\n".join(f"        /*{at + 16 * i:04x}*/                   {x} ;   /* 0x000fe2000001ff00 */"
+                         for i, x in enumerate(insns))
+
+    base = listing("IMAD R2, R3, R4, RZ", "@P0 BRA `(.L_x_12)", "HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], R24")
+    moved = listing("IMAD R2, R3, R4, RZ", "@P0 BRA `(.L_x_40)", "HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], R24",
+                    at=0x100)
+    renamed = listing("IMAD R7, R3, R4, RZ", "@P1 BRA `(.L_x_12)", "HGMMA.64x16x16.F32.BF16 R24, gdesc[UR6], R24")
+    changed = listing("IMAD R2, R3, R4, RZ", "@P0 BRA `(.L_x_12)", "FMUL R2, R2, R5",
+                      "HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], R24")
+    assert len(sass_diff.instructions(base)) == 3
+    assert sass_diff.compare(sass_diff.instructions(base), sass_diff.instructions(moved)) == "identical"
+    assert sass_diff.compare(sass_diff.instructions(base), sass_diff.instructions(renamed)) == \
+        "registers renamed (3 instructions)"
+    assert sass_diff.compare(sass_diff.instructions(base), sass_diff.instructions(changed)).startswith(
+        "differs: 1 instructions changed, 3 -> 4 instructions")
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    (before / "a.sass").write_text(base)
+    (after / "a.sass").write_text(renamed)
+    assert sass_diff.main([str(before), str(after)]) == 0
+    (after / "b.sass").write_text(base)  # in one folder only
+    assert sass_diff.main([str(before), str(after)]) == 1
+    (before / "b.sass").write_text(changed)
+    assert sass_diff.main([str(before), str(after)]) == 1
+    assert sass_diff.main([str(before)]) == 2
