@@ -32,11 +32,8 @@ from dispatcher.kernels import gluon_sm90  # noqa: E402
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
-SASS_DIR: Path | None = None  # --sass-dir
-
-
-def compile_one(fn, consts: dict, ptrs: dict | None = None, label: str | None = None, **options) -> dict:
-    """Compile one variant for sm_90a; ``label`` names its SASS under ``--sass-dir``."""
+def compile_one(fn, consts: dict, ptrs: dict | None = None, sass_to: Path | None = None, **options) -> dict:
+    """Compile one variant for sm_90a; its SASS also into the file ``sass_to`` if given (``--sass-dir``)."""
     sig, attrs, consts = signature(fn, consts, {**PTRS, **(ptrs or {})})
     k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, **options})
@@ -46,9 +43,9 @@ def compile_one(fn, consts: dict, ptrs: dict | None = None, label: str | None = 
                          capture_output=True, text=True).stdout
     sass = subprocess.run([str(TOOLS / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
     Path(f"/tmp/_gluon_{fn.__name__}.sass").write_text(sass)
-    if SASS_DIR is not None and label:
-        SASS_DIR.mkdir(parents=True, exist_ok=True)
-        (SASS_DIR / f"{label}.sass").write_text(sass)
+    if sass_to is not None:
+        sass_to.parent.mkdir(parents=True, exist_ok=True)
+        sass_to.write_text(sass)
     Path(f"/tmp/_gluon_{fn.__name__}.ttgir").write_text(k.asm["ttgir"])
     Path(f"/tmp/_gluon_{fn.__name__}.ptx").write_text(k.asm["ptx"])
     regs = rep.split("REG:")[1].split()[0] if "REG:" in rep else "?"
@@ -58,13 +55,17 @@ def compile_one(fn, consts: dict, ptrs: dict | None = None, label: str | None = 
 
 
 def main(argv: list[str]) -> None:
-    global SASS_DIR
+    sass_dir = None
     if "--sass-dir" in argv:
         i = argv.index("--sass-dir")
         if i + 1 >= len(argv):
             raise SystemExit("--sass-dir takes a folder")
-        SASS_DIR = Path(argv[i + 1])
+        sass_dir = Path(argv[i + 1])
         argv = argv[:i] + argv[i + 2:]
+
+    def sass_to(label: str) -> Path | None:
+        return sass_dir / f"{label}.sass" if sass_dir is not None else None
+
     specs = argv or ["64,2,0,1", "64,3,1,1", "64,3,1,2", "64,2,0,2", "0,3,0,2", "ws"]
     for spec in specs:
         if spec == "ws512":  # the D = 512 ws kernel (gluon_sm90_ws_d512), each default partition
@@ -72,8 +73,8 @@ def main(argv: list[str]) -> None:
 
             for db in (64, 0):
                 for pv in (True, False):
-                    got = compile_one(d512._ws_kernel, {"DB": db, "PDL": True, "PV_DEFAULT": pv,
-                                                        "WREGS": d512.REGS[pv]}, label=f"ws512-db{db}-pv{int(pv)}",
+                    consts = {"DB": db, "PDL": True, "PV_DEFAULT": pv, "WREGS": d512.REGS[pv]}
+                    got = compile_one(d512._ws_kernel, consts, sass_to=sass_to(f"ws512-db{db}-pv{int(pv)}"),
                                       maxnreg=128)
                     print(f"ws512 DB={db} PV_DEFAULT={pv} _ws_kernel", got, flush=True)
             continue
@@ -87,7 +88,7 @@ def main(argv: list[str]) -> None:
             for db in (64, 0):
                 got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs),
                                                              "HALVES": halves}, {"kv_ptr": pool} if pool else None,
-                                  label=f"{spec.replace(':', '-').replace(',', '_')}-db{db}", maxnreg=128)
+                                  sass_to=sass_to(f"{spec.replace(':', '-').replace(',', '_')}-db{db}"), maxnreg=128)
                 print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         db, stages, rr, ch, pipe, ablate = ([int(x) for x in spec.split(",")] + [0, 0])[:6]
@@ -95,7 +96,7 @@ def main(argv: list[str]) -> None:
             consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": ablate, "CHAINS": ch, "CNT_BLOCK": 2048,
                       "PIPE": bool(pipe), **extra}
             label = f"{spec.replace(',', '_')}-{fn.__name__.strip('_')}"
-            print(spec, fn.__name__, compile_one(fn, consts, label=label), flush=True)
+            print(spec, fn.__name__, compile_one(fn, consts, sass_to=sass_to(label)), flush=True)
 
 
 if __name__ == "__main__":
