@@ -3,8 +3,9 @@
 Prints shared memory, registers, spills, the wgmma count in the SASS (HGMMA) and the loop's
 instruction mix, as compile_check.py does for the Triton kernels. Run it under the Triton the
 device machine has (3.6 there): Gluon's API moves between versions, so a check under another
-Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE[,ABLATE]] ... | ws]
-(DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE, ABLATE as in gluon_sm90.Sm90Config; ``ws``: the warp-specialised
+Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,CHAINS[,PIPE[,ABLATE]][:e4m3|:e5m2]
+... | ws] (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE, ABLATE as in gluon_sm90.Sm90Config; ``:e4m3``/``:e5m2``: the
+partial kernel alone over such a pool, with bf16 q; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
 stages handed over in halves, ``wsh8``/``wsh8e5`` the same over an e4m3fn/e5m2 pool; ``ws512`` the D = 512 ws
 kernel of gluon_sm90_ws_d512, with each default partition; default: a few of each).
@@ -30,6 +31,9 @@ PTRS = {**PTRS, "trace_ptr": "*i64", "o_ptr": "*bf16"}  # cycle stamps (TRACE; o
 from dispatcher.kernels import gluon_sm90  # noqa: E402
 
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
+
+
+FP8_POOLS = {"e4m3": ("float8_e4m3fn", "*fp8e4nv"), "e5m2": ("float8_e5m2", "*fp8e5")}
 
 
 def compile_one(fn, consts: dict, ptrs: dict | None = None, sass_to: Path | None = None, **options) -> dict:
@@ -91,12 +95,27 @@ def main(argv: list[str]) -> None:
                                   sass_to=sass_to(f"{spec.replace(':', '-').replace(',', '_')}-db{db}"), maxnreg=128)
                 print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
-        db, stages, rr, ch, pipe, ablate = ([int(x) for x in spec.split(",")] + [0, 0])[:6]
-        for fn, extra in ((gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})):
+        nums, _, fp8 = spec.partition(":")  # ":e4m3" / ":e5m2": the partial kernel over such a pool (bf16 q)
+        vals = [int(x) for x in nums.split(",")]
+        if not 4 <= len(vals) <= 6:
+            raise SystemExit(f"{spec}: a configuration is DB,STAGES,ROPE1,CHAINS[,PIPE[,ABLATE]][:e4m3|:e5m2]")
+        db, stages, rr, ch, pipe, ablate = (vals + [0, 0])[:6]
+        kernels = [(gluon_sm90._prefill_kernel, {}), (gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False})]
+        ptrs = None
+        if fp8:  # the one-warpgroup prefill refuses fp8 pools: the decode's partials only
+            if fp8 not in FP8_POOLS:
+                raise SystemExit(f"{spec}: the pool after ':' is one of {', '.join(FP8_POOLS)}")
+            from dispatcher.kernels import fp8_ptx
+
+            kv, ptr = FP8_POOLS[fp8]
+            kernels = [(gluon_sm90._partial_kernel, {"PDL": True, "TRACE": False,
+                                                     "KV8": fp8_ptx.MODES_BY_NAME[(kv, "bfloat16")]})]
+            ptrs = {"kv_ptr": ptr}
+        for fn, extra in kernels:
             consts = {"DB": db, "STAGES": stages, "ROPE1": rr, "ABLATE": ablate, "CHAINS": ch, "CNT_BLOCK": 2048,
                       "PIPE": bool(pipe), **extra}
-            label = f"{spec.replace(',', '_')}-{fn.__name__.strip('_')}"
-            print(spec, fn.__name__, compile_one(fn, consts, sass_to=sass_to(label)), flush=True)
+            label = f"{spec.replace(',', '_').replace(':', '-')}-{fn.__name__.strip('_')}"
+            print(spec, fn.__name__, compile_one(fn, consts, ptrs, sass_to=sass_to(label)), flush=True)
 
 
 if __name__ == "__main__":
