@@ -47,6 +47,7 @@ class Crossover(NamedTuple):
     rows: int | None  # smallest grid row count from which A/B <= threshold at every larger count
     estimate: float | None  # interpolated between the two grid points around the crossing
     a_always: bool  # A was no slower even at the smallest row count
+    below: int | None = None  # the grid row count just before ``rows``, where A was still slower
 
 
 class GateAdvice(NamedTuple):
@@ -65,6 +66,16 @@ TOLERANCE = 0.05
 def next_pow2(n: float) -> int:
     """Smallest power of two >= n."""
     return 1 if n <= 1 else 1 << math.ceil(math.log2(n))
+
+
+def rows_between(lo: int, hi: int) -> list[int]:
+    """Powers of two strictly between ``lo`` and ``hi``, a factor of 4 apart (from 4 x lo): the row counts a
+    coarse grid should add around a crossing (16, 16384 -> 64, 256, 1024, 4096). Empty when at most 4 apart."""
+    out, r = [], next_pow2(lo * 4)
+    while r < hi:
+        out.append(r)
+        r *= 4
+    return out
 
 
 def ratio_table(results: list[Result], a: str, b: str, layout: str) -> dict[tuple[int, int], float]:
@@ -102,7 +113,7 @@ def crossover(ratios: dict[int, float], *, layout: str = "", topk: int = 0, thre
     y0, y1 = math.log(ratios[r0] / threshold), math.log(ratios[r1] / threshold)
     x0, x1 = math.log(r0), math.log(r1)
     est = math.exp(x0 + (0.0 - y0) * (x1 - x0) / (y1 - y0)) if y1 != y0 else float(r1)
-    return Crossover(layout, topk, r1, est, False)
+    return Crossover(layout, topk, r1, est, False, r0)
 
 
 def crossovers(table: dict[tuple[int, int], float], layout: str, threshold: float = 1.0) -> list[Crossover]:
@@ -127,6 +138,12 @@ def recommend_gate(found: list[Crossover], tolerance: float = 0.0) -> GateAdvice
         f"(last to cross: top-k {worst.topk}, layout {worst.layout}"
         + (f", interpolated crossing near {worst.estimate:.0f} rows)" if worst.estimate else ")")
     )
+    # The default grid steps 16 -> 256 at its widest below 1024; a crossing in a wider step than that
+    # (a hand-picked coarse grid, e.g. rows 2,16,16384) leaves the gate up to the wider step's top.
+    between = rows_between(worst.below, worst.rows) if worst.below and worst.rows > 16 * worst.below else []
+    if between:
+        reason += (f"; the grid has no row count between {worst.below} and {worst.rows}, so the gate is only as "
+                   f"close as that: time rows {','.join(map(str, between))} too to place it closer")
     if never:
         reason += f"; A never caught up at top-k {', '.join(map(str, never))}, which the gate does not cover"
     return GateAdvice(gate, reason, never)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from dispatcher.kernels.registry import default_registry
 from dispatcher.sweep.analysis import (
-    Result, crossover, crossovers, next_pow2, pool_note, ratio_rows, ratio_table, recommend_gate,
+    Result, crossover, crossovers, next_pow2, pool_note, ratio_rows, ratio_table, recommend_gate, rows_between,
 )
 from dispatcher.sweep.grid import (
     KernelSpec, Layout, SweepArgError, default_kv_len, parse_int_list, parse_kernels, parse_layouts,
@@ -120,6 +120,21 @@ def test_gate_notes_fanouts_where_a_never_wins_and_declines_when_none_do():
     assert "never caught up at top-k 2048" in advice.reason
     none = recommend_gate(crossovers({(1, 128): 2.0}, "x"))
     assert none.gate is None and "keep every call on B" in none.reason
+
+
+def test_gate_from_a_coarse_grid_says_which_rows_to_add():
+    """Session 27's sweep over rows 2, 16, 16384 alone: A lost at 16 and won at 16384, so the gate can only say
+    16384 though the interpolated crossing is near 3,000; the advice names the rows that would place it closer."""
+    found = crossovers({(2, 2048): 4.1, (16, 2048): 1.9, (16384, 2048): 0.7}, "512+64")
+    assert found[0].below == 16 and found[0].rows == 16384
+    advice = recommend_gate(found)
+    assert advice.gate == 16384
+    assert "no row count between 16 and 16384" in advice.reason and "64,256,1024,4096" in advice.reason
+    # the default grid's steps (16 -> 256 at the widest below 1024) need no hint
+    fine = recommend_gate(crossovers({(16, 2048): 1.9, (256, 2048): 0.8, (512, 2048): 0.7}, "512+64"))
+    assert fine.gate == 256 and "no row count between" not in fine.reason
+    assert rows_between(16, 16384) == [64, 256, 1024, 4096]
+    assert rows_between(3, 100) == [16, 64] and rows_between(16, 64) == []
 
 
 def test_tolerance_keeps_a_flat_tail_from_moving_the_gate():
