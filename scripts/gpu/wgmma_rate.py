@@ -8,10 +8,16 @@ issued as the kernels issue it, and the rate per multiprocessor comes from CUDA 
 - ``scores_n64``: the scores with the heads padded to 64 as M and the slots as N = 64
   (A = q in shared memory, 32 k-steps of m64n64k16): four times the arithmetic, a quarter the
   instructions per FLOP;
+- ``scores e4m3``: the scores over an e4m3 tile with q's two e4m3 terms (hi, lo) side by side as N = 32
+  (16 k-steps of m64n32k32): what an fp8-product prefill would issue (session 28);
+- ``pv e4m3``: P·V in e4m3, which wgmma takes only K-major, so from a transposed tile Vᵀ[512 × 64]
+  (8 row blocks × 2 k-steps of m64n16k32);
+- ``e4m3 tile transposed``: the step that would make that Vᵀ, an e4m3 tile as gathered ([64 slots, 512 lanes])
+  rewritten [512 lanes, 64 slots] through registers, a quarter of the lanes at a time (4 × 16 or 1 × 16 a thread);
 - each at one program per multiprocessor and at two (two warpgroups issuing at once, as the
   warp-specialised kernel's scores and P·V partitions do).
 
-Prints cycles per wgmma instruction and the implied time for the 16,384-row prefill's products
+Prints cycles per wgmma instruction (per tile for the transposes) and the implied time for the 16,384-row prefill's products
 (16384 × 32 tiles over 132 multiprocessors). Usage: python3 scripts/gpu/wgmma_rate.py
 """
 
@@ -26,7 +32,7 @@ ITERS = 4000
 
 
 @gluon.jit
-def _scores(x_ptr, iters, MODE: gl.constexpr):
+def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE_4X16: gl.constexpr = True):
     dt: gl.constexpr = gl.bfloat16
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
     mma64: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])
@@ -45,6 +51,41 @@ def _scores(x_ptr, iters, MODE: gl.constexpr):
             o = warpgroup_mma(kv.permute((1, 0)), p, o, is_async=True)
             o = warpgroup_mma_wait(0, deps=(o,))
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma)), gl.sum(o, axis=0))
+    elif MODE == 3:  # scores in e4m3, q's two terms (hi, lo) side by side: SS m64n32k32
+        f8: gl.constexpr = gl.float8e4nv
+        mma32: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 32, 32])
+        kv8 = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
+        q2 = gl.allocate_shared_memory(f8, [32, 512], gl.NVMMASharedLayout.get_default_for([32, 512], f8))
+        acc = gl.zeros([64, 32], gl.float32, mma32)
+        for i in range(iters):
+            acc = warpgroup_mma(kv8, q2.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+        gl.store(x_ptr + gl.arange(0, 32, gl.SliceLayout(0, mma32)), gl.sum(acc, axis=0))
+    elif MODE == 4:  # pv in e4m3: A = Vᵀ K-major (the slots contiguous: a transposed tile), SS m64n16k32
+        f8: gl.constexpr = gl.float8e4nv
+        mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 32])
+        vt = gl.allocate_shared_memory(f8, [512, 64], gl.NVMMASharedLayout.get_default_for([512, 64], f8))
+        pt = gl.allocate_shared_memory(f8, [16, 64], gl.NVMMASharedLayout.get_default_for([16, 64], f8))
+        o = gl.zeros([512, 16], gl.float32, mma8)
+        for i in range(iters):
+            o = warpgroup_mma(vt, pt.permute((1, 0)), o, is_async=True)
+            o = warpgroup_mma_wait(0, deps=(o,))
+        gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
+    elif MODE == 5:  # an e4m3 tile as gathered ([slots, lanes]) rewritten transposed ([lanes, slots]) for MODE 4
+        f8: gl.constexpr = gl.float8e4nv
+        if TRANSPOSE_4X16:  # each thread 4 slots x 16 lanes: 16-byte loads, 4-byte stores of 4 slots
+            rows: gl.constexpr = gl.BlockedLayout([4, 16], [4, 8], [4, 1], [1, 0])
+        else:  # each thread 1 slot x 16 lanes: the stores are single bytes
+            rows: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+        src = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
+        vt = gl.allocate_shared_memory(f8, [512, 64], gl.NVMMASharedLayout.get_default_for([512, 64], f8))
+        for i in range(iters):
+            for h in gl.static_range(4):  # a quarter of the lanes at a time, as registers allow
+                x = src.slice(128 * h, 128, dim=1).load(rows)
+                vt.slice(128 * h, 128, dim=0).store(gl.permute(x, (1, 0)))
+            gl.thread_barrier()
+        y = vt.slice(0, 16, dim=0).load(rows)
+        gl.store(x_ptr + gl.arange(0, 64, gl.SliceLayout(0, rows)), gl.sum(y.to(gl.float32), axis=0))
     else:  # scores with heads padded to 64 as M, slots as N = 64
         q64 = gl.allocate_shared_memory(dt, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         acc = gl.zeros([64, 64], gl.float32, mma64)
@@ -59,25 +100,30 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     x = torch.zeros(64, device=dev)
     clock_ghz = 1.98  # the H200's boost clock: cycles below are nanoseconds times this
-    rows = {0: ("scores m64n16k16 (SS)", 32), 1: ("pv m64n16k16 (SS, A transposed)", 32),
-            2: ("scores as m64n64k16 (heads padded)", 32)}
-    for mode, (name, per_iter) in rows.items():
-        for programs in (sms, 2 * sms):  # two per SM fit for the first two (80 / 66 KB), not the third (128 KB)
-            _scores[(programs,)](x, ITERS, MODE=mode, num_warps=4)  # compile with the timed call's specialisation
+    # (name, instructions a loop iteration, constexprs): each iteration is one 64-slot tile's product over 512 lanes
+    rows = [("scores m64n16k16 (SS)", 32, {"MODE": 0}), ("pv m64n16k16 (SS, A transposed)", 32, {"MODE": 1}),
+            ("scores as m64n64k16 (heads padded)", 32, {"MODE": 2}),
+            ("scores e4m3 m64n32k32 (q hi|lo)", 16, {"MODE": 3}), ("pv e4m3 m64n16k32 (A = V K-major)", 16, {"MODE": 4}),
+            ("e4m3 tile transposed, 4x16 a thread", 1, {"MODE": 5}),
+            ("e4m3 tile transposed, 1x16 a thread", 1, {"MODE": 5, "TRANSPOSE_4X16": False})]
+    for name, per_iter, consts in rows:
+        for programs in (sms, 2 * sms):  # two per SM fit for all but the padded scores (128 KB)
+            _scores[(programs,)](x, ITERS, num_warps=4, **consts)  # compile with the timed call's specialisation
             torch.cuda.synchronize()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            _scores[(programs,)](x, ITERS, MODE=mode, num_warps=4)
+            _scores[(programs,)](x, ITERS, num_warps=4, **consts)
             b.record()
             torch.cuda.synchronize()
             ms = a.elapsed_time(b)
             per_sm = programs / sms
-            instr = ITERS * per_iter * per_sm
-            ns = ms * 1e6 / instr
-            tiles_ms = 16384 * 32 / sms * per_iter * ns * 1e-6  # per_iter instructions per tile's product
-            print(f"{name:38} {programs:4} programs: {ns:6.2f} ns per wgmma per SM "
-                  f"(~{ns * clock_ghz:5.1f} clk at {clock_ghz:.2f} GHz); 16,384-row prefill: "
-                  f"{tiles_ms:5.2f} ms per product of this kind", flush=True)
+            ns_tile = ms * 1e6 / (ITERS * per_sm)
+            ns = ns_tile / per_iter
+            tiles_ms = 16384 * 32 / sms * ns_tile * 1e-6
+            what = "wgmma" if per_iter > 1 else "tile"
+            print(f"{name:38} {programs:4} programs: {ns:7.2f} ns per {what} per SM "
+                  f"(~{ns * clock_ghz:6.1f} clk at {clock_ghz:.2f} GHz); 16,384-row prefill: "
+                  f"{tiles_ms:5.2f} ms of this step", flush=True)
 
 
 if __name__ == "__main__":
