@@ -13,7 +13,10 @@ issued as the kernels issue it, and the rate per multiprocessor comes from CUDA 
 - ``pv e4m3``: P·V in e4m3, which wgmma takes only K-major, so from a transposed tile Vᵀ[512 × 64]
   (8 row blocks × 2 k-steps of m64n16k32);
 - ``e4m3 tile transposed``: the step that would make that Vᵀ, an e4m3 tile as gathered ([64 slots, 512 lanes])
-  rewritten [512 lanes, 64 slots] through registers, a quarter of the lanes at a time (4 × 16 or 1 × 16 a thread);
+  rewritten [512 lanes, 64 slots] through registers, a quarter of the lanes at a time, in three register layouts
+  (``TRANSPOSE``: 4 slots × 16 lanes a thread with a warp over 64 slots × 32 lanes, so each 4-byte store
+  reaches 2 rows of Vᵀ; the same with a warp over 16 slots × 128 lanes, 8 rows 16 apart a store; 1 slot × 16
+  lanes a thread, single-byte stores);
 - each at one program per multiprocessor and at two (two warpgroups issuing at once, as the
   warp-specialised kernel's scores and P·V partitions do).
 
@@ -32,7 +35,7 @@ ITERS = 4000
 
 
 @gluon.jit
-def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE_4X16: gl.constexpr = True):
+def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
     dt: gl.constexpr = gl.bfloat16
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
     mma64: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])
@@ -73,9 +76,11 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE_4X16: gl.constexpr = Tru
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
     elif MODE == 5:  # an e4m3 tile as gathered ([slots, lanes]) rewritten transposed ([lanes, slots]) for MODE 4
         f8: gl.constexpr = gl.float8e4nv
-        if TRANSPOSE_4X16:  # each thread 4 slots x 16 lanes: 16-byte loads, 4-byte stores of 4 slots
+        if TRANSPOSE == 2:  # 4 slots x 16 lanes a thread, a warp all 64 slots of 32 lanes: 2 rows of vt a store
+            rows: gl.constexpr = gl.BlockedLayout([4, 16], [16, 2], [1, 4], [1, 0])
+        elif TRANSPOSE == 1:  # 4 slots x 16 lanes a thread, a warp 16 slots of 128 lanes: 8 rows of vt a store
             rows: gl.constexpr = gl.BlockedLayout([4, 16], [4, 8], [4, 1], [1, 0])
-        else:  # each thread 1 slot x 16 lanes: the stores are single bytes
+        else:  # 1 slot x 16 lanes a thread: single-byte stores
             rows: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
         src = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
         vt = gl.allocate_shared_memory(f8, [512, 64], gl.NVMMASharedLayout.get_default_for([512, 64], f8))
@@ -104,8 +109,9 @@ def main() -> None:
     rows = [("scores m64n16k16 (SS)", 32, {"MODE": 0}), ("pv m64n16k16 (SS, A transposed)", 32, {"MODE": 1}),
             ("scores as m64n64k16 (heads padded)", 32, {"MODE": 2}),
             ("scores e4m3 m64n32k32 (q hi|lo)", 16, {"MODE": 3}), ("pv e4m3 m64n16k32 (A = V K-major)", 16, {"MODE": 4}),
-            ("e4m3 tile transposed, 4x16 a thread", 1, {"MODE": 5}),
-            ("e4m3 tile transposed, 1x16 a thread", 1, {"MODE": 5, "TRANSPOSE_4X16": False})]
+            ("e4m3 tile transposed, 4x16, warp 64x32", 1, {"MODE": 5, "TRANSPOSE": 2}),
+            ("e4m3 tile transposed, 4x16, warp 16x128", 1, {"MODE": 5, "TRANSPOSE": 1}),
+            ("e4m3 tile transposed, 1x16, warp 4x128", 1, {"MODE": 5, "TRANSPOSE": 0})]
     for name, per_iter, consts in rows:
         for programs in (sms, 2 * sms):  # two per SM fit for all but the padded scores (128 KB)
             _scores[(programs,)](x, ITERS, num_warps=4, **consts)  # compile with the timed call's specialisation
