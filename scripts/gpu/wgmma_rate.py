@@ -12,6 +12,9 @@ issued as the kernels issue it, and the rate per multiprocessor comes from CUDA 
   (16 k-steps of m64n32k32): what an fp8-product prefill would issue (session 28);
 - ``pv e4m3``: P·V in e4m3, which wgmma takes only K-major, so from a transposed tile Vᵀ[512 × 64]
   (8 row blocks × 2 k-steps of m64n16k32);
+- ``pv e4m3, A from registers``: the same product with Vᵀ loaded into wgmma's register operand straight from
+  the tile as gathered (its transposed view), one 64-lane row block at a time: no transposed copy, but the
+  compiler loads such an operand a byte at a time (``LDS.U8``);
 - ``e4m3 tile transposed``: the step that would make that Vᵀ, an e4m3 tile as gathered ([64 slots, 512 lanes])
   rewritten [512 lanes, 64 slots] through registers, a quarter of the lanes at a time, in three register layouts
   (``TRANSPOSE``: 4 slots × 16 lanes a thread with a warp over 64 slots × 32 lanes, so each 4-byte store
@@ -74,6 +77,19 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
             o = warpgroup_mma(vt, pt.permute((1, 0)), o, is_async=True)
             o = warpgroup_mma_wait(0, deps=(o,))
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
+    elif MODE == 6:  # pv in e4m3 with A = Vᵀ from registers, loaded from the tile as gathered (its transposed view)
+        f8: gl.constexpr = gl.float8e4nv
+        mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 32])
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma8, k_width=4)
+        tile = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
+        pt = gl.allocate_shared_memory(f8, [16, 64], gl.NVMMASharedLayout.get_default_for([16, 64], f8))
+        o = gl.zeros([64, 16], gl.float32, mma8)
+        for i in range(iters):
+            for m in gl.static_range(8):  # 8 row blocks of 64 lanes, each its own 64 x 64 A in registers
+                a = tile.slice(64 * m, 64, dim=1).permute((1, 0)).load(a_l)
+                o = warpgroup_mma(a, pt.permute((1, 0)), o, is_async=True)
+                o = warpgroup_mma_wait(0, deps=(o,))
+        gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
     elif MODE == 5:  # an e4m3 tile as gathered ([slots, lanes]) rewritten transposed ([lanes, slots]) for MODE 4
         f8: gl.constexpr = gl.float8e4nv
         if TRANSPOSE == 2:  # 4 slots x 16 lanes a thread, a warp all 64 slots of 32 lanes: 2 rows of vt a store
@@ -109,6 +125,7 @@ def main() -> None:
     rows = [("scores m64n16k16 (SS)", 32, {"MODE": 0}), ("pv m64n16k16 (SS, A transposed)", 32, {"MODE": 1}),
             ("scores as m64n64k16 (heads padded)", 32, {"MODE": 2}),
             ("scores e4m3 m64n32k32 (q hi|lo)", 16, {"MODE": 3}), ("pv e4m3 m64n16k32 (A = V K-major)", 16, {"MODE": 4}),
+            ("pv e4m3 m64n16k32 (A = Vᵀ in registers)", 16, {"MODE": 6}),
             ("e4m3 tile transposed, 4x16, warp 64x32", 1, {"MODE": 5, "TRANSPOSE": 2}),
             ("e4m3 tile transposed, 4x16, warp 16x128", 1, {"MODE": 5, "TRANSPOSE": 1}),
             ("e4m3 tile transposed, 1x16, warp 4x128", 1, {"MODE": 5, "TRANSPOSE": 0})]
