@@ -24,10 +24,13 @@ issued as the kernels issue it, and the rate per multiprocessor comes from CUDA 
   warp-specialised kernel's scores and P·V partitions do).
 
 Prints cycles per wgmma instruction (per tile for the transposes) and the implied time for the 16,384-row prefill's products
-(16384 × 32 tiles over 132 multiprocessors). Usage: python3 scripts/gpu/wgmma_rate.py
+(16384 × 32 tiles over 132 multiprocessors). Usage: python3 scripts/gpu/wgmma_rate.py; under ncu, to count
+one program's shared-memory wavefronts: ``python3 scripts/gpu/wgmma_rate.py --once 5:2,6,4`` (MODE[:TRANSPOSE],...).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 from triton.experimental import gluon
@@ -116,7 +119,18 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
         gl.store(x_ptr + gl.arange(0, 64, gl.SliceLayout(0, mma64)), gl.sum(acc, axis=0))
 
 
+def once(specs: list[str]) -> None:
+    """One program of each MODE[:TRANSPOSE], 10 iterations: the launches to count under ncu (S28-1 to S28-3)."""
+    x = torch.zeros(64, device="cuda")
+    for spec in specs:
+        mode, _, t = spec.partition(":")
+        _scores[(1,)](x, 10, MODE=int(mode), TRANSPOSE=int(t or 2), num_warps=4)
+    torch.cuda.synchronize()
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--once"]:
+        return once(sys.argv[2].split(","))
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     x = torch.zeros(64, device=dev)
