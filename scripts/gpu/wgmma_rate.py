@@ -15,6 +15,8 @@ issued as the kernels issue it, and the rate per multiprocessor comes from CUDA 
 - ``pv e4m3, A from registers``: the same product with Vᵀ loaded into wgmma's register operand straight from
   the tile as gathered (its transposed view), one 64-lane row block at a time: no transposed copy, but the
   compiler loads such an operand a byte at a time (``LDS.U8``);
+- ``pv e4m3, Vᵀ ... converted``: the same with Vᵀ loaded in a blocked layout (4 slots × 16 lanes or 16 × 4 a
+  thread) and ``convert_layout`` to wgmma's, which Gluon 3.6 does through a scratch buffer;
 - ``e4m3 tile transposed``: the step that would make that Vᵀ, an e4m3 tile as gathered ([64 slots, 512 lanes])
   rewritten [512 lanes, 64 slots] through registers, a quarter of the lanes at a time, in three register layouts
   (``TRANSPOSE``: 4 slots × 16 lanes a thread with a warp over 64 slots × 32 lanes, so each 4-byte store
@@ -93,6 +95,24 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
                 o = warpgroup_mma(a, pt.permute((1, 0)), o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
+    elif MODE == 7:  # as MODE 6, Vᵀ loaded in a blocked layout and converted to wgmma's (the compiler's scratch)
+        f8: gl.constexpr = gl.float8e4nv
+        mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 32])
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma8, k_width=4)
+        if TRANSPOSE == 2:  # 4 slots x 16 lanes a thread: 16-byte loads
+            rows: gl.constexpr = gl.BlockedLayout([4, 16], [16, 2], [1, 4], [1, 0])
+        else:  # 16 slots x 4 lanes a thread: 4-byte loads
+            rows: gl.constexpr = gl.BlockedLayout([16, 4], [2, 16], [1, 4], [1, 0])
+        tile = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
+        pt = gl.allocate_shared_memory(f8, [16, 64], gl.NVMMASharedLayout.get_default_for([16, 64], f8))
+        o = gl.zeros([64, 16], gl.float32, mma8)
+        for i in range(iters):
+            for m in gl.static_range(8):
+                x = tile.slice(64 * m, 64, dim=1).load(rows)
+                a = gl.convert_layout(gl.permute(x, (1, 0)), a_l)
+                o = warpgroup_mma(a, pt.permute((1, 0)), o, is_async=True)
+                o = warpgroup_mma_wait(0, deps=(o,))
+        gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
     elif MODE == 5:  # an e4m3 tile as gathered ([slots, lanes]) rewritten transposed ([lanes, slots]) for MODE 4
         f8: gl.constexpr = gl.float8e4nv
         if TRANSPOSE == 2:  # 4 slots x 16 lanes a thread, a warp all 64 slots of 32 lanes: 2 rows of vt a store
@@ -140,6 +160,8 @@ def main() -> None:
             ("scores as m64n64k16 (heads padded)", 32, {"MODE": 2}),
             ("scores e4m3 m64n32k32 (q hi|lo)", 16, {"MODE": 3}), ("pv e4m3 m64n16k32 (A = V K-major)", 16, {"MODE": 4}),
             ("pv e4m3 m64n16k32 (A = Vᵀ in registers)", 16, {"MODE": 6}),
+            ("pv e4m3, Vᵀ 4x16 a thread, converted", 16, {"MODE": 7, "TRANSPOSE": 2}),
+            ("pv e4m3, Vᵀ 16x4 a thread, converted", 16, {"MODE": 7, "TRANSPOSE": 1}),
             ("e4m3 tile transposed, 4x16, warp 64x32", 1, {"MODE": 5, "TRANSPOSE": 2}),
             ("e4m3 tile transposed, 4x16, warp 16x128", 1, {"MODE": 5, "TRANSPOSE": 1}),
             ("e4m3 tile transposed, 1x16, warp 4x128", 1, {"MODE": 5, "TRANSPOSE": 0})]
