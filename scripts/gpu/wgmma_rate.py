@@ -82,34 +82,23 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
             o = warpgroup_mma(vt, pt.permute((1, 0)), o, is_async=True)
             o = warpgroup_mma_wait(0, deps=(o,))
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
-    elif MODE == 6:  # pv in e4m3 with A = Vᵀ from registers, loaded from the tile as gathered (its transposed view)
+    elif MODE == 6 or MODE == 7:  # pv in e4m3 with A = Vᵀ in registers, from the tile as gathered
         f8: gl.constexpr = gl.float8e4nv
         mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 32])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma8, k_width=4)
-        tile = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
-        pt = gl.allocate_shared_memory(f8, [16, 64], gl.NVMMASharedLayout.get_default_for([16, 64], f8))
-        o = gl.zeros([64, 16], gl.float32, mma8)
-        for i in range(iters):
-            for m in gl.static_range(8):  # 8 row blocks of 64 lanes, each its own 64 x 64 A in registers
-                a = tile.slice(64 * m, 64, dim=1).permute((1, 0)).load(a_l)
-                o = warpgroup_mma(a, pt.permute((1, 0)), o, is_async=True)
-                o = warpgroup_mma_wait(0, deps=(o,))
-        gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
-    elif MODE == 7:  # as MODE 6, Vᵀ loaded in a blocked layout and converted to wgmma's (the compiler's scratch)
-        f8: gl.constexpr = gl.float8e4nv
-        mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 32])
-        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma8, k_width=4)
-        if TRANSPOSE == 2:  # 4 slots x 16 lanes a thread: 16-byte loads
+        if TRANSPOSE == 2:  # MODE 7: 4 slots x 16 lanes a thread, 16-byte loads
             rows: gl.constexpr = gl.BlockedLayout([4, 16], [16, 2], [1, 4], [1, 0])
-        else:  # 16 slots x 4 lanes a thread: 4-byte loads
+        else:  # MODE 7: 16 slots x 4 lanes a thread, 4-byte loads
             rows: gl.constexpr = gl.BlockedLayout([16, 4], [2, 16], [1, 4], [1, 0])
         tile = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
         pt = gl.allocate_shared_memory(f8, [16, 64], gl.NVMMASharedLayout.get_default_for([16, 64], f8))
         o = gl.zeros([64, 16], gl.float32, mma8)
         for i in range(iters):
-            for m in gl.static_range(8):
-                x = tile.slice(64 * m, 64, dim=1).load(rows)
-                a = gl.convert_layout(gl.permute(x, (1, 0)), a_l)
+            for m in gl.static_range(8):  # 8 row blocks of 64 lanes, each its own 64 x 64 A in registers
+                if MODE == 6:  # straight from the tile's transposed view
+                    a = tile.slice(64 * m, 64, dim=1).permute((1, 0)).load(a_l)
+                else:  # a blocked load converted to wgmma's layout (through the compiler's scratch)
+                    a = gl.convert_layout(gl.permute(tile.slice(64 * m, 64, dim=1).load(rows), (1, 0)), a_l)
                 o = warpgroup_mma(a, pt.permute((1, 0)), o, is_async=True)
                 o = warpgroup_mma_wait(0, deps=(o,))
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
