@@ -43,6 +43,15 @@ ITERS = 4000
 
 
 @gluon.jit
+def _mma_loop(a, b, acc, iters):
+    """``iters`` dependent wgmma of one shape, each waited for: the rate of that product alone."""
+    for i in range(iters):
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+    return acc
+
+
+@gluon.jit
 def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
     dt: gl.constexpr = gl.bfloat16
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
@@ -51,16 +60,12 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
     if MODE == 0:  # scores, SS m64n16k16
         q = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
         acc = gl.zeros([64, 16], gl.float32, mma)
-        for i in range(iters):
-            acc = warpgroup_mma(kv, q.permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
+        acc = _mma_loop(kv, q.permute((1, 0)), acc, iters)
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma)), gl.sum(acc, axis=0))
     elif MODE == 1:  # pv, SS m64n16k16 with A transposed
         p = gl.allocate_shared_memory(dt, [64, 16], gl.NVMMASharedLayout.get_default_for([64, 16], dt))
         o = gl.zeros([512, 16], gl.float32, mma)
-        for i in range(iters):
-            o = warpgroup_mma(kv.permute((1, 0)), p, o, is_async=True)
-            o = warpgroup_mma_wait(0, deps=(o,))
+        o = _mma_loop(kv.permute((1, 0)), p, o, iters)
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma)), gl.sum(o, axis=0))
     elif MODE == 3:  # scores in e4m3, q's two terms (hi, lo) side by side: SS m64n32k32
         f8: gl.constexpr = gl.float8e4nv
@@ -68,9 +73,7 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
         kv8 = gl.allocate_shared_memory(f8, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], f8))
         q2 = gl.allocate_shared_memory(f8, [32, 512], gl.NVMMASharedLayout.get_default_for([32, 512], f8))
         acc = gl.zeros([64, 32], gl.float32, mma32)
-        for i in range(iters):
-            acc = warpgroup_mma(kv8, q2.permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
+        acc = _mma_loop(kv8, q2.permute((1, 0)), acc, iters)
         gl.store(x_ptr + gl.arange(0, 32, gl.SliceLayout(0, mma32)), gl.sum(acc, axis=0))
     elif MODE == 4:  # pv in e4m3: A = Vᵀ K-major (the slots contiguous: a transposed tile), SS m64n16k32
         f8: gl.constexpr = gl.float8e4nv
@@ -78,9 +81,7 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
         vt = gl.allocate_shared_memory(f8, [512, 64], gl.NVMMASharedLayout.get_default_for([512, 64], f8))
         pt = gl.allocate_shared_memory(f8, [16, 64], gl.NVMMASharedLayout.get_default_for([16, 64], f8))
         o = gl.zeros([512, 16], gl.float32, mma8)
-        for i in range(iters):
-            o = warpgroup_mma(vt, pt.permute((1, 0)), o, is_async=True)
-            o = warpgroup_mma_wait(0, deps=(o,))
+        o = _mma_loop(vt, pt.permute((1, 0)), o, iters)
         gl.store(x_ptr + gl.arange(0, 16, gl.SliceLayout(0, mma8)), gl.sum(o, axis=0))
     elif MODE == 6 or MODE == 7:  # pv in e4m3 with A = Vᵀ in registers, from the tile as gathered
         f8: gl.constexpr = gl.float8e4nv
@@ -122,9 +123,7 @@ def _scores(x_ptr, iters, MODE: gl.constexpr, TRANSPOSE: gl.constexpr = 2):
     else:  # scores with heads padded to 64 as M, slots as N = 64
         q64 = gl.allocate_shared_memory(dt, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         acc = gl.zeros([64, 64], gl.float32, mma64)
-        for i in range(iters):
-            acc = warpgroup_mma(q64, kv.permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
+        acc = _mma_loop(q64, kv.permute((1, 0)), acc, iters)
         gl.store(x_ptr + gl.arange(0, 64, gl.SliceLayout(0, mma64)), gl.sum(acc, axis=0))
 
 
