@@ -60,9 +60,8 @@ def call_scale(x: torch.Tensor) -> float:
 def split_e4m3(x: torch.Tensor) -> torch.Tensor:
     """x as the sum of two e4m3 terms, each with its own call scale (hi = x rounded, lo = the remainder
     rounded): what two fp8 products side by side in one wgmma (N = 2 x 16 heads) would see."""
-    hi = to_e4m3(x, call_scale(x))
-    rest = x - hi
-    return hi + to_e4m3(rest, call_scale(rest))
+    hi = _e4m3_call(x)
+    return hi + _e4m3_call(x - hi)
 
 
 class Variant(NamedTuple):
@@ -75,22 +74,38 @@ def _same(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _bf16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).float()
+
+
+def _e4m3_call(x: torch.Tensor) -> torch.Tensor:
+    """e4m3 with one scale for the whole call (q)."""
+    return to_e4m3(x, call_scale(x))
+
+
+def _e4m3_448(x: torch.Tensor) -> torch.Tensor:
+    """e4m3 after scaling by 448 (P <= 1: its range used in full)."""
+    return to_e4m3(x, E4M3_MAX)
+
+
 VARIANTS = (
     Variant("pool", _same, _same),
-    Variant("bf16 P", _same, lambda p: p.to(torch.bfloat16).float()),
-    Variant("e4m3 q, bf16 P", lambda q: to_e4m3(q, call_scale(q)), lambda p: p.to(torch.bfloat16).float()),
-    Variant("bf16 q, e4m3 P x448", _same, lambda p: to_e4m3(p, E4M3_MAX)),
-    Variant("e4m3 q, e4m3 P", lambda q: to_e4m3(q, call_scale(q)), to_e4m3),
-    Variant("e4m3 q, e4m3 P x448", lambda q: to_e4m3(q, call_scale(q)), lambda p: to_e4m3(p, E4M3_MAX)),
-    Variant("e4m3 q hi+lo, bf16 P", split_e4m3, lambda p: p.to(torch.bfloat16).float()),
-    Variant("e4m3 q hi+lo, e4m3 P x448", split_e4m3, lambda p: to_e4m3(p, E4M3_MAX)),
+    Variant("bf16 P", _same, _bf16),
+    Variant("e4m3 q, bf16 P", _e4m3_call, _bf16),
+    Variant("bf16 q, e4m3 P x448", _same, _e4m3_448),
+    Variant("e4m3 q, e4m3 P", _e4m3_call, to_e4m3),
+    Variant("e4m3 q, e4m3 P x448", _e4m3_call, _e4m3_448),
+    Variant("e4m3 q hi+lo, bf16 P", split_e4m3, _bf16),
+    Variant("e4m3 q hi+lo, e4m3 P x448", split_e4m3, _e4m3_448),
 )
 
 
 def attend(q: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor, scale: float, nope: int, v: Variant,
            chunk: int = 8) -> torch.Tensor:
     """[rows, H, nope] fp32: attention of q [rows, H, D] over kv [skv, D] (fp32 values) at idx [rows, K]
-    (-1 invalid; a row with no valid slot gives 0), q and P rounded as the variant says."""
+    (-1 invalid; a row with no valid slot gives 0), q and P rounded as the variant says. The math of
+    ``torch_ref.attend_rows``/``finish``, written again because P's rounding falls between their steps; the
+    tests hold the unrounded variant to the reference."""
     qv = v.q(q.float())
     out = torch.zeros(q.shape[0], q.shape[1], nope)
     for r0 in range(0, q.shape[0], chunk):
