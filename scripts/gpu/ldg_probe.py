@@ -11,8 +11,8 @@ about a third (about 1,296) if it does not.
 
 This probe answers that on the GPU. One program per multiprocessor, two partitions:
 
-- the default warpgroup runs ``ITERS`` scores products from shared memory (A = a 64 × 512 bf16
-  tile, B = qᵀ, as the prefill issues them), or nothing;
+- the default warpgroup (and with ``TWO`` a second one beside it) runs scores products from shared
+  memory (A = a 64 × 512 bf16 tile, B = qᵀ, as the prefill issues them), or nothing;
 - a 4-warp worker gathers ``TILES`` tiles of 64 random rows × 1 KB from an L2-resident pool:
   ``G`` = 1 by cp.async into two shared-memory stages (the prefill's way), 2 by ``ld.global`` into
   registers (kept live by an xor), 3 the same with ``.cg`` (L1 bypassed), or nothing.
@@ -39,14 +39,15 @@ GATHERS = {1: "cp.async into shared memory", 2: "ld.global into registers", 3: "
 
 
 @gluon.jit
-def _products(kv, q, x_ptr, iters):
-    """The default warpgroup: ``iters`` scores products from shared memory, each waited for."""
+def _products(kv, q, x_ptr, iters, which):
+    """A warpgroup's ``iters`` scores products from shared memory, each waited for."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
     acc = gl.zeros([64, 16], gl.float32, mma)
     for i in range(iters):
         acc = warpgroup_mma(kv, q.permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
-    gl.store(x_ptr + gl.program_id(0) * 16 + gl.arange(0, 16, gl.SliceLayout(0, mma)), gl.sum(acc, axis=0))
+    gl.store(x_ptr + (2 * gl.program_id(0) + which) * 16 + gl.arange(0, 16, gl.SliceLayout(0, mma)),
+             gl.sum(acc, axis=0))
 
 
 @gluon.jit
@@ -103,30 +104,35 @@ def _gathers(stages, pool_ptr, idx_ptr, y_ptr, tiles, G: gl.constexpr):
 
 
 @gluon.jit
-def _probe(pool_ptr, idx_ptr, x_ptr, y_ptr, iters, tiles, G: gl.constexpr):
+def _probe(pool_ptr, idx_ptr, x_ptr, y_ptr, iters, tiles, G: gl.constexpr, TWO: gl.constexpr = False):
     dt: gl.constexpr = gl.bfloat16
     kv = gl.allocate_shared_memory(dt, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
     q = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
     stages = gl.allocate_shared_memory(gl.int16, [2, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], gl.int16))
-    gl.warp_specialize([(_products, (kv, q, x_ptr, iters)), (_gathers, (stages, pool_ptr, idx_ptr, y_ptr, tiles, G))],
-                       [4], [152])
+    zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
+    gargs = (stages, pool_ptr, idx_ptr, y_ptr, tiles, G)
+    if TWO:  # two warpgroups issuing products at once, as the prefill's scores and P·V partitions do
+        gl.warp_specialize([(_products, (kv, q, x_ptr, iters, zero)), (_products, (kv, q, x_ptr, iters, zero + 1)),
+                            (_gathers, gargs)], [4, 4], [64, 152])
+    else:
+        gl.warp_specialize([(_products, (kv, q, x_ptr, iters, zero)), (_gathers, gargs)], [4], [152])
 
 
 def _setup(programs: int, tiles: int):
     pool = torch.randint(-2**15, 2**15, (POOL_ROWS, 512), dtype=torch.int16, device="cuda")
     idx = torch.randint(0, POOL_ROWS, (programs * tiles * 64,), dtype=torch.int32, device="cuda")
-    x = torch.zeros(programs * 16, device="cuda")
+    x = torch.zeros(programs * 32, device="cuda")
     y = torch.zeros(programs * 512, dtype=torch.int16, device="cuda")
     return pool, idx, x, y
 
 
-def _time(programs: int, args, iters: int, tiles: int, g: int, reps: int = 5) -> float:
+def _time(programs: int, args, iters: int, tiles: int, g: int, two: bool = False, reps: int = 5) -> float:
     """Median milliseconds of one launch (after one warm-up)."""
     out = []
     for r in range(reps + 1):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        _probe[(programs,)](*args, iters, tiles, G=g, num_warps=4)
+        _probe[(programs,)](*args, iters, tiles, G=g, TWO=two, num_warps=4)
         b.record()
         torch.cuda.synchronize()
         if r:
@@ -152,13 +158,14 @@ def main() -> None:
     args = _setup(programs, tiles)
     print(f"{torch.cuda.get_device_name(0)}; {programs} programs; {tiles} tiles of 64 rows x 1 KB each "
           f"({programs * tiles * 64 / 2**20:.1f} Mi rows, pool {POOL_ROWS} rows); ms, median of 5")
-    for iters in (tiles, 3 * tiles):
-        p = _time(programs, args, iters, 0, 1)
-        print(f"\nscores products alone, {iters} a program: {p:.3f} ms")
+    for two, iters in ((False, tiles), (False, 3 * tiles), (True, 3 * tiles)):
+        p = _time(programs, args, iters, 0, 1, two)
+        who = "two warpgroups'" if two else "one warpgroup's"
+        print(f"\nscores products alone, {who} {iters} a program: {p:.3f} ms")
         print(f"{'gather':<30} {'alone':>8} {'beside':>8} {'beside/(sum)':>13} {'beside/(max)':>13}")
         for g, name in GATHERS.items():
-            alone = _time(programs, args, 0, tiles, g)
-            both = _time(programs, args, iters, tiles, g)
+            alone = _time(programs, args, 0, tiles, g, two)
+            both = _time(programs, args, iters, tiles, g, two)
             print(f"{name:<30} {alone:8.3f} {both:8.3f} {both / (alone + p):13.2f} {both / max(alone, p):13.2f}")
     pool, idx, x, y = args
     print(f"\ngathered bytes a launch: {programs * tiles * 64 * 1024 / 1e9:.2f} GB; checksum {int(y.sum())}")
