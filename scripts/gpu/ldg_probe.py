@@ -20,7 +20,7 @@ This probe answers that on the GPU. One program per multiprocessor, two partitio
 Each is timed alone and beside the other (CUDA events, median of 5). If the gather shares the pipe,
 the two together take about the sum of their times alone; if not, about the longer one. Usage:
 ``python3 scripts/gpu/ldg_probe.py``; under ncu, one program of each gather alone:
-``python3 scripts/gpu/ldg_probe.py --once``.
+``python3 scripts/gpu/ldg_probe.py --once``; the whole grid, cp.async beside the products: ``--full``.
 """
 
 from __future__ import annotations
@@ -149,9 +149,18 @@ def once() -> None:
     torch.cuda.synchronize()
 
 
+def full() -> None:
+    """The whole grid, cp.async beside one and two warpgroups' products and each alone (for ncu's cycle counts)."""
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    args = _setup(programs, 1000)
+    for iters, tiles, two in ((3000, 0, False), (0, 1000, False), (3000, 1000, False), (3000, 0, True), (3000, 1000, True)):
+        _probe[(programs,)](*args, iters, tiles, G=1, TWO=two, num_warps=4)
+    torch.cuda.synchronize()
+
+
 def main() -> None:
-    if sys.argv[1:2] == ["--once"]:
-        once()
+    if sys.argv[1:2] in (["--once"], ["--full"]):
+        once() if sys.argv[1] == "--once" else full()
         return
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     tiles = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
