@@ -1,13 +1,16 @@
 """Does a gather into registers (ld.global) share the pipe that wgmma's shared-memory operands and cp.async use?
 
-Session 29's question. The 512+64 prefill is bound by the multiprocessor's shared-memory data pipe:
-per 64-slot tile the cp.async gather writes the tile (576 wavefronts of 128 B), the scores' wgmma
-reads it as its A operand (576), P·V reads its 512 lanes again (512), and q and P add 272 (session 5).
-One path not yet weighed: load each tile once from global memory into registers, run the scores with
-their A operand in registers, and store only V's 512 lanes into shared memory for P·V. That trades the
-scores' 576-wavefront read for a 512-wavefront store, which saves nothing if the loads' data also
-passes the same pipe on its way to the registers (about 1,872 wavefronts a tile against 1,936), and
-about a third (about 1,296) if it does not.
+Session 29's question. Sessions 5 to 28 read the 512+64 prefill as bound by the multiprocessor's
+shared-memory data pipe: per 64-slot tile the cp.async gather writes the tile (576 wavefronts of 128 B),
+the scores' wgmma reads it as its A operand (576), P·V reads its 512 lanes again (512), and q and P add
+272. One path not yet weighed: load each tile once from global memory into registers, run the scores
+with their A operand in registers, and store only V's 512 lanes into shared memory for P·V. That trades
+the scores' 576-wavefront read for a 512-wavefront store: it saves nothing if the loads' data also
+passes the data banks on its way to the registers, and about a third if it does not.
+
+The answers (docs/benchmarks.md, "Session 29"): a register gather writes and then reads the banks, and
+slows wgmma beside it; cp.async's writes go beside wgmma's reads, which top out at about 0.91 wavefronts
+a cycle, so the prefill (reads at 0.57 a cycle) is not bound by shared-memory bandwidth at all.
 
 This probe answers that on the GPU. One program per multiprocessor, two partitions:
 
