@@ -18,7 +18,10 @@ This probe answers that on the GPU. One program per multiprocessor, two partitio
   memory (A = a 64 × 512 bf16 tile, B = qᵀ, as the prefill issues them), or nothing;
 - a 4-warp worker gathers ``TILES`` tiles of 64 random rows × 1 KB from an L2-resident pool:
   ``G`` = 1 by cp.async into two shared-memory stages (the prefill's way), 2 by ``ld.global`` into
-  registers (kept live by an xor), 3 the same with ``.cg`` (L1 bypassed), or nothing.
+  registers (kept live by an xor), 3 the same with ``.cg`` (L1 bypassed), or nothing; or, ``G`` = 4,
+  runs a chain of dependent steps, each a shared-memory load and a maximum across its 4 warps (the
+  kind of step the softmax warpgroups' chain is made of), timing itself by %clock64: how much longer
+  such a step takes while wgmma's operand reads hold the banks.
 
 Each is timed alone and beside the other (CUDA events, median of 5). If the gather shares the pipe,
 the two together take about the sum of their times alone; if not, about the longer one. Usage:
@@ -107,18 +110,47 @@ def _gathers(stages, pool_ptr, idx_ptr, y_ptr, tiles, G: gl.constexpr):
 
 
 @gluon.jit
-def _probe(pool_ptr, idx_ptr, x_ptr, y_ptr, iters, tiles, G: gl.constexpr, TWO: gl.constexpr = False):
+def _chain(buf, y_ptr, z_ptr, steps):
+    """The worker for G 4: ``steps`` dependent steps, each a 512-byte shared-memory load and a maximum across
+    the 4 warps (through the compiler's scratch and a barrier), the kind of step the softmax's chain is made
+    of. Its cycles go to ``z_ptr``."""
+    row: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, 4], [1, 0])  # thread t holds entry t of a row
+    zeros = gl.zeros([1, 128], gl.int32, row)
+    for i in range(64):  # row i's every entry names row i + 37 (mod 64): one cycle through all 64 rows
+        buf.index(i).store(zeros + (i + 37) % 64)  # each thread reads back only what it wrote: no barrier needed
+    cur = gl.program_id(0) * 0
+    t0 = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+    for k in range(steps):
+        cur = gl.max(gl.max(buf.index(cur).load(row), axis=1), axis=0)
+    t1 = gl.inline_asm_elementwise("mov.u64 $0, %clock64; // after $1", "=l,r", [cur], dtype=gl.int64, is_pure=False,
+                                   pack=1)
+    gl.store(z_ptr + gl.program_id(0), t1 - t0)
+    gl.store(y_ptr + gl.program_id(0), cur.to(gl.int16))
+
+
+@gluon.jit
+def _probe(pool_ptr, idx_ptr, x_ptr, y_ptr, z_ptr, iters, tiles, G: gl.constexpr, TWO: gl.constexpr = False):
     dt: gl.constexpr = gl.bfloat16
     kv = gl.allocate_shared_memory(dt, [64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
     q = gl.allocate_shared_memory(dt, [16, 512], gl.NVMMASharedLayout.get_default_for([16, 512], dt))
-    stages = gl.allocate_shared_memory(gl.int16, [2, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], gl.int16))
     zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-    gargs = (stages, pool_ptr, idx_ptr, y_ptr, tiles, G)
-    if TWO:  # two warpgroups issuing products at once, as the prefill's scores and P·V partitions do
-        gl.warp_specialize([(_products, (kv, q, x_ptr, iters, zero)), (_products, (kv, q, x_ptr, iters, zero + 1)),
-                            (_gathers, gargs)], [4, 4], [64, 152])
+    p0 = (kv, q, x_ptr, iters, zero)
+    p1 = (kv, q, x_ptr, iters, zero + 1)  # with TWO, a second warpgroup's products, as the prefill's scores and P·V
+    if G == 4:  # (warp_specialize takes its functions only as written: one call for each worker and TWO)
+        buf = gl.allocate_shared_memory(gl.int32, [64, 1, 128], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        if TWO:
+            gl.warp_specialize([(_products, p0), (_products, p1), (_chain, (buf, y_ptr, z_ptr, tiles))], [4, 4],
+                               [64, 152])
+        else:
+            gl.warp_specialize([(_products, p0), (_chain, (buf, y_ptr, z_ptr, tiles))], [4], [152])
     else:
-        gl.warp_specialize([(_products, (kv, q, x_ptr, iters, zero)), (_gathers, gargs)], [4], [152])
+        stages = gl.allocate_shared_memory(gl.int16, [2, 64, 512],
+                                           gl.NVMMASharedLayout.get_default_for([64, 512], gl.int16))
+        gargs = (stages, pool_ptr, idx_ptr, y_ptr, tiles, G)
+        if TWO:
+            gl.warp_specialize([(_products, p0), (_products, p1), (_gathers, gargs)], [4, 4], [64, 152])
+        else:
+            gl.warp_specialize([(_products, p0), (_gathers, gargs)], [4], [152])
 
 
 def _setup(programs: int, tiles: int):
@@ -126,7 +158,8 @@ def _setup(programs: int, tiles: int):
     idx = torch.randint(0, POOL_ROWS, (programs * tiles * 64,), dtype=torch.int32, device="cuda")
     x = torch.zeros(programs * 32, device="cuda")
     y = torch.zeros(programs * 512, dtype=torch.int16, device="cuda")
-    return pool, idx, x, y
+    z = torch.zeros(programs, dtype=torch.int64, device="cuda")
+    return pool, idx, x, y, z
 
 
 def _time(programs: int, args, iters: int, tiles: int, g: int, two: bool = False, reps: int = 5) -> float:
@@ -179,7 +212,13 @@ def main() -> None:
             alone = _time(programs, args, 0, tiles, g, two)
             both = _time(programs, args, iters, tiles, g, two)
             print(f"{name:<30} {alone:8.3f} {both:8.3f} {both / (alone + p):13.2f} {both / max(alone, p):13.2f}")
-    pool, idx, x, y = args
+    print(f"\n{'a chain of shared-memory steps (G 4), 5,000 steps':<52} {'cycles a step':>14} {'launch ms':>10}")
+    for two, iters in ((False, 0), (False, 6000), (True, 6000)):
+        ms = _time(programs, args, iters, 5000, 4, two)
+        per_step = args[4].double().median().item() / 5000
+        who = "alone" if not iters else f"beside {'two warpgroups' if two else 'one warpgroup'} of products"
+        print(f"{who:<52} {per_step:14.1f} {ms:10.3f}")
+    pool, idx, x, y, z = args
     print(f"\ngathered bytes a launch: {programs * tiles * 64 * 1024 / 1e9:.2f} GB; checksum {int(y.sum())}")
 
 
