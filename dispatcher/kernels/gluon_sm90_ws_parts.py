@@ -34,6 +34,7 @@ if HAVE_GLUON:
     NO_PV = gl.constexpr(False)
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
+    NO_TMAX = gl.constexpr(False)  # no tile max across the warpgroup's warps: P relative to max(running max, 0)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -74,7 +75,10 @@ if HAVE_GLUON:
         per-thread partial sums moved to the new max, and the count of maxima received (cm).
         """
         heads_l: gl.constexpr = gl.SliceLayout(0, MMA)
-        tmax = gl.max(s, axis=0)
+        if NO_TMAX:
+            tmax = gl.full([16], 0.0, gl.float32, heads_l)
+        else:
+            tmax = gl.max(s, axis=0)
         m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
         if t > 0 and CHAIN:
             mbarrier.wait(m_ready.index(1 - par), cm & 1)
