@@ -62,12 +62,13 @@ if HAVE_GLUON:
     from .gluon_sm90_ws_fp8 import _as_blocks
     from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part, _trace_start
 
-    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
+    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial",
+                                  "redo"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
-                   trace_ptr=None):
+                   partial, redo_ptr, redo, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr,
+                   HALVES: gl.constexpr = False, trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = _trace_start(part_lse_ptr, trace_ptr)  # the stamps' pointer (TRACE only; unread otherwise)
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
@@ -128,7 +129,7 @@ if HAVE_GLUON:
         fence_async_shared()
         sargs = (qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                  idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,
-                 n_items, n_hb, splits)
+                 n_items, n_hb, splits, redo_ptr, redo)
         wargs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
@@ -157,11 +158,15 @@ STAGE_HALVES = True
 
 
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
-                  part_lse: torch.Tensor | None, pdl: bool, **consts) -> None:
+                  part_lse: torch.Tensor | None, pdl: bool, *, redo: bool = False, **consts) -> None:
     """Launch a warp-specialised kernel of this signature (this module's or ``gluon_sm90_ws_d512``'s).
 
     One program per multiprocessor over the work items (row, split, head block); with no
     ``part_o`` it is the prefill, writing the output, else the decode's partial pass.
+
+    ``redo`` (this module's prefill): the softmax keeps each item's first finite max as its reference
+    (``_softmax_tile``), flags any item whose scores pass it by more than 2^64, and ``redo_flagged`` computes
+    those items again.
     """
     from .triton_decode import sm_count
 
@@ -175,13 +180,26 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     partial = part_o is not None
     if not partial:  # the prefill writes no partials: any float32 tensor serves as the unread pointers
         part_o = part_lse = out.new_empty(1, dtype=torch.float32)
+    if redo and partial:
+        raise ValueError("redo is the prefill's: the decode's partials keep the exact running max")
+    flags = torch.zeros(items if redo else 1, dtype=torch.int32, device=q.device)  # items to compute again
     kernel[(min(items, sm_count(q.device)),)](
         q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items, n_hb, splits,
-        int(partial), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, **consts,
+        int(partial), flags, int(redo), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, **consts,
     )
+    if redo:
+        redo_flagged(args, flags)
+
+
+def redo_flagged(args: KernelArgs, flags: torch.Tensor) -> None:
+    """Compute again, exactly, the prefill's items (row, head block) flagged in ``flags`` (Triton's prefill, whose
+    programs for unflagged items return at once): stream-ordered, no synchronisation."""
+    from . import triton_prefill
+
+    triton_prefill.launch(args, redo=flags)
 
 
 def _halves(args: KernelArgs, halves: bool | None) -> bool:
@@ -197,7 +215,7 @@ def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | N
     """The no-split prefill; call only where ``gluon_sm90.supports_prefill``. One program per multiprocessor.
 
     The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands)."""
-    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=tuple(worker_regs or WORKER_REGS),
+    launch_kernel(_ws_kernel, args, 1, None, None, False, redo=True, WREGS=tuple(worker_regs or WORKER_REGS),
                   HALVES=_halves(args, halves))
 
 

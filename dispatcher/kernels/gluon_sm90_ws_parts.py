@@ -35,6 +35,9 @@ if HAVE_GLUON:
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
     NO_TMAX = gl.constexpr(False)  # no tile max across the warpgroup's warps: P relative to max(running max, 0)
+    # How far (log2) a score may pass the prefill's reference before its item is computed again: P up to 2^64,
+    # its sums over 2,048 slots up to 2^75 and Oᵀ far below float32's 2^128 for any value the pool holds.
+    REDO_ABOVE = gl.constexpr(64.0)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -66,6 +69,36 @@ if HAVE_GLUON:
         return row, hb * 16, split, base, seg, lo, hi
 
     @gluon.jit
+    def _take_max(m_smem, m_ready, par, t, cm, CHAIN: gl.constexpr):
+        """The running max from the other warpgroup's tile t - 1 (with CHAIN; else -inf, a timing experiment), and the
+        count of maxima received."""
+        m_prev = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, MMA))  # the max over tiles < t
+        if t > 0 and CHAIN:
+            mbarrier.wait(m_ready.index(1 - par), cm & 1)
+            m_prev = m_smem.index(1 - par).load(gl.SliceLayout(0, MMA))
+            cm += 1
+        return m_prev, cm
+
+    @gluon.jit
+    def _tile_max(s):
+        """The tile's max of each head: a reduction across the warpgroup's four warps (shared memory, barriers)."""
+        if NO_TMAX:
+            return gl.full([16], 0.0, gl.float32, gl.SliceLayout(0, MMA))
+        return gl.max(s, axis=0)
+
+    @gluon.jit
+    def _exp_tile(s, m, m_new, m_smem, m_ready, par, t, nt, l_acc):
+        """Pass the new max on to the other warpgroup's tile t + 1; then P relative to it, and the per-thread
+        partial sums moved from m to it."""
+        if t + 1 < nt:  # the other warpgroup's next tile waits for it
+            m_smem.index(par).store(m_new)
+            mbarrier.arrive(m_ready.index(par))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s - m_safe[None, :])
+        l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
+        return p, m_safe, l_acc
+
+    @gluon.jit
     def _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr):
         """Tile t's online softmax in one of two warpgroups that take alternate tiles of an item.
 
@@ -74,23 +107,32 @@ if HAVE_GLUON:
         Returns P (relative to the new max), the max before this tile and after it, the
         per-thread partial sums moved to the new max, and the count of maxima received (cm).
         """
-        heads_l: gl.constexpr = gl.SliceLayout(0, MMA)
-        if NO_TMAX:
-            tmax = gl.full([16], 0.0, gl.float32, heads_l)
+        m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
+        m_new = gl.maximum(m_prev, _tile_max(s))
+        p, m_safe, l_acc = _exp_tile(s, m, m_new, m_smem, m_ready, par, t, nt, l_acc)
+        return p, m_prev, m_safe, m_new, l_acc, cm
+
+    @gluon.jit
+    def _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr, redo, flag_ptr):
+        """``_softmax_tile``, but with ``redo`` (the prefill), once an item has a finite max, P stays relative to it
+        (the reference) rather than to the running max.
+
+        That leaves out the tile max, whose reduction across the warps (a shared-memory round trip and two barriers,
+        2.7 times slower beside wgmma's operand reads) took 10% of the 512+64 prefill (S29). Any max already seen
+        serves the online softmax as its reference: P, the sums and Oᵀ only grow with the scores above it. A score
+        more than 2^REDO_ABOVE above it stores 1 at ``flag_ptr``, and the launcher has the item computed again
+        (``gluon_sm90_ws.redo_flagged``).
+        """
+        m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
+        lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # every warp holds all 16 heads: no exchange
+        if lazy:
+            m_new = m_prev
         else:
-            tmax = gl.max(s, axis=0)
-        m_prev = gl.full([16], float("-inf"), gl.float32, heads_l)  # the max over tiles < t
-        if t > 0 and CHAIN:
-            mbarrier.wait(m_ready.index(1 - par), cm & 1)
-            m_prev = m_smem.index(1 - par).load(heads_l)
-            cm += 1
-        m_new = gl.maximum(m_prev, tmax)
-        if t + 1 < nt:  # the other warpgroup's next tile waits for it
-            m_smem.index(par).store(m_new)
-            mbarrier.arrive(m_ready.index(par))
-        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-        p = gl.exp2(s - m_safe[None, :])
-        l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
+            m_new = gl.maximum(m_prev, _tile_max(s))
+        p, m_safe, l_acc = _exp_tile(s, m, m_new, m_smem, m_ready, par, t, nt, l_acc)
+        if lazy:  # a score past the reference by more than 2^REDO_ABOVE: the item is computed again
+            gl.store(flag_ptr + gl.zeros([64, 16], gl.int32, MMA), gl.full([64, 16], 1, gl.int32, MMA),
+                     mask=s > (m_safe + REDO_ABOVE)[None, :])
         return p, m_prev, m_safe, m_new, l_acc, cm
 
     @gluon.jit
@@ -133,7 +175,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _softmax_part(qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                       idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged,
-                      has_len, n_items, n_hb, splits, par, tp):
+                      has_len, n_items, n_hb, splits, redo_ptr, redo, par, tp):
         """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
 
         The scores, the exponentials and the P hand-over of consecutive tiles run in the two
@@ -217,8 +259,8 @@ if HAVE_GLUON:
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                     s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
-                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
-                                                                not NO_MCHAIN)
+                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
+                                                                     not NO_MCHAIN, redo, redo_ptr + w)
                 if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)

@@ -319,19 +319,24 @@ def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_p
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                     D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                     HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr = 0):
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr = 0, redo_ptr=None,
+                    REDO: tl.constexpr = False):
     row = tl.program_id(0)
-    h0 = tl.program_id(1) * HB
-    base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
-                         CNT_BLOCK)
-    m, l, acc0, acc1, acc2, acc3, acc_b = attend(
-        q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
-        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, KV8)
-    offs_h = h0 + tl.arange(0, HB)
-    hmask = offs_h < H
-    scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-    o_row = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
-    store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b, CH, NCH, BLOCK_B, V_B)
+    go = True
+    if REDO:  # only the items (row, head block) flagged in redo_ptr: the rest keep what is there
+        go = tl.load(redo_ptr + row * tl.num_programs(1) + tl.program_id(1)) != 0
+    if go:
+        h0 = tl.program_id(1) * HB
+        base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
+                             CNT_BLOCK)
+        m, l, acc0, acc1, acc2, acc3, acc_b = attend(
+            q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
+            D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, KV8)
+        offs_h = h0 + tl.arange(0, HB)
+        hmask = offs_h < H
+        scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+        o_row = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
+        store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b, CH, NCH, BLOCK_B, V_B)
 
 
 def tile_constants(p: Packed, head_dim: int, cfg: TileConfig) -> dict:
@@ -341,26 +346,35 @@ def tile_constants(p: Packed, head_dim: int, cfg: TileConfig) -> dict:
                 BLOCK_N=cfg.block_n, HB=HEAD_BLOCK, IEEE=p.ieee)
 
 
-def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | None = None) -> None:
+def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | None = None,
+           redo: torch.Tensor | None = None) -> None:
     """Write the ragged prefill into ``args.output`` in place; torch serves dtypes Triton does not.
 
     ``kv8`` overrides how an fp8 pool is converted (``fp8_ptx``; timing experiments and tests only).
+    ``redo``: int32, one flag per item (row, head block of 16), row-major: only the flagged items are written
+    (the Hopper prefill's items to compute again, ``gluon_sm90_ws.redo_flagged``); torch, where it serves,
+    writes them all.
     """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, head_dim = q.shape
     if rows == 0 or heads == 0 or out.shape[2] == 0:
         return
+    grid = (rows, triton.cdiv(heads, HEAD_BLOCK))
+    if redo is not None and (redo.dtype != torch.int32 or redo.numel() != grid[0] * grid[1]
+                             or redo.device != q.device):
+        raise ValueError(f"redo: one int32 flag per item on {q.device}, {grid[0] * grid[1]} of them "
+                         f"(rows x head blocks); got {redo.dtype} x {redo.numel()} on {redo.device}")
     if not triton_supports(args):
         torch_ragged_prefill(args)
         return
     pool, mode = kv_operand(kv, q.dtype, kv8)
     cfg = config_for(config, PREFILL_CONFIG, mode)
     p = pack(args)
-    grid = (rows, triton.cdiv(heads, HEAD_BLOCK))
     _prefill_kernel[grid](
         q, pool, p.idx, p.length, p.indptr, p.sink, out,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        CNT_BLOCK=count_block(p.width), KV8=mode, **tile_constants(p, head_dim, cfg), **cfg.launch_options(),
+        CNT_BLOCK=count_block(p.width), KV8=mode, redo_ptr=redo, REDO=redo is not None,
+        **tile_constants(p, head_dim, cfg), **cfg.launch_options(),
     )

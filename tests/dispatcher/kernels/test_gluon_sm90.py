@@ -150,13 +150,18 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     rec = RecordingLaunch(gluon_sm90_ws._ws_kernel)
     monkeypatch.setattr(gluon_sm90_ws, "_ws_kernel", rec)
     monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
-    reduced = []
+    reduced, redone = [], []
     monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: reduced.append(a))
+    monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: redone.append((a, flags)))
     a = build(300, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096)
     gluon_sm90_ws.launch_prefill_ws(a)
     grid, kw = rec.calls[-1]
     assert grid == (132,) and kw["n_items"] == 300 and kw["splits"] == 1 and kw["partial"] == 0
     assert kw["DB"] == 64 and kw["PDL"] is False and kw["maxnreg"] == 128
+    # the prefill keeps a reference max, flagging items to compute again: one zeroed int32 flag per item,
+    # handed to redo_flagged after the kernel
+    assert kw["redo"] == 1 and kw["redo_ptr"].dtype == torch.int32 and kw["redo_ptr"].shape == (300,)
+    assert not kw["redo_ptr"].any() and redone[-1][0] is a and redone[-1][1] is kw["redo_ptr"]
     assert kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES is True  # stages handed over in halves by default (S13)
     gluon_sm90_ws.launch_prefill_ws(a, halves=False)
     assert rec.calls[-1][1]["HALVES"] is False
@@ -170,6 +175,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     grid, kw = rec.calls[-1]
     assert kw["splits"] == 8 and kw["n_items"] == 16 * 8 and grid == (128,)  # one program per SM: 8 splits of 4 tiles
     assert kw["partial"] == 1 and kw["PDL"] is True and kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES
+    assert kw["redo"] == 0 and len(redone) == 3  # the decode's partials keep the exact running max
     assert kw["part_o_ptr"].shape == (16, 8, 16, 512) and kw["part_lse_ptr"].shape == (16, 8, 16)
     assert kw["part_o_ptr"].dtype == torch.bfloat16 and kw["part_lse_ptr"].dtype == torch.float32  # 16-bit partials
     assert len(reduced) == 1 and reduced[0][4] == 8  # the reduce combines the 8 splits
@@ -193,6 +199,7 @@ def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
     kw = rec.calls[-1][1]
     assert gluon_sm90_ws_d512.PV_DEFAULT is True and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
     assert kw["DB"] == 0 and kw["partial"] == 0 and kw["maxnreg"] == 128
+    assert kw["redo"] == 0  # D = 512 keeps the exact running max
     gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=False)
     kw = rec.calls[-1][1]
     assert kw["PV_DEFAULT"] is False and kw["WREGS"] == (128, 152, 64)  # session 4's order and registers
@@ -216,6 +223,7 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout(monkeypatch):
         monkeypatch.setattr(mod, "_ws_kernel", recs[mod])
     monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
     monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: None)
+    monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: None)
     cpu = torch.device("cpu")
     for layout, mod in ((Layout(512, 64), gluon_sm90_ws), (Layout(448, 64), gluon_sm90_ws_d512),
                         (Layout(512, 0), gluon_sm90_ws_d512)):
@@ -252,7 +260,7 @@ COMPILE = textwrap.dedent("""
     def ptrs(q="bf16", kv="bf16"):
         return {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
                 "sink_ptr": "*" + q, "out_ptr": "*" + q, "o_ptr": "*" + q, "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
-                "part_lse_ptr": "*fp32"}
+                "part_lse_ptr": "*fp32", "redo_ptr": "*i32"}
 
 
     def compile_one(key, fn, consts, ptr_types, opts):

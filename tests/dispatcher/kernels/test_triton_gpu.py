@@ -217,6 +217,40 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
     assert took["gluon"] >= 3 * took["triton"], took
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(compiled, dtype, monkeypatch):
+    """The warp-specialised prefill keeps each item's first finite max as P's reference. In rows 3 and 7, tile 16's
+    64 slots hold kv rows 6 q of head 0, so head 0 scores there about 2^200 above it (P would overflow float32):
+    exactly those two items are flagged, Triton computes them again, and every row matches the reference."""
+    _hopper()
+    from dispatcher.kernels import gluon_sm90_ws
+    from dispatcher.kernels.torch_ref import ragged_prefill
+    from dispatcher.sweep.correctness import build
+    from dispatcher.sweep.grid import Layout
+
+    dev = torch.device("cuda")
+    a = build(64, layout=Layout(512, 64), dtype=dtype, device=dev, kv_len=8192, pad=False, bad_slots=False)
+    idx, extra = a.index.indices.clone(), []
+    for k, r in enumerate((3, 7)):
+        idx[r, 1024:1088] = 8192 + 64 * k + torch.arange(64, device=dev, dtype=idx.dtype)
+        extra.append((6 * a.q[r, 0].float()).to(dtype).expand(64, 1, -1))
+    a = a._replace(kv=torch.cat([a.kv] + extra), index=a.index._replace(indices=idx))
+    flagged = []
+    redo = gluon_sm90_ws.redo_flagged
+    monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda args, flags: (flagged.append(flags.clone()),
+                                                                            redo(args, flags)))
+    got = a._replace(output=torch.full_like(a.output, float("nan")))
+    gluon_sm90_ws.launch_prefill_ws(got)
+    assert torch.nonzero(flagged[0]).flatten().tolist() == [3, 7]
+    ref = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=dev))
+    ragged_prefill(ref)
+    out = got.output.float()
+    assert torch.isfinite(out).all()
+    for r in range(64):
+        err = ((out[r] - ref.output[r]).norm() / ref.output[r].norm().clamp_min(1e-6)).item()
+        assert err < 1e-2, (r, err)
+
+
 @pytest.mark.parametrize("stages", [3, 2])
 @pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

@@ -121,6 +121,32 @@ def test_unsupported_dtypes_fall_back_to_torch(interp, which):
     torch.testing.assert_close(args.output, ref.output, atol=1e-5, rtol=1e-5)
 
 
+def test_prefill_redo_writes_only_the_flagged_items(interp):
+    """``redo`` (the Hopper prefill's items to compute again): an item is (row, head block of 16), flagged row-major;
+    flagged items get the reference's answer, the rest of the output is left as it was."""
+    prefill, _ = interp
+    case = make_case(7, sq=5, heads=20)  # two head blocks: heads 0-15 and 16-19
+    args = case.fresh_output()
+    flags = torch.zeros(5 * 2, dtype=torch.int32)
+    flags[2 * 2 + 1] = 1  # row 2, heads 16-19
+    flags[4 * 2 + 0] = 1  # row 4, heads 0-15
+    prefill.launch(args, redo=flags)
+    got, exp = args.output, case.expected()
+    torch.testing.assert_close(got[2, 16:].double(), exp[2, 16:], **TOL[torch.float16])
+    torch.testing.assert_close(got[4, :16].double(), exp[4, :16], **TOL[torch.float16])
+    written = torch.zeros(got.shape[:2], dtype=torch.bool)
+    written[2, 16:] = written[4, :16] = True
+    assert torch.isnan(got[~written]).all() and not torch.isnan(got[written]).any()
+
+
+def test_prefill_redo_flags_must_be_one_int32_per_item(interp):
+    prefill, _ = interp
+    case = make_case(7, sq=5, heads=20)
+    for bad in (torch.zeros(5, dtype=torch.int32), torch.zeros(10, dtype=torch.int64)):
+        with pytest.raises(ValueError, match="one int32 flag per item"):
+            prefill.launch(case.fresh_output(), redo=bad)
+
+
 FP8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
        if hasattr(torch, n)]
 
