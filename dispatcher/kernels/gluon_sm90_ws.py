@@ -164,9 +164,9 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     One program per multiprocessor over the work items (row, split, head block); with no
     ``part_o`` it is the prefill, writing the output, else the decode's partial pass.
 
-    ``redo`` (this module's prefill): the softmax keeps each item's first finite max as its reference
-    (``_softmax_tile``), flags any item whose scores pass it by more than 2^64, and ``redo_flagged`` computes
-    those items again.
+    ``redo`` (this module's prefill): the softmax keeps each item's first finite max as P's reference
+    (``_softmax_tile_redo``), flags any item whose sums of P under it outgrow P's dtype (``_flag_redo``), and
+    ``redo_flagged`` computes those items again.
     """
     from .triton_decode import sm_count
 

@@ -35,9 +35,6 @@ if HAVE_GLUON:
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
     NO_TMAX = gl.constexpr(False)  # no tile max across the warpgroup's warps: P relative to max(running max, 0)
-    # How far (log2) a score may pass the prefill's reference before its item is computed again: P up to 2^64,
-    # its sums over 2,048 slots up to 2^75 and Oᵀ far below float32's 2^128 for any value the pool holds.
-    REDO_ABOVE = gl.constexpr(64.0)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -113,15 +110,14 @@ if HAVE_GLUON:
         return p, m_prev, m_safe, m_new, l_acc, cm
 
     @gluon.jit
-    def _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr, redo, flag_ptr):
+    def _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr, redo):
         """``_softmax_tile``, but with ``redo`` (the prefill), once an item has a finite max, P stays relative to it
         (the reference) rather than to the running max.
 
         That leaves out the tile max, whose reduction across the warps (a shared-memory round trip and two barriers,
-        2.7 times slower beside wgmma's operand reads) took 10% of the 512+64 prefill (S29). Any max already seen
-        serves the online softmax as its reference: P, the sums and Oᵀ only grow with the scores above it. A score
-        more than 2^REDO_ABOVE above it stores 1 at ``flag_ptr``, and the launcher has the item computed again
-        (``gluon_sm90_ws.redo_flagged``).
+        2.7 times slower beside wgmma's operand reads) is on the way from each tile's scores to its P (S29). Any max
+        already seen serves the online softmax as its reference: P, the sums and Oᵀ only grow with the scores above
+        it, and ``_flag_redo`` has the item computed again should they grow too far.
         """
         m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
         lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # every warp holds all 16 heads: no exchange
@@ -130,10 +126,22 @@ if HAVE_GLUON:
         else:
             m_new = gl.maximum(m_prev, _tile_max(s))
         p, m_safe, l_acc = _exp_tile(s, m, m_new, m_smem, m_ready, par, t, nt, l_acc)
-        if lazy:  # a score past the reference by more than 2^REDO_ABOVE: the item is computed again
-            gl.store(flag_ptr + gl.zeros([64, 16], gl.int32, MMA), gl.full([64, 16], 1, gl.int32, MMA),
-                     mask=s > (m_safe + REDO_ABOVE)[None, :])
         return p, m_prev, m_safe, m_new, l_acc, cm
+
+    @gluon.jit
+    def _flag_redo(l_sum, redo, flag_ptr, dt: gl.constexpr):
+        """At a softmax warpgroup's last tile of an item, its sum of P per head (``l_sum``): past what P in ``dt``
+        holds with room to spare (2^64 in bf16, 2^15 in fp16, whose largest is 65,504) or not finite, 1 at
+        ``flag_ptr``, and the launcher has the item computed again (``gluon_sm90_ws.redo_flagged``).
+
+        Under a reference every P is at most the sum it is part of, and later tiles never scale the sum down, so
+        in an item not flagged every P fitted ``dt``, and the sums and Oᵀ float32, once a tile.
+        """
+        if redo != 0:
+            heads_l: gl.constexpr = gl.SliceLayout(0, MMA)
+            limit: gl.constexpr = 2.0 ** 64 if dt == gl.bfloat16 else 2.0 ** 15
+            over = (l_sum > limit) | (l_sum != l_sum)
+            gl.store(flag_ptr + gl.zeros([16], gl.int32, heads_l), gl.full([16], 1, gl.int32, heads_l), mask=over)
 
     @gluon.jit
     def _merge_totals(m0, l0, m1, l1):
@@ -260,14 +268,16 @@ if HAVE_GLUON:
                     s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
                 p, m_prev, m_safe, m, l_acc, cm = _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
-                                                                     not NO_MCHAIN, redo, redo_ptr + w)
+                                                                     not NO_MCHAIN, redo)
                 if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
                 _vec_view(rp, par, ALPHA).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
                 if t + 2 >= nt:  # this warpgroup's last tile of the item: its totals, relative to its last max
+                    l_sum = gl.sum(l_acc, axis=0)
                     _vec_view(rp, par, FIN_M).store(m)
-                    _vec_view(rp, par, FIN_L).store(gl.sum(l_acc, axis=0))
+                    _vec_view(rp, par, FIN_L).store(l_sum)
+                    _flag_redo(l_sum, redo, redo_ptr + w, dt)
                 fence_async_shared()
                 mbarrier.arrive(p_ready.index(par))
                 c += 1

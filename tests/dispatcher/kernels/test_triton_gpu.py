@@ -217,11 +217,18 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
     assert took["gluon"] >= 3 * took["triton"], took
 
 
+REDO_CASES = {  # kv rows c q (head 0) in tile 16 of rows 3 and 7: (c, the rows flagged in bf16, in fp16)
+    "2^200-above": (6.0, [3, 7], [3, 7]),  # P would overflow float32 in either dtype
+    "2^30-above": (1.0, [], [3, 7]),  # P fits bf16 (kept), not fp16 (largest 65,504)
+}
+
+
+@pytest.mark.parametrize("case", list(REDO_CASES))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(compiled, dtype, monkeypatch):
+def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(compiled, dtype, case, monkeypatch):
     """The warp-specialised prefill keeps each item's first finite max as P's reference. In rows 3 and 7, tile 16's
-    64 slots hold kv rows 6 q of head 0, so head 0 scores there about 2^200 above it (P would overflow float32):
-    exactly those two items are flagged, Triton computes them again, and every row matches the reference."""
+    64 slots hold kv rows c q of head 0, so head 0 scores there far above it: the items whose P outgrows its
+    dtype are flagged, and only those, Triton computes them again, and every row matches the reference."""
     _hopper()
     from dispatcher.kernels import gluon_sm90_ws
     from dispatcher.kernels.torch_ref import ragged_prefill
@@ -233,7 +240,7 @@ def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(c
     idx, extra = a.index.indices.clone(), []
     for k, r in enumerate((3, 7)):
         idx[r, 1024:1088] = 8192 + 64 * k + torch.arange(64, device=dev, dtype=idx.dtype)
-        extra.append((6 * a.q[r, 0].float()).to(dtype).expand(64, 1, -1))
+        extra.append((REDO_CASES[case][0] * a.q[r, 0].float()).to(dtype).expand(64, 1, -1))
     a = a._replace(kv=torch.cat([a.kv] + extra), index=a.index._replace(indices=idx))
     flagged = []
     redo = gluon_sm90_ws.redo_flagged
@@ -241,7 +248,7 @@ def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(c
                                                                             redo(args, flags)))
     got = a._replace(output=torch.full_like(a.output, float("nan")))
     gluon_sm90_ws.launch_prefill_ws(got)
-    assert torch.nonzero(flagged[0]).flatten().tolist() == [3, 7]
+    assert torch.nonzero(flagged[0]).flatten().tolist() == REDO_CASES[case][1 if dtype == torch.bfloat16 else 2]
     ref = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=dev))
     ragged_prefill(ref)
     out = got.output.float()
