@@ -35,6 +35,9 @@ if HAVE_GLUON:
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
     NO_TMAX = gl.constexpr(False)  # no tile max across the warpgroup's warps: P relative to max(running max, 0)
+    # A trial (session 29, not yet run on a GPU): the prefill's running max passes between the softmax warpgroups
+    # only until its reference is set (``_softmax_tile_redo``). Set before the first compile, as the flags above.
+    MCHAIN_ONCE = gl.constexpr(False)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -84,12 +87,15 @@ if HAVE_GLUON:
         return gl.max(s, axis=0)
 
     @gluon.jit
-    def _exp_tile(s, m, m_new, m_smem, m_ready, par, t, nt, l_acc):
-        """Pass the new max on to the other warpgroup's tile t + 1; then P relative to it, and the per-thread
-        partial sums moved from m to it."""
-        if t + 1 < nt:  # the other warpgroup's next tile waits for it
+    def _pass_max(m_smem, m_ready, par, t, nt, m_new):
+        """The new max, for the other warpgroup's tile t + 1 (which waits for it), if there is one."""
+        if t + 1 < nt:
             m_smem.index(par).store(m_new)
             mbarrier.arrive(m_ready.index(par))
+
+    @gluon.jit
+    def _exp_tile(s, m, m_new, l_acc):
+        """P relative to the new max, and the per-thread partial sums moved from m to it."""
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
         p = gl.exp2(s - m_safe[None, :])
         l_acc = l_acc * gl.exp2(m - m_safe)[None, :] + p
@@ -106,7 +112,8 @@ if HAVE_GLUON:
         """
         m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
         m_new = gl.maximum(m_prev, _tile_max(s))
-        p, m_safe, l_acc = _exp_tile(s, m, m_new, m_smem, m_ready, par, t, nt, l_acc)
+        _pass_max(m_smem, m_ready, par, t, nt, m_new)
+        p, m_safe, l_acc = _exp_tile(s, m, m_new, l_acc)
         return p, m_prev, m_safe, m_new, l_acc, cm
 
     @gluon.jit
@@ -118,14 +125,33 @@ if HAVE_GLUON:
         2.7 times slower beside wgmma's operand reads) is on the way from each tile's scores to its P (S29). Any max
         already seen serves the online softmax as its reference: P, the sums and Oᵀ only grow with the scores above
         it, and ``_flag_redo`` has the item computed again should they grow too far.
+
+        With ``MCHAIN_ONCE`` (a trial, built in session 29 and not yet run on a GPU) the running max passes between
+        the warpgroups only until the reference is set: a tile done exactly passes its max on, a warpgroup that
+        already holds the reference (its own ``m`` finite) neither waits for one nor passes one on.
         """
-        m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
-        lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # every warp holds all 16 heads: no exchange
-        if lazy:
-            m_new = m_prev
+        if MCHAIN_ONCE:
+            held = (redo != 0) & (gl.min(m, axis=0) > float("-inf"))  # this warpgroup holds the item's reference
+            if held:
+                m_prev = m
+                m_new = m
+            else:
+                m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
+                lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # set by the other's last tile
+                if lazy:
+                    m_new = m_prev
+                else:  # done exactly: the other warpgroup's next tile waits for this max
+                    m_new = gl.maximum(m_prev, _tile_max(s))
+                    _pass_max(m_smem, m_ready, par, t, nt, m_new)
         else:
-            m_new = gl.maximum(m_prev, _tile_max(s))
-        p, m_safe, l_acc = _exp_tile(s, m, m_new, m_smem, m_ready, par, t, nt, l_acc)
+            m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
+            lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # every warp holds all 16 heads: no exchange
+            if lazy:
+                m_new = m_prev
+            else:
+                m_new = gl.maximum(m_prev, _tile_max(s))
+            _pass_max(m_smem, m_ready, par, t, nt, m_new)
+        p, m_safe, l_acc = _exp_tile(s, m, m_new, l_acc)
         return p, m_prev, m_safe, m_new, l_acc, cm
 
     @gluon.jit

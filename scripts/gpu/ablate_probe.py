@@ -25,7 +25,9 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
   into registers instead of by every wgmma; right, and 30% slower);
 - 16: no tile max across the softmax warpgroup's warps (P relative to the larger of the running max and 0; the
   reduction's shared-memory round trip and barriers left out, session 29); 17: that and each softmax warpgroup
-  keeping its own max.
+  keeping its own max (both timed before the prefill kept a reference max, S29-6);
+- 18: a trial with right answers (run it with ``--check``): the prefill's running max passed between the softmax
+  warpgroups only until the item's reference is set (``gluon_sm90_ws_parts.MCHAIN_ONCE``, session 29; not yet run).
 
 ``--check`` first runs every correctness case (bf16 and fp16) through the build's prefill at any layout and its
 ws decode's partials, for a build meant to give right answers (0, or a variant under trial).
@@ -59,11 +61,12 @@ from kernel_lab import lab_output, save_results, warm_clocks, ws_flags_on  # noq
 DEV = torch.device("cuda")
 NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only",
          7: "no rescale", 8: "no m chain", 9: "no rescale, no m chain", 13: "no P·V products",
-         14: "no scores' products", 16: "no tile max", 17: "no tile max, no m chain"}
+         14: "no scores' products", 16: "no tile max", 17: "no tile max, no m chain",
+         18: "max passed until the reference"}
 LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER", "NO_SCORES", "NO_PV"),
             4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES"), 7: ("NO_RESCALE",),
             8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",),
-            16: ("NO_TMAX",), 17: ("NO_TMAX", "NO_MCHAIN")}
+            16: ("NO_TMAX",), 17: ("NO_TMAX", "NO_MCHAIN"), 18: ("MCHAIN_ONCE",)}
 
 
 def main() -> None:

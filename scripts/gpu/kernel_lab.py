@@ -143,8 +143,11 @@ def warm_clocks(dev: torch.device, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
+WS_TRIALS = ("TRACE", "MCHAIN_ONCE")  # the flags besides NO_* (a trace, a variant on trial: right answers)
+
+
 def ws_flags_on(flags) -> None:
-    """Turn on the warp-specialised kernel's timing-experiment flags (``NO_*``, ``TRACE``; globals of
+    """Turn on the warp-specialised kernel's experiment flags (``NO_*``, ``WS_TRIALS``; globals of
     ``gluon_sm90_ws_parts``, which its partitions read): before anything compiles.
 
     A name that is not such a flag fails here, instead of setting an attribute no kernel reads.
@@ -154,7 +157,7 @@ def ws_flags_on(flags) -> None:
     from dispatcher.kernels import gluon_sm90_ws_parts
 
     for flag in flags:
-        if not (flag.startswith("NO_") or flag == "TRACE") or not isinstance(getattr(gluon_sm90_ws_parts, flag, None),
+        if not (flag.startswith("NO_") or flag in WS_TRIALS) or not isinstance(getattr(gluon_sm90_ws_parts, flag, None),
                                                                              gl.constexpr):
             raise ValueError(f"gluon_sm90_ws_parts has no timing flag {flag!r}")
         setattr(gluon_sm90_ws_parts, flag, gl.constexpr(True))
