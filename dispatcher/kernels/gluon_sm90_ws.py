@@ -186,7 +186,8 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
         part_o = part_lse = out.new_empty(1, dtype=torch.float32)
     if redo and partial:
         raise ValueError("redo is the prefill's: the decode's partials keep the exact running max")
-    flags = torch.zeros(items if redo else 1, dtype=torch.int32, device=q.device)  # items to compute again
+    # the items to compute again; without redo the kernel never reads them, so no memset on that path
+    flags = torch.zeros(items, dtype=torch.int32, device=q.device) if redo else out.new_empty(1, dtype=torch.int32)
     kernel[(min(items, sm_count(q.device)),)](
         q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
