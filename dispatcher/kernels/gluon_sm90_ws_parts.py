@@ -35,9 +35,6 @@ if HAVE_GLUON:
     NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
     NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
     NO_TMAX = gl.constexpr(False)  # no tile max across the warpgroup's warps: P relative to max(running max, 0)
-    # A trial (session 29, not yet run on a GPU): the prefill's running max passes between the softmax warpgroups
-    # only until its reference is set (``_softmax_tile_redo``). Set before the first compile, as the flags above.
-    MCHAIN_ONCE = gl.constexpr(False)
 
     @gluon.jit
     def _stamp(tp, slot):
@@ -126,31 +123,25 @@ if HAVE_GLUON:
         already seen serves the online softmax as its reference: P, the sums and Oᵀ only grow with the scores above
         it, and ``_flag_redo`` has the item computed again should they grow too far.
 
-        With ``MCHAIN_ONCE`` (a trial, built in session 29 and not yet run on a GPU) the running max passes between
-        the warpgroups only until the reference is set: a tile done exactly passes its max on, a warpgroup that
-        already holds the reference (its own ``m`` finite) neither waits for one nor passes one on.
+        The running max passes between the warpgroups only until the reference is set (S30-1: 2.8% faster at
+        512+64 than passing it at every tile, answers bit-identical): a tile done exactly passes its max on; a
+        warpgroup that already holds the reference (its own ``m`` finite) neither waits for one nor passes one
+        on, and one that receives it takes it without passing it back. Waits and passes stay paired: a warpgroup
+        waits at a tile exactly when it holds no reference, which is exactly when the other passed its max at the
+        tile before (both test the same max, the last one passed, which each then holds).
         """
-        if MCHAIN_ONCE:
-            held = (redo != 0) & (gl.min(m, axis=0) > float("-inf"))  # this warpgroup holds the item's reference
-            if held:
-                m_prev = m
-                m_new = m
-            else:
-                m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
-                lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # set by the other's last tile
-                if lazy:
-                    m_new = m_prev
-                else:  # done exactly: the other warpgroup's next tile waits for this max
-                    m_new = gl.maximum(m_prev, _tile_max(s))
-                    _pass_max(m_smem, m_ready, par, t, nt, m_new)
+        held = (redo != 0) & (gl.min(m, axis=0) > float("-inf"))  # this warpgroup holds the item's reference
+        if held:
+            m_prev = m
+            m_new = m
         else:
             m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
-            lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # every warp holds all 16 heads: no exchange
-            if lazy:
+            lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # set by the other's last tile
+            if lazy:  # every warp holds all 16 heads: no exchange
                 m_new = m_prev
-            else:
+            else:  # done exactly: the other warpgroup's next tile waits for this max
                 m_new = gl.maximum(m_prev, _tile_max(s))
-            _pass_max(m_smem, m_ready, par, t, nt, m_new)
+                _pass_max(m_smem, m_ready, par, t, nt, m_new)
         p, m_safe, l_acc = _exp_tile(s, m, m_new, l_acc)
         return p, m_prev, m_safe, m_new, l_acc, cm
 

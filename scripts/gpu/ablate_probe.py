@@ -26,8 +26,12 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
 - 16: no tile max across the softmax warpgroup's warps (P relative to the larger of the running max and 0; the
   reduction's shared-memory round trip and barriers left out, session 29); 17: that and each softmax warpgroup
   keeping its own max (both timed before the prefill kept a reference max, S29-6);
-- 18: a trial with right answers (run it with ``--check``): the prefill's running max passed between the softmax
-  warpgroups only until the item's reference is set (``gluon_sm90_ws_parts.MCHAIN_ONCE``, session 29; not yet run).
+- 18: (S30-1, commit 38837d9, the kernel's since session 30: the prefill's running max passed between the softmax
+  warpgroups only until the item's reference is set, session 29's ``MCHAIN_ONCE`` trial; 2.8% faster at 512+64,
+  answers bit-identical).
+
+``--layouts`` picks the layouts (default 512+64,512+0). ``--beside-d512`` (a build without flags) also times the D = 512
+kernel ``gluon_sm90_ws_d512`` at each D = 512 layout, before and after this one, in the same process (session 30).
 
 ``--check`` first runs every correctness case (bf16 and fp16) through the build's prefill at any layout and its
 ws decode's partials, for a build meant to give right answers (0, or a variant under trial).
@@ -37,6 +41,7 @@ At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same k
 of 1 and 2 are wrong on purpose; their timings are real.
 
     TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20] [--check]
+        [--layouts 512+64,448+64,512+0] [--beside-d512]
 
 Writes $OUT/ablate_probe_N.json.
 """
@@ -61,12 +66,11 @@ from kernel_lab import lab_output, save_results, warm_clocks, ws_flags_on  # noq
 DEV = torch.device("cuda")
 NAMES = {0: "the kernel", 1: "no gathers", 2: "no products", 3: "neither", 4: "scores only", 5: "P·V only",
          7: "no rescale", 8: "no m chain", 9: "no rescale, no m chain", 13: "no P·V products",
-         14: "no scores' products", 16: "no tile max", 17: "no tile max, no m chain",
-         18: "max passed until the reference"}
+         14: "no scores' products", 16: "no tile max", 17: "no tile max, no m chain"}
 LEFT_OUT = {0: (), 1: ("NO_GATHER",), 2: ("NO_SCORES", "NO_PV"), 3: ("NO_GATHER", "NO_SCORES", "NO_PV"),
             4: ("NO_GATHER", "NO_PV"), 5: ("NO_GATHER", "NO_SCORES"), 7: ("NO_RESCALE",),
             8: ("NO_MCHAIN",), 9: ("NO_RESCALE", "NO_MCHAIN"), 13: ("NO_PV",), 14: ("NO_SCORES",),
-            16: ("NO_TMAX",), 17: ("NO_TMAX", "NO_MCHAIN"), 18: ("MCHAIN_ONCE",)}
+            16: ("NO_TMAX",), 17: ("NO_TMAX", "NO_MCHAIN")}
 
 
 def main() -> None:
@@ -75,28 +79,39 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--check", action="store_true", help="every correctness case through this build first")
+    ap.add_argument("--layouts", type=lambda v: v.split(","), default=["512+64", "512+0"])
+    ap.add_argument("--beside-d512", action="store_true",
+                    help="also time gluon_sm90_ws_d512 at each D = 512 layout, before and after this build")
     opt = ap.parse_args()
+    if opt.beside_d512 and opt.ablate:
+        ap.error("--beside-d512 compares the kernels as built: with --ablate 0 only")
     ws_flags_on(LEFT_OUT[opt.ablate])  # before anything compiles
     out, log = lab_output()
     checks = check_build(log) if opt.check else None
     warm_clocks(DEV, 1.0)
     rec = []
-    for spec in ("512+64", "512+0"):
+    for spec in opt.layouts:
         lay = Layout(*(int(x) for x in spec.split("+")))
         sets = make_sets(opt.rows, 2048, 16, lay, default_kv_len(opt.rows, 2048), dtype=torch.bfloat16, device=DEV)
-        sets[0].output.zero_()
-        launch = gluon_sm90_ws.launch_prefill_ws
-        launch(sets[0])
-        o = sets[0].output.double()
-        digest = (float(o.sum()), float(o.abs().sum()))  # equal across runs where the answers are the same
-        k = KernelTimer(DEV).time(launch, sets, warmup=3, repeats=opt.repeats)
-        kv_bytes = opt.rows * 2048 * (lay.nope + lay.rope) * 2
-        rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=NAMES[opt.ablate],
-                        kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
-                        kv_tb_per_s=kv_bytes / k.median_us / 1e6, out_sum=digest[0], out_abs_sum=digest[1]))
-        log(f"ablate {opt.ablate} ({NAMES[opt.ablate]:22}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
-            f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s; "
-            f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
+        runs = [(NAMES[opt.ablate], gluon_sm90_ws.launch_prefill_ws)]
+        if opt.beside_d512 and lay.nope + lay.rope == 512:
+            from dispatcher.kernels import gluon_sm90_ws_d512
+
+            d512 = ("gluon_sm90_ws_d512", gluon_sm90_ws_d512.launch_prefill_ws)
+            runs = [d512, *runs, d512]
+        for name, launch in runs:
+            sets[0].output.zero_()
+            launch(sets[0])
+            o = sets[0].output.double()
+            digest = (float(o.sum()), float(o.abs().sum()))  # equal across runs where the answers are the same
+            k = KernelTimer(DEV).time(launch, sets, warmup=3, repeats=opt.repeats)
+            kv_bytes = opt.rows * 2048 * (lay.nope + lay.rope) * 2
+            rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=name,
+                            kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
+                            kv_tb_per_s=kv_bytes / k.median_us / 1e6, out_sum=digest[0], out_abs_sum=digest[1]))
+            log(f"ablate {opt.ablate} ({name:22}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
+                f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s; "
+                f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
         del sets
         torch.cuda.empty_cache()
     save_results(out, f"ablate_probe_{opt.ablate}", results=rec, checks=checks)

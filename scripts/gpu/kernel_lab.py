@@ -143,7 +143,8 @@ def warm_clocks(dev: torch.device, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
-WS_TRIALS = ("TRACE", "MCHAIN_ONCE")  # the flags besides NO_* (a trace, a variant on trial: right answers)
+WS_TRIALS = ("TRACE",)  # the flags besides NO_*: a trace, or a variant on trial (right answers; session 29's
+# MCHAIN_ONCE, the default since session 30)
 
 
 def ws_flags_on(flags) -> None:

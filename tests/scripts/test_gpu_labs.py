@@ -173,11 +173,10 @@ def test_ws_flags_on_sets_the_kernels_timing_flags_and_refuses_any_other_name(la
     import kernel_lab
     from dispatcher.kernels import gluon_sm90_ws_parts
 
-    for flag in ("NO_GATHER", "TRACE", "MCHAIN_ONCE"):  # restored after the test: the production build has them off
+    for flag in ("NO_GATHER", "TRACE"):  # restored after the test: the production build has them off
         monkeypatch.setattr(gluon_sm90_ws_parts, flag, getattr(gluon_sm90_ws_parts, flag))
-    kernel_lab.ws_flags_on(["NO_GATHER", "TRACE", "MCHAIN_ONCE"])  # a trial is named as the lab's flags are
+    kernel_lab.ws_flags_on(["NO_GATHER", "TRACE"])  # a flag besides NO_* (WS_TRIALS) is named as they are
     assert gluon_sm90_ws_parts.NO_GATHER.value is True and gluon_sm90_ws_parts.TRACE.value is True
-    assert gluon_sm90_ws_parts.MCHAIN_ONCE.value is True
     assert gluon_sm90_ws_parts.NO_PV.value is False  # only what was named
     for bad in ("NO_GATHR", "STAGES", "WORKER_REGS", "no_gather"):  # a typo, or a module value that is no flag
         with pytest.raises(ValueError, match=bad):
