@@ -20,9 +20,9 @@ fp16 or bf16, and ``supports()`` says so. The registry hands every other call to
 On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
 prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup overlaps little
 of the softmax with the tensor cores, so the prefill's default is a warp-specialised, persistent
-kernel: ``gluon_sm90_ws`` at 512+64 (5.48-5.60 ms against 6.97), ``gluon_sm90_ws_d512`` at
-D = 512 (4.89 against 6.62 at 512+0); ``ws_module`` picks (S4, S5). The split-K decode's
-partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
+kernel, ``gluon_sm90_ws`` (5.48-5.60 ms at 512+64 against 6.97 in session 5; since session 30, 4.84 at
+512+64 and 4.30 at 512+0); ``launch_decode(ws=True)``'s partials take ``gluon_sm90_ws_d512`` at D = 512
+(``ws_module`` picks). The split-K decode's default partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
 and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8). At
 D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pipe``: tile t - 1's
 P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``). At
@@ -219,15 +219,17 @@ def _consts(args: KernelArgs, cfg: Sm90Config, kv8: int = TO) -> dict:
             "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4, **extra}
 
 
-def ws_module(args: KernelArgs):
-    """The warp-specialised kernel's module for this call's layout, the faster of two on an H200.
+def ws_module(args: KernelArgs, *, prefill: bool = True):
+    """The warp-specialised kernel's module for this call, the faster of two on an H200.
 
-    With rope lanes (512+64) ``gluon_sm90_ws``, whose two rope buffers take each tile's P: 5.48-5.60
-    ms at 16,384 rows against 5.85-5.88 for session 4's kernel. At D = 512 (448+64, 512+0: no rope
-    buffer) ``gluon_sm90_ws_d512``, session 4's: 4.89-4.91 ms against 5.08-5.12 (S5-1 to S5-5). An fp8 pool
-    takes ``gluon_sm90_ws`` at every layout: only it converts one (session 25).
+    The prefill takes ``gluon_sm90_ws`` at every layout. Since it keeps P relative to a reference max (sessions
+    29-30) it is faster at D = 512 too: 4.30 ms at 512+0 against 4.78 for ``gluon_sm90_ws_d512`` (S30-1, S30-4;
+    S30-5 side by side). ``launch_decode(ws=True)``'s partials (``prefill=False``) keep the exact running max,
+    and at D = 512 (448+64, 512+0: no rope buffer) take session 4's ``gluon_sm90_ws_d512``, which was 3.6-4.6%
+    faster there (S5-1 to S5-5); with rope lanes (512+64) ``gluon_sm90_ws``. An fp8 pool takes ``gluon_sm90_ws``
+    at every layout: only it converts one (session 25).
     """
-    if int(args.q.shape[2]) - LANES_A > 0 or args.kv.dtype != args.q.dtype:
+    if prefill or int(args.q.shape[2]) - LANES_A > 0 or args.kv.dtype != args.q.dtype:
         from . import gluon_sm90_ws
 
         return gluon_sm90_ws
@@ -320,7 +322,7 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     part_o = torch.empty((rows, splits, heads, p.lanes), dtype=partial_dtype(q.dtype), device=q.device)
     part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
     if use_ws:
-        ws_module(args).launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
+        ws_module(args, prefill=False).launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
     else:
         launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
     triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)

@@ -213,8 +213,9 @@ def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
 
 @needs_gluon
 def test_the_warp_specialised_kernel_is_chosen_by_layout(monkeypatch):
-    """512+64 (rope lanes) takes gluon_sm90_ws; D = 512 (448+64, 512+0) session 4's gluon_sm90_ws_d512,
-    each the faster on an H200 (S5), for the prefill and for ws=True decode partials."""
+    """The prefill takes gluon_sm90_ws at every layout (its reference max makes it the faster at D = 512 too, S30);
+    ws=True decode partials, which keep the exact max, take session 4's gluon_sm90_ws_d512 at D = 512 (448+64,
+    512+0; S5) and gluon_sm90_ws with rope lanes (512+64)."""
     from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512, triton_decode
 
     recs = {}
@@ -225,16 +226,19 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout(monkeypatch):
     monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: None)
     monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: None)
     cpu = torch.device("cpu")
-    for layout, mod in ((Layout(512, 64), gluon_sm90_ws), (Layout(448, 64), gluon_sm90_ws_d512),
-                        (Layout(512, 0), gluon_sm90_ws_d512)):
+    for layout, partials in ((Layout(512, 64), gluon_sm90_ws), (Layout(448, 64), gluon_sm90_ws_d512),
+                             (Layout(512, 0), gluon_sm90_ws_d512)):
         a = build(30, layout=layout, dtype=torch.bfloat16, device=cpu, topk=256, kv_len=1024)
-        assert gluon_sm90.ws_module(a) is mod, layout
+        assert gluon_sm90.ws_module(a) is gluon_sm90_ws, layout
+        assert gluon_sm90.ws_module(a, prefill=False) is partials, layout
         before = {m: len(r.calls) for m, r in recs.items()}
         gluon_sm90.launch_prefill(a)
+        assert recs[gluon_sm90_ws].calls[-1][1]["partial"] == 0 and recs[gluon_sm90_ws].calls[-1][1]["redo"] == 1
         gluon_sm90.launch_decode(a, ws=True, pdl=False)
-        assert {m: len(r.calls) - before[m] for m, r in recs.items()} == {
-            mod: 2, (gluon_sm90_ws_d512 if mod is gluon_sm90_ws else gluon_sm90_ws): 0}, layout
-        assert recs[mod].calls[-2][1]["partial"] == 0 and recs[mod].calls[-1][1]["partial"] == 1
+        assert recs[partials].calls[-1][1]["partial"] == 1, layout
+        ran = {m: len(r.calls) - before[m] for m, r in recs.items()}
+        assert ran == ({gluon_sm90_ws: 2, gluon_sm90_ws_d512: 0} if partials is gluon_sm90_ws
+                       else {gluon_sm90_ws: 1, gluon_sm90_ws_d512: 1}), layout
         # an fp8 pool: gluon_sm90_ws at every layout (only it converts one), the pool itself as the kv operand
         f = build(30, layout=layout, dtype=torch.bfloat16, device=cpu, topk=256, kv_len=1024,
                   kv_dtype=torch.float8_e5m2)

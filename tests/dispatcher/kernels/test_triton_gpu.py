@@ -223,20 +223,24 @@ REDO_CASES = {  # kv rows c q (head 0) in tile 16 of rows 3 and 7: (c, the rows 
 }
 
 
+@pytest.mark.parametrize("layout", ["512+64", "512+0"])
 @pytest.mark.parametrize("case", list(REDO_CASES))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(compiled, dtype, case, monkeypatch):
+def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(compiled, dtype, case, layout,
+                                                                               monkeypatch):
     """The warp-specialised prefill keeps each item's first finite max as P's reference. In rows 3 and 7, tile 16's
     64 slots hold kv rows c q of head 0, so head 0 scores there far above it: the items whose P outgrows its
-    dtype are flagged, and only those, Triton computes them again, and every row matches the reference."""
-    _hopper()
+    dtype are flagged, and only those, Triton computes them again, and every row matches the reference. With
+    rope lanes and at D = 512, where the prefill takes the same kernel since session 30."""
+    g = _hopper()
     from dispatcher.kernels import gluon_sm90_ws
     from dispatcher.kernels.torch_ref import ragged_prefill
     from dispatcher.sweep.correctness import build
     from dispatcher.sweep.grid import Layout
 
     dev = torch.device("cuda")
-    a = build(64, layout=Layout(512, 64), dtype=dtype, device=dev, kv_len=8192, pad=False, bad_slots=False)
+    a = build(64, layout=Layout(*map(int, layout.split("+"))), dtype=dtype, device=dev, kv_len=8192, pad=False,
+              bad_slots=False)
     idx, extra = a.index.indices.clone(), []
     for k, r in enumerate((3, 7)):
         idx[r, 1024:1088] = 8192 + 64 * k + torch.arange(64, device=dev, dtype=idx.dtype)
@@ -247,7 +251,8 @@ def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(c
     monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda args, flags: (flagged.append(flags.clone()),
                                                                             redo(args, flags)))
     got = a._replace(output=torch.full_like(a.output, float("nan")))
-    gluon_sm90_ws.launch_prefill_ws(got)
+    assert g.ws_module(got) is gluon_sm90_ws
+    g.launch_prefill(got)  # the prefill's default: gluon_sm90_ws at either layout
     assert torch.nonzero(flagged[0]).flatten().tolist() == REDO_CASES[case][1 if dtype == torch.bfloat16 else 2]
     ref = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=dev))
     ragged_prefill(ref)
