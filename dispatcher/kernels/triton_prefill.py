@@ -313,30 +313,70 @@ def store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b,
         tl.store(o_row + ob[None, :] * o_s2, (acc_b * w).to(ty), mask=hmask[:, None] & (ob[None, :] < lanes))
 
 
+@triton.jit
+def prefill_item(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, row, hb,
+                 skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
+                 q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
+                 D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
+                 HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
+                 IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr):
+    """One item: query row ``row``, heads [hb·HB, hb·HB + HB), into the output."""
+    h0 = hb * HB
+    base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
+                         CNT_BLOCK)
+    m, l, acc0, acc1, acc2, acc3, acc_b = attend(
+        q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
+        D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, KV8)
+    offs_h = h0 + tl.arange(0, HB)
+    hmask = offs_h < H
+    scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+    o_row = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
+    store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b, CH, NCH, BLOCK_B, V_B)
+
+
 @triton.jit(do_not_specialize=_FLAGS)
 def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                     skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                     D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                     HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr = 0, redo_ptr=None,
-                    REDO: tl.constexpr = False):
-    row = tl.program_id(0)
-    go = True
-    if REDO:  # only the items (row, head block) flagged in redo_ptr: the rest keep what is there
-        go = tl.load(redo_ptr + row * tl.num_programs(1) + tl.program_id(1)) != 0
-    if go:
-        h0 = tl.program_id(1) * HB
-        base, n = row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
-                             CNT_BLOCK)
-        m, l, acc0, acc1, acc2, acc3, acc_b = attend(
-            q_ptr, kv_ptr, idx_ptr, row, h0, 0, n, base, idx_s1, skv, H, sm_scale2, q_s0, q_s1, q_s2, kv_s0, kv_s2,
-            D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, KV8)
-        offs_h = h0 + tl.arange(0, HB)
-        hmask = offs_h < H
-        scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-        o_row = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
-        store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b, CH, NCH, BLOCK_B, V_B)
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr = 0):
+    prefill_item(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, tl.program_id(0), tl.program_id(1),
+                 skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
+                 q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
+                 D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, CNT_BLOCK, KV8)
+
+
+@triton.jit(do_not_specialize=_FLAGS + ["n_items", "n_hb", "span"])
+def _redo_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
+                 skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
+                 q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
+                 redo_ptr, n_items, n_hb, span,
+                 D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
+                 HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
+                 IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, SPAN: tl.constexpr, KV8: tl.constexpr = 0):
+    """The items flagged in ``redo_ptr`` (row-major over (row, head block)), each program ``span`` (<= SPAN) of
+    them: one load of their flags, and in the rare span with one set, each flagged item in turn."""
+    first = tl.program_id(0) * span
+    offs = first + tl.arange(0, SPAN)
+    mine = (tl.arange(0, SPAN) < span) & (offs < n_items)
+    if tl.max(tl.load(redo_ptr + offs, mask=mine, other=0), axis=0) != 0:
+        for w in range(first, tl.minimum(first + span, n_items)):
+            if tl.load(redo_ptr + w) != 0:
+                prefill_item(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, w // n_hb, w % n_hb,
+                             skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
+                             q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
+                             D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, CNT_BLOCK, KV8)
+
+
+REDO_SPAN = 64  # the most flags one redo program scans
+
+
+def redo_span(items: int, sms: int) -> int:
+    """Items per redo program: as many as keep the grid near two programs per multiprocessor (about what the
+    prefill's own grid runs at once, so even with every item flagged the redo is no less parallel), at most
+    ``REDO_SPAN``. A grid of one program per item, scanning a flag each, took about 70 µs at 16,384 rows (S30)."""
+    return max(1, min(REDO_SPAN, triton.cdiv(items, 2 * sms)))
 
 
 def tile_constants(p: Packed, head_dim: int, cfg: TileConfig) -> dict:
@@ -370,11 +410,16 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
     pool, mode = kv_operand(kv, q.dtype, kv8)
     cfg = config_for(config, PREFILL_CONFIG, mode)
     p = pack(args)
-    _prefill_kernel[grid](
-        q, pool, p.idx, p.length, p.indptr, p.sink, out,
-        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
-        q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        CNT_BLOCK=count_block(p.width), KV8=mode, redo_ptr=redo, REDO=redo is not None,
-        **tile_constants(p, head_dim, cfg), **cfg.launch_options(),
-    )
+    common = (q, pool, p.idx, p.length, p.indptr, p.sink, out,
+              p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
+              q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
+              p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2))
+    consts = dict(CNT_BLOCK=count_block(p.width), KV8=mode, **tile_constants(p, head_dim, cfg), **cfg.launch_options())
+    if redo is None:
+        _prefill_kernel[grid](*common, **consts)
+        return
+    from .triton_decode import sm_count  # (triton_decode builds on this module)
+
+    items = grid[0] * grid[1]
+    span = redo_span(items, sm_count(q.device))
+    _redo_kernel[(triton.cdiv(items, span),)](*common, redo, items, grid[1], span, SPAN=REDO_SPAN, **consts)

@@ -105,6 +105,7 @@ def main(argv: list[str]) -> None:
     base = {"D": 576, "BLOCK_B": 64, "HAS_B": True, "V_B": False, "HB": 16, "IEEE": False, "CNT_BLOCK": 2048}
     for bn, warps, stages, chunks, maxnreg in configs:
         for name, fn, extra in (("prefill", triton_prefill._prefill_kernel, {}),
+                                ("redo", triton_prefill._redo_kernel, {"SPAN": triton_prefill.REDO_SPAN}),
                                 ("partial", triton_decode._partial_kernel, {"PDL": False})):
             consts = {**base, **extra, "BLOCK_N": bn, "CH": 512 // chunks, "NCH": chunks}
             r = compile_one(fn, consts, warps, stages, maxnreg or None)

@@ -139,6 +139,35 @@ def test_prefill_redo_writes_only_the_flagged_items(interp):
     assert torch.isnan(got[~written]).all() and not torch.isnan(got[written]).any()
 
 
+def test_prefill_redo_programs_scan_spans_of_flags_and_compute_each_flagged_item(interp):
+    """80 items (40 rows, two head blocks) on the interpreter's 8 "multiprocessors": 16 programs of 5 items each.
+    Flags on both sides of a program's edge, two in one span and the very last item: exactly those are written."""
+    prefill, _ = interp
+    assert prefill.redo_span(80, 8) == 5
+    case = make_case(7, sq=40, heads=20)
+    args = case.fresh_output()
+    flags = torch.zeros(80, dtype=torch.int32)
+    picked = [4, 5, 6, 79]  # items 4 | 5, 6 (program 0 | 1) and 79 (the last program's last)
+    flags[picked] = 1
+    prefill.launch(args, redo=flags)
+    got, exp = args.output, case.expected()
+    written = torch.zeros(got.shape[:2], dtype=torch.bool)
+    for w in picked:
+        row, hb = divmod(w, 2)
+        written[row, 16 * hb:16 * hb + 16] = True
+        torch.testing.assert_close(got[row, 16 * hb:16 * hb + 16].double(), exp[row, 16 * hb:16 * hb + 16],
+                                   **TOL[torch.float16])
+    assert torch.isnan(got[~written]).all() and not torch.isnan(got[written]).any()
+
+
+def test_redo_span_keeps_about_two_programs_a_multiprocessor_and_at_most_64_flags_each():
+    from dispatcher.kernels.triton_prefill import REDO_SPAN, redo_span
+
+    assert redo_span(16384, 132) == 63 and redo_span(16384 * 2, 132) == REDO_SPAN == 64
+    assert redo_span(2048, 132) == 8 and redo_span(16, 132) == 1 and redo_span(1, 132) == 1
+    assert redo_span(10 ** 9, 132) == 64  # a huge call: more programs, never a longer scan
+
+
 def test_prefill_redo_flags_must_be_one_int32_per_item(interp):
     prefill, _ = interp
     case = make_case(7, sq=5, heads=20)
