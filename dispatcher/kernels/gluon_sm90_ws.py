@@ -34,9 +34,10 @@ This module holds the kernel and its launches; the partitions, and the flags the
 ``gluon_sm90_ws_parts``; an fp8 pool's landing and conversion in ``gluon_sm90_ws_fp8``.
 
 Same math, arguments and ``supports()`` as ``gluon_sm90`` (``supports_prefill`` for fp8 pools);
-``gluon_sm90.ws_module`` picks it for layouts with rope lanes (512+64), and for an fp8 pool at every layout,
-for the prefill and for ``launch_decode(ws=True)``'s partials
-(slower than the one-warpgroup kernel at 2-16 rows, so not the decode's default). On an H200
+``gluon_sm90.ws_module`` picks it for the prefill at every layout (since session 30: at D = 512 as well, where
+session 4's ``gluon_sm90_ws_d512`` was the faster until this kernel kept a reference max), and for
+``launch_decode(ws=True)``'s partials with rope lanes (512+64) or an fp8 pool (slower than the one-warpgroup
+kernel at 2-16 rows, so not the decode's default). On an H200
 (docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
 session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
 3.6-4.6% slower than that one, which therefore keeps D = 512. Stages handed over in halves made
@@ -47,7 +48,10 @@ ceiling of about 8.8 TB/s from L2 that follows bytes, not the number or kind of 
 up (session 29): each shared-memory step on the softmax's chain takes 2.7 times as long beside wgmma's
 operand reads. So the prefill keeps P relative to each item's first finite max (``_softmax_tile_redo``):
 no per-tile max across the warps on the way from scores to P, and the items whose sums of P outgrow P's
-dtype are flagged and computed again by Triton's prefill (``redo_flagged``). 5.00-5.02 ms at 512+64.
+dtype are flagged and computed again by Triton's prefill (``redo_flagged``). 5.00-5.02 ms at 512+64 (S29-8).
+Session 30: the running max passes between the softmax warpgroups only until the reference is set, and the
+redo scans its flags in spans of up to 64 instead of launching a program per item: 4.79 ms at 512+64, 4.25-4.26
+at D = 512 (S30-8; ``gluon_sm90_ws_d512`` took 4.79-4.80 there, S30-5).
 """
 
 from __future__ import annotations
@@ -157,7 +161,7 @@ WORKER_REGS = (160, 160, 56)
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
-# bit-identical). At D = 512 gluon_sm90_ws_d512, the default there, was slower in halves (S13-6).
+# bit-identical). At D = 512 gluon_sm90_ws_d512, then the default there, was slower in halves (S13-6).
 STAGE_HALVES = True
 
 
@@ -200,8 +204,9 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
 
 
 def redo_flagged(args: KernelArgs, flags: torch.Tensor) -> None:
-    """Compute again, exactly, the prefill's items (row, head block) flagged in ``flags`` (Triton's prefill, whose
-    programs for unflagged items return at once): stream-ordered, no synchronisation."""
+    """Compute again, exactly, the prefill's items (row, head block) flagged in ``flags``: Triton's redo kernel, whose
+    programs each scan a span of flags and compute only the flagged items (``triton_prefill.launch(redo=)``).
+    Stream-ordered, no synchronisation."""
     from . import triton_prefill
 
     triton_prefill.launch(args, redo=flags)
@@ -216,11 +221,13 @@ def _halves(args: KernelArgs, halves: bool | None) -> bool:
 
 
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      halves: bool | None = None) -> None:
+                      halves: bool | None = None, redo: bool = True) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports_prefill``. One program per multiprocessor.
 
-    The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands)."""
-    launch_kernel(_ws_kernel, args, 1, None, None, False, redo=True, WREGS=tuple(worker_regs or WORKER_REGS),
+    The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands).
+    ``redo=False`` (timing experiments: ``ablate_probe.py --no-redo``) keeps the exact running max, with no flags
+    and no redo launch: the same machine code, its reference path switched off at run time."""
+    launch_kernel(_ws_kernel, args, 1, None, None, False, redo=redo, WREGS=tuple(worker_regs or WORKER_REGS),
                   HALVES=_halves(args, halves))
 
 

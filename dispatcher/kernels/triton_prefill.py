@@ -375,7 +375,8 @@ REDO_SPAN = 64  # the most flags one redo program scans
 def redo_span(items: int, sms: int) -> int:
     """Items per redo program: as many as keep the grid near two programs per multiprocessor (about what the
     prefill's own grid runs at once, so even with every item flagged the redo is no less parallel), at most
-    ``REDO_SPAN``. A grid of one program per item, scanning a flag each, took about 70 µs at 16,384 rows (S30)."""
+    ``REDO_SPAN``. With a program per item, each reading its flag, the 16,384-row prefill took 34-42 µs longer
+    (S30-5 against S30-7)."""
     return max(1, min(REDO_SPAN, triton.cdiv(items, 2 * sms)))
 
 
@@ -392,8 +393,8 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
 
     ``kv8`` overrides how an fp8 pool is converted (``fp8_ptx``; timing experiments and tests only).
     ``redo``: int32, one flag per item (row, head block of 16), row-major: only the flagged items are written
-    (the Hopper prefill's items to compute again, ``gluon_sm90_ws.redo_flagged``); torch, where it serves,
-    writes them all.
+    (the Hopper prefill's items to compute again, ``gluon_sm90_ws.redo_flagged``), by ``_redo_kernel``, whose
+    programs each scan ``redo_span`` flags; torch, where it serves, writes them all.
     """
     q, kv, out = args.q, args.kv, args.output
     rows, heads, head_dim = q.shape

@@ -2,7 +2,7 @@
 
 The 16,384-row prefill at 512+64 moves its kv at about 7.1 TB/s; the same gathers alone, in
 ``tma_probe.py``'s ring of stages with nothing computing, move 8.8 TB/s (S14-2). This times, by
-kernel time (``KernelTimer``), bf16, H = 16, top-k 2048, 16,384 rows, the kernel as built with
+kernel time (``KernelTimer``), bf16, H = 16, top-k 2048, 16,384 rows (by default), the kernel as built with
 the parts of ``--ablate N`` left out (one process per N: the flags are globals read when the
 kernel compiles, so each needs its own Triton cache); every wait and hand-over stays:
 
@@ -30,18 +30,21 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
   warpgroups only until the item's reference is set, session 29's ``MCHAIN_ONCE`` trial; 2.8% faster at 512+64,
   answers bit-identical).
 
-``--layouts`` picks the layouts (default 512+64,512+0). ``--beside-d512`` (a build without flags) also times the D = 512
-kernel ``gluon_sm90_ws_d512`` at each D = 512 layout, before and after this one, in the same process (session 30).
+``--layouts`` picks the layouts (default 512+64,512+0), ``--topk`` the row width (default 2048). ``--no-redo``
+also times the build with its reference max switched off at run time (``launch_prefill_ws(redo=False)``: the
+exact running max, no flags, no redo launch), after each timing of the build as launched by default.
+``--beside-d512`` (a build without flags) also times the D = 512 kernel ``gluon_sm90_ws_d512`` at each D = 512
+layout, before and after this one, in the same process (session 30).
 
 ``--check`` first runs every correctness case (bf16 and fp16) through the build's prefill at any layout and its
 ws decode's partials, for a build meant to give right answers (0, or a variant under trial).
 
-At 512+64 (``gluon_sm90_ws``, the default there) and at 512+0 through the same kernel
-(``launch_prefill_ws``; the default at 512+0 is ``gluon_sm90_ws_d512``, not ablated). The answers
+Through ``gluon_sm90_ws.launch_prefill_ws``, the prefill's default at every layout since session 30 (at D = 512
+``gluon_sm90_ws_d512`` was until then; it is not ablated). The answers
 of 1 and 2 are wrong on purpose; their timings are real.
 
     TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20] [--check]
-        [--layouts 512+64,448+64,512+0] [--beside-d512]
+        [--layouts 512+64,448+64,512+0] [--topk 128] [--beside-d512] [--no-redo]
 
 Writes $OUT/ablate_probe_N.json.
 """
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -80,6 +84,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--check", action="store_true", help="every correctness case through this build first")
     ap.add_argument("--layouts", type=lambda v: v.split(","), default=["512+64", "512+0"])
+    ap.add_argument("--topk", type=int, default=2048)
+    ap.add_argument("--no-redo", action="store_true", help="also time the build with redo=False (the exact max)")
     ap.add_argument("--beside-d512", action="store_true",
                     help="also time gluon_sm90_ws_d512 at each D = 512 layout, before and after this build")
     opt = ap.parse_args()
@@ -92,8 +98,11 @@ def main() -> None:
     rec = []
     for spec in opt.layouts:
         lay = Layout(*(int(x) for x in spec.split("+")))
-        sets = make_sets(opt.rows, 2048, 16, lay, default_kv_len(opt.rows, 2048), dtype=torch.bfloat16, device=DEV)
+        sets = make_sets(opt.rows, opt.topk, 16, lay, default_kv_len(opt.rows, opt.topk), dtype=torch.bfloat16,
+                         device=DEV)
         runs = [(NAMES[opt.ablate], gluon_sm90_ws.launch_prefill_ws)]
+        if opt.no_redo:
+            runs.append((NAMES[opt.ablate] + ", exact max", partial(gluon_sm90_ws.launch_prefill_ws, redo=False)))
         if opt.beside_d512 and lay.nope + lay.rope == 512:
             from dispatcher.kernels import gluon_sm90_ws_d512
 
@@ -105,11 +114,11 @@ def main() -> None:
             o = sets[0].output.double()
             digest = (float(o.sum()), float(o.abs().sum()))  # equal across runs where the answers are the same
             k = KernelTimer(DEV).time(launch, sets, warmup=3, repeats=opt.repeats)
-            kv_bytes = opt.rows * 2048 * (lay.nope + lay.rope) * 2
-            rec.append(dict(layout=spec, rows=opt.rows, ablate=opt.ablate, name=name,
+            kv_bytes = opt.rows * opt.topk * (lay.nope + lay.rope) * 2
+            rec.append(dict(layout=spec, rows=opt.rows, topk=opt.topk, ablate=opt.ablate, name=name,
                             kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
                             kv_tb_per_s=kv_bytes / k.median_us / 1e6, out_sum=digest[0], out_abs_sum=digest[1]))
-            log(f"ablate {opt.ablate} ({name:22}) {spec:6} {opt.rows} rows: kernel {k.median_us:9.1f} us "
+            log(f"ablate {opt.ablate} ({name:22}) {spec:6} {opt.rows} rows, top-k {opt.topk}: kernel {k.median_us:9.1f} us "
                 f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s; "
                 f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
         del sets

@@ -165,6 +165,8 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     assert kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES is True  # stages handed over in halves by default (S13)
     gluon_sm90_ws.launch_prefill_ws(a, halves=False)
     assert rec.calls[-1][1]["HALVES"] is False
+    gluon_sm90_ws.launch_prefill_ws(a, redo=False)  # the exact max (a timing experiment): no flags, no redo
+    assert rec.calls[-1][1]["redo"] == 0 and rec.calls[-1][1]["redo_ptr"].numel() == 1 and len(redone) == 2
     a20 = build(40, layout=Layout(512, 0), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096,
                 heads=20)
     gluon_sm90_ws.launch_prefill_ws(a20)
