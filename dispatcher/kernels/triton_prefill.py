@@ -376,7 +376,7 @@ def redo_span(items: int, sms: int) -> int:
     """Items per redo program: as many as keep the grid near two programs per multiprocessor (about what the
     prefill's own grid runs at once, so even with every item flagged the redo is no less parallel), at most
     ``REDO_SPAN``. With a program per item, each reading its flag, the 16,384-row prefill took 34-42 µs longer
-    (S30-5 against S30-7)."""
+    (S30-4 and S30-5 against S30-7)."""
     return max(1, min(REDO_SPAN, triton.cdiv(items, 2 * sms)))
 
 
