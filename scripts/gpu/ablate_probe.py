@@ -30,7 +30,8 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
   warpgroups only until the item's reference is set, session 29's ``MCHAIN_ONCE`` trial; 2.8% faster at 512+64,
   answers bit-identical).
 
-``--layouts`` picks the layouts (default 512+64,512+0), ``--topk`` the row width (default 2048). ``--no-redo``
+``--layouts`` picks the layouts (default 512+64,512+0), ``--topk`` the row widths (default 2048) and ``--rows`` the
+row counts (default 16384), each a comma list: every layout x top-k x rows is timed. ``--no-redo``
 also times the build with its reference max switched off at run time (``launch_prefill_ws(redo=False)``: the
 exact running max, no flags, no redo launch), after each timing of the build as launched by default.
 ``--beside-d512`` (a build without flags) also times the D = 512 kernel ``gluon_sm90_ws_d512`` at each D = 512
@@ -44,7 +45,7 @@ Through ``gluon_sm90_ws.launch_prefill_ws``, the prefill's default at every layo
 of 1 and 2 are wrong on purpose; their timings are real.
 
     TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20] [--check]
-        [--layouts 512+64,448+64,512+0] [--topk 128] [--beside-d512] [--no-redo]
+        [--layouts 512+64,448+64,512+0] [--topk 128,512] [--rows 256,16384] [--beside-d512] [--no-redo]
 
 Writes $OUT/ablate_probe_N.json.
 """
@@ -81,10 +82,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ablate", type=int, choices=sorted(NAMES), required=True)
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--rows", type=int, default=16384)
+    ap.add_argument("--rows", type=_ints, default=[16384])
     ap.add_argument("--check", action="store_true", help="every correctness case through this build first")
     ap.add_argument("--layouts", type=lambda v: v.split(","), default=["512+64", "512+0"])
-    ap.add_argument("--topk", type=int, default=2048)
+    ap.add_argument("--topk", type=_ints, default=[2048])
     ap.add_argument("--no-redo", action="store_true", help="also time the build with redo=False (the exact max)")
     ap.add_argument("--beside-d512", action="store_true",
                     help="also time gluon_sm90_ws_d512 at each D = 512 layout, before and after this build")
@@ -97,33 +98,44 @@ def main() -> None:
     warm_clocks(DEV, 1.0)
     rec = []
     for spec in opt.layouts:
-        lay = Layout(*(int(x) for x in spec.split("+")))
-        sets = make_sets(opt.rows, opt.topk, 16, lay, default_kv_len(opt.rows, opt.topk), dtype=torch.bfloat16,
-                         device=DEV)
-        runs = [(NAMES[opt.ablate], gluon_sm90_ws.launch_prefill_ws)]
-        if opt.no_redo:
-            runs.append((NAMES[opt.ablate] + ", exact max", partial(gluon_sm90_ws.launch_prefill_ws, redo=False)))
-        if opt.beside_d512 and lay.nope + lay.rope == 512:
-            from dispatcher.kernels import gluon_sm90_ws_d512
-
-            d512 = ("gluon_sm90_ws_d512", gluon_sm90_ws_d512.launch_prefill_ws)
-            runs = [d512, *runs, d512]
-        for name, launch in runs:
-            sets[0].output.zero_()
-            launch(sets[0])
-            o = sets[0].output.double()
-            digest = (float(o.sum()), float(o.abs().sum()))  # equal across runs where the answers are the same
-            k = KernelTimer(DEV).time(launch, sets, warmup=3, repeats=opt.repeats)
-            kv_bytes = opt.rows * opt.topk * (lay.nope + lay.rope) * 2
-            rec.append(dict(layout=spec, rows=opt.rows, topk=opt.topk, ablate=opt.ablate, name=name,
-                            kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
-                            kv_tb_per_s=kv_bytes / k.median_us / 1e6, out_sum=digest[0], out_abs_sum=digest[1]))
-            log(f"ablate {opt.ablate} ({name:22}) {spec:6} {opt.rows} rows, top-k {opt.topk}: kernel {k.median_us:9.1f} us "
-                f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s; "
-                f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
-        del sets
-        torch.cuda.empty_cache()
+        for topk in opt.topk:
+            for rows in opt.rows:
+                rec += time_point(opt, Layout(*(int(x) for x in spec.split("+"))), spec, rows, topk, log)
     save_results(out, f"ablate_probe_{opt.ablate}", results=rec, checks=checks)
+
+
+def _ints(v: str) -> list[int]:
+    return [int(x) for x in v.split(",")]
+
+
+def time_point(opt, lay: Layout, spec: str, rows: int, topk: int, log) -> list[dict]:
+    """Every run of one layout x top-k x rows, by kernel time, with a digest of each run's answer."""
+    rec = []
+    sets = make_sets(rows, topk, 16, lay, default_kv_len(rows, topk), dtype=torch.bfloat16, device=DEV)
+    runs = [(NAMES[opt.ablate], gluon_sm90_ws.launch_prefill_ws)]
+    if opt.no_redo:
+        runs.append((NAMES[opt.ablate] + ", exact max", partial(gluon_sm90_ws.launch_prefill_ws, redo=False)))
+    if opt.beside_d512 and lay.nope + lay.rope == 512:
+        from dispatcher.kernels import gluon_sm90_ws_d512
+
+        d512 = ("gluon_sm90_ws_d512", gluon_sm90_ws_d512.launch_prefill_ws)
+        runs = [d512, *runs, d512]
+    for name, launch in runs:
+        sets[0].output.zero_()
+        launch(sets[0])
+        o = sets[0].output.double()
+        digest = (float(o.sum()), float(o.abs().sum()))  # equal across runs where the answers are the same
+        k = KernelTimer(DEV).time(launch, sets, warmup=3, repeats=opt.repeats)
+        kv_bytes = rows * topk * (lay.nope + lay.rope) * 2
+        rec.append(dict(layout=spec, rows=rows, topk=topk, ablate=opt.ablate, name=name,
+                        kernel_us=k.median_us, p20_us=k.p20_us, p80_us=k.p80_us,
+                        kv_tb_per_s=kv_bytes / k.median_us / 1e6, out_sum=digest[0], out_abs_sum=digest[1]))
+        log(f"ablate {opt.ablate} ({name:22}) {spec:6} {rows} rows, top-k {topk}: kernel {k.median_us:9.1f} us "
+            f"(p20 {k.p20_us:.1f}, p80 {k.p80_us:.1f}); kv at {kv_bytes / k.median_us / 1e6:.2f} TB/s; "
+            f"output sum {digest[0]:.6e}, |sum| {digest[1]:.6e}")
+    del sets
+    torch.cuda.empty_cache()
+    return rec
 
 
 def check_build(log) -> dict:
