@@ -52,6 +52,9 @@ dtype are flagged and computed again by Triton's prefill (``redo_flagged``). 5.0
 Session 30: the running max passes between the softmax warpgroups only until the reference is set, and the
 redo scans its flags in spans of up to 64 instead of launching a program per item: 4.79 ms at 512+64, 4.25-4.26
 at D = 512 (S30-8; ``gluon_sm90_ws_d512`` took 4.79-4.80 there, S30-5).
+Session 31: the reference costs a fixed 3.4-4.5 µs (the flags' memset, the redo launch and the gaps between
+them) and saves a share of each item's tiles, so it is kept only where the call is wide and big enough to
+repay it (``reference_pays``); elsewhere the prefill keeps the exact running max (S31-1, S31-2).
 """
 
 from __future__ import annotations
@@ -158,6 +161,13 @@ if HAVE_GLUON:
 # gets what is left of 4 x 128 per warp slot, 136 here). With softmax warpgroup 0 as the default partition
 # (before S14-12) the workers were the second softmax warpgroup, P·V and the loader at 160, 128 and 56.
 WORKER_REGS = (160, 160, 56)
+
+# Where the reference max repays its fixed cost (S31-1, S31-2: both kernels side by side by kernel time, bf16,
+# 512+64 and 448+64, rows 1-16,384 x top-k 128-2048). It saves 10-14% of a 32-tile item (top-k 2048), 6-11% of
+# an 8-tile one at 16,384 rows, and little of a 2-tile one; it costs 3.4-4.5 µs a call.
+REFERENCE_ALWAYS_WIDTH = 2048  # this wide, it pays at any row count: 2.5-5.7 µs faster from 1 row
+REFERENCE_MIN_WIDTH = 256  # narrower, it never pays by more than 1.4% (512+64, top-k 128, 16,384 rows)
+REFERENCE_MIN_WORK = 1 << 18  # between them, from this many index positions a call (items x width)
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
@@ -220,13 +230,42 @@ def _halves(args: KernelArgs, halves: bool | None) -> bool:
     return halves
 
 
+def reference_pays(items: int, width: float) -> bool:
+    """Whether the prefill's reference max (flags, the redo launch) is faster than the exact running max for a call
+    of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average.
+
+    Measured side by side (S31-1, S31-2): the reference loses by its fixed 3.4-4.5 µs wherever a call is narrow or
+    small (by 50-60% at 16 rows, top-k 128), and wins by 5-14% where it is wide and big. At top-k 128 it is within
+    1.4% of the exact max even at 16,384 rows, and at D = 512 ``gluon_sm90_ws_d512`` is 4-5% faster still there.
+    Within 1.5 µs of each other at the boundary it draws (1,024-2,048 rows at top-k 256, 256-512 at 512, 16-256
+    at 1,024). Measured on 16-bit pools; an fp8 pool, slower per tile, is given the same boundary.
+    """
+    if width >= REFERENCE_ALWAYS_WIDTH:
+        return True
+    return width >= REFERENCE_MIN_WIDTH and items * width >= REFERENCE_MIN_WORK
+
+
+def prefill_reference(args: KernelArgs) -> bool:
+    """``reference_pays`` for this call, from its shapes alone (no synchronisation): items are rows x head blocks,
+    the width is the dense index's or, for a ragged index, its positions per row on average (``topk_length``,
+    on the GPU, is not read)."""
+    rows, heads = int(args.q.shape[0]), int(args.q.shape[1])
+    index = args.index
+    if index.ragged:
+        width = index.ragged_indices.numel() / max(rows, 1)
+    else:
+        width = int(index.indices.shape[1])
+    return reference_pays(rows * ((heads + HEAD_BLOCK - 1) // HEAD_BLOCK), width)
+
+
 def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      halves: bool | None = None, redo: bool = True) -> None:
+                      halves: bool | None = None, redo: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports_prefill``. One program per multiprocessor.
 
     The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands).
-    ``redo=False`` (timing experiments: ``ablate_probe.py --no-redo``) keeps the exact running max, with no flags
-    and no redo launch: the same machine code, its reference path switched off at run time."""
+    ``redo``: keep a reference max (flags, the redo launch) or the exact running max (neither); by default where
+    it pays (``prefill_reference``). The same machine code either way, the path chosen at run time."""
+    redo = prefill_reference(args) if redo is None else bool(redo)
     launch_kernel(_ws_kernel, args, 1, None, None, False, redo=redo, WREGS=tuple(worker_regs or WORKER_REGS),
                   HALVES=_halves(args, halves))
 

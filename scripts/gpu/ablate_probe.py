@@ -30,18 +30,20 @@ kernel compiles, so each needs its own Triton cache); every wait and hand-over s
   warpgroups only until the item's reference is set, session 29's ``MCHAIN_ONCE`` trial; 2.8% faster at 512+64,
   answers bit-identical).
 
-``--layouts`` picks the layouts (default 512+64,512+0), ``--topk`` the row widths (default 2048) and ``--rows`` the
-row counts (default 16384), each a comma list: every layout x top-k x rows is timed. ``--no-redo``
+Each build is timed with its reference max (``launch_prefill_ws(redo=True)``), which the prefill keeps by default
+only where it pays since session 31 (``gluon_sm90_ws.reference_pays``). ``--layouts`` picks the layouts (default
+512+64,512+0), ``--topk`` the row widths (default 2048) and ``--rows`` the row counts (default 16384), each a
+comma list: every layout x top-k x rows is timed. ``--no-redo``
 also times the build with its reference max switched off at run time (``launch_prefill_ws(redo=False)``: the
-exact running max, no flags, no redo launch), after each timing of the build as launched by default.
+exact running max, no flags, no redo launch), after each timing with it.
 ``--beside-d512`` (a build without flags) also times the D = 512 kernel ``gluon_sm90_ws_d512`` at each D = 512
 layout, before and after this one, in the same process (session 30).
 
 ``--check`` first runs every correctness case (bf16 and fp16) through the build's prefill at any layout and its
 ws decode's partials, for a build meant to give right answers (0, or a variant under trial).
 
-Through ``gluon_sm90_ws.launch_prefill_ws``, the prefill's default at every layout since session 30 (at D = 512
-``gluon_sm90_ws_d512`` was until then; it is not ablated). The answers
+Through ``gluon_sm90_ws.launch_prefill_ws``, the prefill's kernel at every layout where its reference pays
+(``gluon_sm90_ws_d512``, not ablated, takes the other calls at D = 512). The answers
 of 1 and 2 are wrong on purpose; their timings are real.
 
     TRITON_CACHE_DIR=$(mktemp -d) python3 scripts/gpu/ablate_probe.py --ablate N [--repeats 20] [--check]
@@ -112,7 +114,7 @@ def time_point(opt, lay: Layout, spec: str, rows: int, topk: int, log) -> list[d
     """Every run of one layout x top-k x rows, by kernel time, with a digest of each run's answer."""
     rec = []
     sets = make_sets(rows, topk, 16, lay, default_kv_len(rows, topk), dtype=torch.bfloat16, device=DEV)
-    runs = [(NAMES[opt.ablate], gluon_sm90_ws.launch_prefill_ws)]
+    runs = [(NAMES[opt.ablate], partial(gluon_sm90_ws.launch_prefill_ws, redo=True))]  # the reference max
     if opt.no_redo:
         runs.append((NAMES[opt.ablate] + ", exact max", partial(gluon_sm90_ws.launch_prefill_ws, redo=False)))
     if opt.beside_d512 and lay.nope + lay.rope == 512:

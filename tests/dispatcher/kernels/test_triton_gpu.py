@@ -182,16 +182,23 @@ def _hopper():
 
 
 SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
-                "ws-decode": "ws", "ws-whole-stages": "whole"}
+                "ws-decode": "ws", "ws-whole-stages": "whole",
+                # every prefill with the exact running max (gluon_sm90_ws_d512 at D = 512), or with the reference
+                # max (gluon_sm90_ws, flags and the redo), whatever gluon_sm90_ws.reference_pays would choose
+                "prefill-exact-max": "exact", "prefill-reference-max": "reference"}
 
 
 @pytest.mark.parametrize("config", list(SM90_CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_sm90_full_shapes_match_the_reference(compiled, dtype, config):
+def test_sm90_full_shapes_match_the_reference(compiled, dtype, config, monkeypatch):
     """Every correctness case; the calls the Hopper kernels do not take go to Triton (counted, and few)."""
     g = _hopper()
     prefill, decode = compiled
     spec = SM90_CONFIGS[config]
+    if spec in ("exact", "reference"):
+        from dispatcher.kernels import gluon_sm90_ws
+
+        monkeypatch.setattr(gluon_sm90_ws, "prefill_reference", lambda a: spec == "reference")
     kw = {"config": g.Sm90Config(*spec)} if isinstance(spec, tuple) else {}
     took = {"gluon": 0, "triton": 0}
 
@@ -251,7 +258,7 @@ def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(c
     monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda args, flags: (flagged.append(flags.clone()),
                                                                             redo(args, flags)))
     got = a._replace(output=torch.full_like(a.output, float("nan")))
-    assert g.ws_module(got) is gluon_sm90_ws
+    assert gluon_sm90_ws.prefill_reference(got) and g.ws_module(got) is gluon_sm90_ws  # top-k 2048: it pays
     g.launch_prefill(got)  # the prefill's default: gluon_sm90_ws at either layout
     assert torch.nonzero(flagged[0]).flatten().tolist() == REDO_CASES[case][1 if dtype == torch.bfloat16 else 2]
     ref = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=dev))
