@@ -73,12 +73,11 @@ if HAVE_GLUON:
     from .gluon_sm90_ws_fp8 import _as_blocks
     from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part, _trace_start
 
-    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial",
-                                  "redo"])
+    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, redo_ptr, redo, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr,
+                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr,
                    HALVES: gl.constexpr = False, trace_ptr=None):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         tp = _trace_start(part_lse_ptr, trace_ptr)  # the stamps' pointer (TRACE only; unread otherwise)
@@ -140,7 +139,7 @@ if HAVE_GLUON:
         fence_async_shared()
         sargs = (qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                  idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,
-                 n_items, n_hb, splits, redo_ptr, redo)
+                 n_items, n_hb, splits, redo_ptr)
         wargs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
@@ -184,7 +183,10 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
 
     ``redo`` (this module's prefill): the softmax keeps each item's first finite max as P's reference
     (``_softmax_tile_redo``), flags any item whose sums of P under it outgrow P's dtype (``_flag_redo``), and
-    ``redo_flagged`` computes those items again.
+    ``redo_flagged`` computes those items again. The flags' dtype tells the kernel which: int32 flags, zeroed,
+    with a reference; an unread int8 one without (the exact running max). Each is its own specialisation, so
+    neither carries the other's code (S31-3: with one binary choosing at run time, the exact max ran 5-7% slower
+    than before the reference existed).
     """
     from .triton_decode import sm_count
 
@@ -201,13 +203,13 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     if redo and partial:
         raise ValueError("redo is the prefill's: the decode's partials keep the exact running max")
     # the items to compute again; without redo the kernel never reads them, so no memset on that path
-    flags = torch.zeros(items, dtype=torch.int32, device=q.device) if redo else out.new_empty(1, dtype=torch.int32)
+    flags = torch.zeros(items, dtype=torch.int32, device=q.device) if redo else out.new_empty(1, dtype=torch.int8)
     kernel[(min(items, sm_count(q.device)),)](
         q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items, n_hb, splits,
-        int(partial), flags, int(redo), DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, **consts,
+        int(partial), flags, DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, **consts,
     )
     if redo:
         redo_flagged(args, flags)
@@ -264,7 +266,7 @@ def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | N
 
     The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands).
     ``redo``: keep a reference max (flags, the redo launch) or the exact running max (neither); by default where
-    it pays (``prefill_reference``). The same machine code either way, the path chosen at run time."""
+    it pays (``prefill_reference``). Two specialisations of one kernel (``launch_kernel``)."""
     redo = prefill_reference(args) if redo is None else bool(redo)
     launch_kernel(_ws_kernel, args, 1, None, None, False, redo=redo, WREGS=tuple(worker_regs or WORKER_REGS),
                   HALVES=_halves(args, halves))

@@ -254,12 +254,11 @@ if HAVE_GLUON:
                 async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
                 g += 1
 
-    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial",
-                                  "redo"])
+    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, redo_ptr, redo, DB: gl.constexpr, PDL: gl.constexpr, PV_DEFAULT: gl.constexpr = False,
+                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, PV_DEFAULT: gl.constexpr = False,
                    WREGS: gl.constexpr = (128, 152, 64)):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait

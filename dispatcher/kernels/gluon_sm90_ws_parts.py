@@ -114,9 +114,9 @@ if HAVE_GLUON:
         return p, m_prev, m_safe, m_new, l_acc, cm
 
     @gluon.jit
-    def _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr, redo):
-        """``_softmax_tile``, but with ``redo`` (the prefill), once an item has a finite max, P stays relative to it
-        (the reference) rather than to the running max.
+    def _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr):
+        """``_softmax_tile`` for the prefill with a reference max (``REDO``): once an item has a finite max, P stays
+        relative to it (the reference) rather than to the running max.
 
         That leaves out the tile max, whose reduction across the warps (a shared-memory round trip and two barriers,
         2.7 times slower beside wgmma's operand reads) is on the way from each tile's scores to its P (S29). Any max
@@ -130,13 +130,13 @@ if HAVE_GLUON:
         waits at a tile exactly when it holds no reference, which is exactly when the other passed its max at the
         tile before (both test the same max, the last one passed, which each then holds).
         """
-        held = (redo != 0) & (gl.min(m, axis=0) > float("-inf"))  # this warpgroup holds the item's reference
+        held = gl.min(m, axis=0) > float("-inf")  # this warpgroup holds the item's reference
         if held:
             m_prev = m
             m_new = m
         else:
             m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
-            lazy = (redo != 0) & (gl.min(m_prev, axis=0) > float("-inf"))  # set by the other's last tile
+            lazy = gl.min(m_prev, axis=0) > float("-inf")  # set by the other's last tile
             if lazy:  # every warp holds all 16 heads: no exchange
                 m_new = m_prev
             else:  # done exactly: the other warpgroup's next tile waits for this max
@@ -146,19 +146,18 @@ if HAVE_GLUON:
         return p, m_prev, m_safe, m_new, l_acc, cm
 
     @gluon.jit
-    def _flag_redo(l_sum, redo, flag_ptr, dt: gl.constexpr):
-        """At a softmax warpgroup's last tile of an item, its sum of P per head (``l_sum``): past what P in ``dt``
-        holds with room to spare (2^64 in bf16, 2^15 in fp16, whose largest is 65,504) or not finite, 1 at
-        ``flag_ptr``, and the launcher has the item computed again (``gluon_sm90_ws.redo_flagged``).
+    def _flag_redo(l_sum, flag_ptr, dt: gl.constexpr):
+        """At a softmax warpgroup's last tile of an item under a reference max, its sum of P per head (``l_sum``):
+        past what P in ``dt`` holds with room to spare (2^64 in bf16, 2^15 in fp16, whose largest is 65,504) or
+        not finite, 1 at ``flag_ptr``, and the launcher has the item computed again (``gluon_sm90_ws.redo_flagged``).
 
         Under a reference every P is at most the sum it is part of, and later tiles never scale the sum down, so
         in an item not flagged every P fitted ``dt``, and the sums and Oᵀ float32, once a tile.
         """
-        if redo != 0:
-            heads_l: gl.constexpr = gl.SliceLayout(0, MMA)
-            limit: gl.constexpr = 2.0 ** 64 if dt == gl.bfloat16 else 2.0 ** 15
-            over = (l_sum > limit) | (l_sum != l_sum)
-            gl.store(flag_ptr + gl.zeros([16], gl.int32, heads_l), gl.full([16], 1, gl.int32, heads_l), mask=over)
+        heads_l: gl.constexpr = gl.SliceLayout(0, MMA)
+        limit: gl.constexpr = 2.0 ** 64 if dt == gl.bfloat16 else 2.0 ** 15
+        over = (l_sum > limit) | (l_sum != l_sum)
+        gl.store(flag_ptr + gl.zeros([16], gl.int32, heads_l), gl.full([16], 1, gl.int32, heads_l), mask=over)
 
     @gluon.jit
     def _merge_totals(m0, l0, m1, l1):
@@ -200,7 +199,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _softmax_part(qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                       idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged,
-                      has_len, n_items, n_hb, splits, redo_ptr, redo, par, tp):
+                      has_len, n_items, n_hb, splits, redo_ptr, par, tp):
         """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
 
         The scores, the exponentials and the P hand-over of consecutive tiles run in the two
@@ -214,6 +213,11 @@ if HAVE_GLUON:
         and once the scores are done this warpgroup writes the tile's P and rescale factors over
         them, for P·V, which releases the buffer (rope_empty) to the loader for the warpgroup's
         next tile.
+
+        With int32 flags at ``redo_ptr`` (the prefill where its reference pays, ``gluon_sm90_ws.reference_pays``),
+        P is kept relative to each item's reference max (``_softmax_tile_redo``) and items are flagged to compute
+        again; with int8 ones (the prefill elsewhere, the decode's partials), the exact running max (``_softmax_tile``):
+        two specialisations, each with only its own path's code (S31-3).
         """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         if par == 0:
@@ -223,6 +227,7 @@ if HAVE_GLUON:
         HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
         dt: gl.constexpr = kv_a.dtype
         KV8: gl.constexpr = _kv8_mode(kv_ptr.dtype.element_ty, dt)  # an fp8 pool: this warpgroup converts its tiles
+        REDO: gl.constexpr = redo_ptr.dtype.element_ty == gl.int32  # a reference max, and flags to write
         mma: gl.constexpr = MMA
         rows_s: gl.constexpr = gl.SliceLayout(1, mma)
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -284,8 +289,12 @@ if HAVE_GLUON:
                         s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
                     s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
-                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
-                                                                     not NO_MCHAIN, redo)
+                if REDO:
+                    p, m_prev, m_safe, m, l_acc, cm = _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
+                                                                         not NO_MCHAIN)
+                else:
+                    p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
+                                                                    not NO_MCHAIN)
                 if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
@@ -294,7 +303,8 @@ if HAVE_GLUON:
                     l_sum = gl.sum(l_acc, axis=0)
                     _vec_view(rp, par, FIN_M).store(m)
                     _vec_view(rp, par, FIN_L).store(l_sum)
-                    _flag_redo(l_sum, redo, redo_ptr + w, dt)
+                    if REDO:
+                        _flag_redo(l_sum, redo_ptr + w, dt)
                 fence_async_shared()
                 mbarrier.arrive(p_ready.index(par))
                 c += 1

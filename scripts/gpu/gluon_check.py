@@ -7,8 +7,9 @@ Triton proves little. Usage: python scripts/gpu/gluon_check.py [DB,STAGES,ROPE1,
 ... | ws] (DB: rope lanes, 64 or 0; ROPE1, CHAINS, PIPE, ABLATE as in gluon_sm90.Sm90Config; ``:e4m3``/``:e5m2``: the
 partial kernel alone over such a pool, with bf16 q; ``ws``: the warp-specialised
 kernel of gluon_sm90_ws, ``ws:A,B,C`` with those worker registers, ``wsh[:A,B,C]`` with its
-stages handed over in halves, ``wsh8``/``wsh8e5`` the same over an e4m3fn/e5m2 pool; ``ws512`` the D = 512 ws
-kernel of gluon_sm90_ws_d512, with each default partition; default: a few of each).
+stages handed over in halves, ``wsh8``/``wsh8e5`` the same over an e4m3fn/e5m2 pool, each with a reference max
+(int32 flags) or, with an ``x`` after the kind (``wshx``, ``wsh8x``), the exact running max (an int8 one);
+``ws512`` the D = 512 ws kernel of gluon_sm90_ws_d512, with each default partition; default: a few of each).
 ``--sass-dir DIR`` keeps each variant's SASS as DIR/<variant>.sass, to diff two trees' builds
 (``scripts/gpu/sass_diff.py``).
 """
@@ -86,14 +87,17 @@ def main(argv: list[str]) -> None:
             from dispatcher.kernels import gluon_sm90_ws
 
             kind, _, rest = spec.partition(":")
+            exact = kind.endswith("x")  # the exact running max: the specialisation an int8 flag pointer picks
+            kind = kind.removesuffix("x")
             regs = [int(x) for x in rest.split(",")] if rest else list(gluon_sm90_ws.WORKER_REGS)
             halves = kind.startswith("wsh")  # each stage handed over in two 256-lane halves (STAGE_HALVES)
             pool = {"wsh8": "*fp8e4nv", "wsh8e5": "*fp8e5"}.get(kind)  # an fp8 pool (halves only)
             for db in (64, 0):
+                ptrs = {**({"kv_ptr": pool} if pool else {}), **({"redo_ptr": "*i8"} if exact else {})}
                 got = compile_one(gluon_sm90_ws._ws_kernel, {"DB": db, "PDL": True, "WREGS": tuple(regs),
-                                                             "HALVES": halves}, {"kv_ptr": pool} if pool else None,
+                                                             "HALVES": halves}, ptrs or None,
                                   sass_to=sass_to(f"{spec.replace(':', '-').replace(',', '_')}-db{db}"), maxnreg=128)
-                print(f"{kind} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
+                print(f"{kind}{' exact max' if exact else ''} DB={db} worker regs {regs} _ws_kernel", got, flush=True)
             continue
         nums, _, fp8 = spec.partition(":")  # ":e4m3" / ":e5m2": the partial kernel over such a pool (bf16 q)
         vals = [int(x) for x in nums.split(",")]

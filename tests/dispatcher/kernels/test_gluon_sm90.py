@@ -31,6 +31,14 @@ ROOT = Path(__file__).resolve().parents[3]
 needs_gluon = pytest.mark.skipif(not gluon_sm90.HAVE_GLUON, reason="this Triton has no Gluon")
 
 
+def reference_max(kw: dict) -> bool:
+    """Whether a recorded ws launch keeps a reference max: int32 flags, one an item (else one unread int8 flag,
+    which specialises the kernel to the exact running max)."""
+    flags = kw["redo_ptr"]
+    assert flags.dtype == torch.int32 or (flags.dtype == torch.int8 and flags.numel() == 1), flags
+    return flags.dtype == torch.int32
+
+
 def args_for(layout: Layout, dtype: torch.dtype = torch.bfloat16, rows: int = 3):
     return build(rows, layout=layout, dtype=dtype, device=torch.device("cpu"), topk=40, kv_len=200)
 
@@ -160,19 +168,19 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     assert kw["DB"] == 64 and kw["PDL"] is False and kw["maxnreg"] == 128
     # the prefill keeps a reference max, flagging items to compute again: one zeroed int32 flag per item,
     # handed to redo_flagged after the kernel
-    assert kw["redo"] == 1 and kw["redo_ptr"].dtype == torch.int32 and kw["redo_ptr"].shape == (300,)
+    assert reference_max(kw) and kw["redo_ptr"].shape == (300,)
     assert not kw["redo_ptr"].any() and redone[-1][0] is a and redone[-1][1] is kw["redo_ptr"]
     assert kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES is True  # stages handed over in halves by default (S13)
     gluon_sm90_ws.launch_prefill_ws(a, halves=False)
     assert rec.calls[-1][1]["HALVES"] is False
     gluon_sm90_ws.launch_prefill_ws(a, redo=False)  # the exact max, asked for: no flags, no redo
-    assert rec.calls[-1][1]["redo"] == 0 and rec.calls[-1][1]["redo_ptr"].numel() == 1 and len(redone) == 2
+    assert not reference_max(rec.calls[-1][1]) and rec.calls[-1][1]["redo_ptr"].numel() == 1 and len(redone) == 2
     narrow = build(300, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=128,
                    kv_len=4096)
     gluon_sm90_ws.launch_prefill_ws(narrow)  # too narrow for the reference to pay: the exact max by default
-    assert rec.calls[-1][1]["redo"] == 0 and len(redone) == 2
+    assert not reference_max(rec.calls[-1][1]) and len(redone) == 2
     gluon_sm90_ws.launch_prefill_ws(narrow, redo=True)  # asked for, it is kept
-    assert rec.calls[-1][1]["redo"] == 1 and len(redone) == 3
+    assert reference_max(rec.calls[-1][1]) and len(redone) == 3
     redone.pop()
     a20 = build(40, layout=Layout(512, 0), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096,
                 heads=20)
@@ -184,7 +192,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     grid, kw = rec.calls[-1]
     assert kw["splits"] == 8 and kw["n_items"] == 16 * 8 and grid == (128,)  # one program per SM: 8 splits of 4 tiles
     assert kw["partial"] == 1 and kw["PDL"] is True and kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES
-    assert kw["redo"] == 0 and len(redone) == 3  # the decode's partials keep the exact running max
+    assert not reference_max(kw) and len(redone) == 3  # the decode's partials keep the exact running max
     assert kw["part_o_ptr"].shape == (16, 8, 16, 512) and kw["part_lse_ptr"].shape == (16, 8, 16)
     assert kw["part_o_ptr"].dtype == torch.bfloat16 and kw["part_lse_ptr"].dtype == torch.float32  # 16-bit partials
     assert len(reduced) == 1 and reduced[0][4] == 8  # the reduce combines the 8 splits
@@ -208,7 +216,7 @@ def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
     kw = rec.calls[-1][1]
     assert gluon_sm90_ws_d512.PV_DEFAULT is True and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
     assert kw["DB"] == 0 and kw["partial"] == 0 and kw["maxnreg"] == 128
-    assert kw["redo"] == 0  # D = 512 keeps the exact running max
+    assert not reference_max(kw)  # D = 512 keeps the exact running max
     gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=False)
     kw = rec.calls[-1][1]
     assert kw["PV_DEFAULT"] is False and kw["WREGS"] == (128, 152, 64)  # session 4's order and registers
@@ -276,14 +284,14 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout_and_by_reference(monkey
         big = build(30, layout=layout, dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=4096)
         assert gluon_sm90.ws_module(big) is gluon_sm90_ws, layout
         gluon_sm90.launch_prefill(big)
-        assert recs[gluon_sm90_ws].calls[-1][1]["partial"] == 0 and recs[gluon_sm90_ws].calls[-1][1]["redo"] == 1
+        assert recs[gluon_sm90_ws].calls[-1][1]["partial"] == 0 and reference_max(recs[gluon_sm90_ws].calls[-1][1])
         a = build(30, layout=layout, dtype=torch.bfloat16, device=cpu, topk=256, kv_len=1024)
         assert gluon_sm90.ws_module(a) is exact, layout
         assert gluon_sm90.ws_module(a, prefill=False) is exact, layout
         assert gluon_sm90.ws_module(big, prefill=False) is exact, layout  # the decode's partials: the exact max
         before = {m: len(r.calls) for m, r in recs.items()}
         gluon_sm90.launch_prefill(a)
-        assert recs[exact].calls[-1][1]["partial"] == 0 and recs[exact].calls[-1][1]["redo"] == 0, layout
+        assert recs[exact].calls[-1][1]["partial"] == 0 and not reference_max(recs[exact].calls[-1][1]), layout
         gluon_sm90.launch_decode(a, ws=True, pdl=False)
         assert recs[exact].calls[-1][1]["partial"] == 1, layout
         ran = {m: len(r.calls) - before[m] for m, r in recs.items()}
@@ -296,7 +304,7 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout_and_by_reference(monkey
         gluon_sm90.launch_prefill(f)
         kw = recs[gluon_sm90_ws].calls[-1][1]
         assert kw["kv_ptr"].dtype == torch.float8_e5m2 and kw["HALVES"] is True and kw["partial"] == 0
-        assert kw["DB"] == layout.nope + layout.rope - 512 and kw["redo"] == 0  # narrow: the exact max
+        assert kw["DB"] == layout.nope + layout.rope - 512 and not reference_max(kw)  # narrow: the exact max
 
 
 COMPILE = textwrap.dedent("""
