@@ -21,8 +21,8 @@ On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (
 prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup overlaps little
 of the softmax with the tensor cores, so the prefill's default is a warp-specialised, persistent
 kernel, ``gluon_sm90_ws`` (5.48-5.60 ms at 512+64 against 6.97 in session 5; since session 30, 4.84 at
-512+64 and 4.30 at 512+0); at D = 512 the calls too narrow or small for its reference max and
-``launch_decode(ws=True)``'s partials take ``gluon_sm90_ws_d512`` (``ws_module`` picks). The split-K
+512+64 and 4.30 at 512+0); ``launch_decode(ws=True)``'s partials take ``gluon_sm90_ws_d512`` at D = 512
+(``ws_module`` picks). The split-K
 decode's default partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
 and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8). At
 D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pipe``: tile t - 1's
@@ -223,18 +223,17 @@ def _consts(args: KernelArgs, cfg: Sm90Config, kv8: int = TO) -> dict:
 def ws_module(args: KernelArgs, *, prefill: bool = True):
     """The warp-specialised kernel's module for this call, the faster of two on an H200.
 
-    The prefill takes ``gluon_sm90_ws`` wherever its reference max pays (``gluon_sm90_ws.prefill_reference``:
-    wide, big calls; 4.25 ms at 16,384 rows, 512+0, against 4.78 for ``gluon_sm90_ws_d512``, S30-5) and at
-    512+64. Where the exact running max is kept, at D = 512 (448+64, 512+0: no rope buffer) it takes session 4's
-    ``gluon_sm90_ws_d512``, 0-5% faster there than ``gluon_sm90_ws`` with the exact max (S31-1, S31-2). So do
-    ``launch_decode(ws=True)``'s partials (``prefill=False``), which always keep the exact max (3.6-4.6% faster
-    there, S5-1 to S5-5). An fp8 pool takes ``gluon_sm90_ws`` at every layout: only it converts one (session 25).
+    The prefill takes ``gluon_sm90_ws`` at every layout: with its reference max where that pays
+    (``gluon_sm90_ws.reference_pays``; 4.25 ms at 16,384 rows, 512+0, against 4.78 for ``gluon_sm90_ws_d512``,
+    S30-5), and with the exact max elsewhere, where at D = 512 it is as fast as ``gluon_sm90_ws_d512`` or faster
+    (within 0.5 µs, or 1-4% faster from 1,024 rows at top-k 128-256; S31-4). ``launch_decode(ws=True)``'s partials
+    (``prefill=False``) keep the exact max, and at D = 512 (448+64, 512+0: no rope buffer) take session 4's
+    ``gluon_sm90_ws_d512``, which was 3.6-4.6% faster there (S5-1 to S5-5); with rope lanes (512+64)
+    ``gluon_sm90_ws``. An fp8 pool takes ``gluon_sm90_ws`` at every layout: only it converts one (session 25).
     """
-    from . import gluon_sm90_ws
+    if prefill or int(args.q.shape[2]) - LANES_A > 0 or args.kv.dtype != args.q.dtype:
+        from . import gluon_sm90_ws
 
-    if int(args.q.shape[2]) - LANES_A > 0 or args.kv.dtype != args.q.dtype:
-        return gluon_sm90_ws
-    if prefill and gluon_sm90_ws.prefill_reference(args):
         return gluon_sm90_ws
     from . import gluon_sm90_ws_d512
 

@@ -52,9 +52,11 @@ dtype are flagged and computed again by Triton's prefill (``redo_flagged``). 5.0
 Session 30: the running max passes between the softmax warpgroups only until the reference is set, and the
 redo scans its flags in spans of up to 64 instead of launching a program per item: 4.79 ms at 512+64, 4.25-4.26
 at D = 512 (S30-8; ``gluon_sm90_ws_d512`` took 4.79-4.80 there, S30-5).
-Session 31: the reference costs a fixed 3.4-4.5 µs (the flags' memset, the redo launch and the gaps between
-them) and saves a share of each item's tiles, so it is kept only where the call is wide and big enough to
-repay it (``reference_pays``); elsewhere the prefill keeps the exact running max (S31-1, S31-2).
+Session 31: the reference costs a fixed 3-5 µs (the flags' memset, the redo launch and the gaps between them)
+and saves a share of each item's tiles, so it is kept only where the call is wide and big enough to repay it
+(``reference_pays``); elsewhere the prefill keeps the exact running max, in a specialisation of its own
+(int8 flags, ``launch_kernel``), which is 3-8% faster than the one binary of sessions 29-30 choosing at run time
+(S31-3, S31-4).
 """
 
 from __future__ import annotations
@@ -161,12 +163,13 @@ if HAVE_GLUON:
 # (before S14-12) the workers were the second softmax warpgroup, P·V and the loader at 160, 128 and 56.
 WORKER_REGS = (160, 160, 56)
 
-# Where the reference max repays its fixed cost (S31-1, S31-2: both kernels side by side by kernel time, bf16,
-# 512+64 and 448+64, rows 1-16,384 x top-k 128-2048). It saves 10-14% of a 32-tile item (top-k 2048), 6-11% of
-# an 8-tile one at 16,384 rows, and little of a 2-tile one; it costs 3.4-4.5 µs a call.
-REFERENCE_ALWAYS_WIDTH = 2048  # this wide, it pays at any row count: 2.5-5.7 µs faster from 1 row
-REFERENCE_MIN_WIDTH = 256  # narrower, it never pays by more than 1.4% (512+64, top-k 128, 16,384 rows)
-REFERENCE_MIN_WORK = 1 << 18  # between them, from this many index positions a call (items x width)
+# Where the reference max repays its fixed cost: (the narrowest mean row width, the fewest index positions a call,
+# items x width, from which it is kept), widest first. Measured side by side by kernel time (S31-4: bf16, 512+64 and
+# 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs 3-5 µs a call (the
+# flags' memset, the redo launch and the gaps between them) and saves 9-11% of a 32-tile item's time (top-k
+# 2048), 7-11% of a 8-16-tile one, 1-3% of a 4-tile one, and nothing of a 2-tile one (top-k 128: 8% slower even at
+# 16,384 rows).
+REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
@@ -234,17 +237,15 @@ def _halves(args: KernelArgs, halves: bool | None) -> bool:
 
 def reference_pays(items: int, width: float) -> bool:
     """Whether the prefill's reference max (flags, the redo launch) is faster than the exact running max for a call
-    of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average.
+    of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average (``REFERENCE_FROM``).
 
-    Measured side by side (S31-1, S31-2): the reference loses by its fixed 3.4-4.5 µs wherever a call is narrow or
-    small (by 50-60% at 16 rows, top-k 128), and wins by 5-14% where it is wide and big. At top-k 128 it is within
-    1.4% of the exact max even at 16,384 rows, and at D = 512 ``gluon_sm90_ws_d512`` is 4-5% faster still there.
-    Within 1.5 µs of each other at the boundary it draws (1,024-2,048 rows at top-k 256, 256-512 at 512, 16-256
-    at 1,024). Measured on 16-bit pools; an fp8 pool, slower per tile, is given the same boundary.
+    Against S31-4's 80 points a layout: top-k 2048 from one row (up to 4.7% faster; even at one row), top-k 512-1024
+    from 2^19 positions (1,024 and 512 rows: 2.5-5.5% faster; within 0.2 µs or slower below), top-k 256 only at
+    2^22 (16,384 rows: 0.6-3.2% faster; 0.8-2.9% slower at 2,048), top-k 128 never. Measured on 16-bit pools; an
+    fp8 pool, slower per tile, is given the same boundary.
     """
-    if width >= REFERENCE_ALWAYS_WIDTH:
-        return True
-    return width >= REFERENCE_MIN_WIDTH and items * width >= REFERENCE_MIN_WORK
+    work = items * width
+    return any(width >= w and work >= least for w, least in REFERENCE_FROM)
 
 
 def prefill_reference(args: KernelArgs) -> bool:

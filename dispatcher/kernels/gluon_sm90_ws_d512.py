@@ -1,5 +1,5 @@
 """Session 4's warp-specialised kernel (commit 60b69f0): ``launch_decode(ws=True)``'s partials at D = 512 (448+64,
-512+0), and the prefill there where the exact running max is kept (the prefill's default there until session 30).
+512+0), and the prefill's default there until session 30.
 
 ``gluon_sm90_ws`` (two rope buffers, P written over them) was 6% faster at 512+64 but 3.6-4.6%
 slower than this kernel at D = 512 on an H200, where there are no rope lanes to buffer (S5-1 to
@@ -7,10 +7,9 @@ S5-5, same runs; Nsight Compute in S5-4 shows its softmax warpgroups waiting lon
 stages, the cause not established). So ``gluon_sm90`` took this one for D = 512 and that one
 for 512+64. Since sessions 29-30 ``gluon_sm90_ws``'s prefill keeps P relative to a reference max, and at D = 512
 it takes 4.29-4.30 ms against this kernel's 4.79-4.80 (S30-5, side by side), so it is the prefill's default at
-every layout where that reference pays (``gluon_sm90_ws.reference_pays``). This kernel, which keeps the exact
-running max, serves the ws decode's partials, which must too, and the prefill's calls too narrow or small for a
-reference, where it is 0-5% faster than ``gluon_sm90_ws`` with the exact max (S31-1, S31-2). Since session 6 it
-takes its work items and launcher from ``gluon_sm90_ws`` (its
+every layout (with the exact max, where its reference does not pay, it is as fast as this kernel or faster,
+S31-4). This kernel, which keeps the exact running max, serves the ws decode's partials, which must too. Since
+session 6 it takes its work items and launcher from ``gluon_sm90_ws`` (its
 SASS unchanged). Since session 15 P·V is its default partition and both softmax warpgroups are
 workers, as in ``gluon_sm90_ws`` (``PV_DEFAULT``; 0.3-0.9% faster at 448+64 and 512+0, answers
 bit-identical, no spills: docs/benchmarks.md, S15-7). What follows is this kernel's own

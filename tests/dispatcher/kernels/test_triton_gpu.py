@@ -183,8 +183,8 @@ def _hopper():
 
 SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
                 "ws-decode": "ws", "ws-whole-stages": "whole",
-                # every prefill with the exact running max (gluon_sm90_ws_d512 at D = 512), or with the reference
-                # max (gluon_sm90_ws, flags and the redo), whatever gluon_sm90_ws.reference_pays would choose
+                # every prefill with the exact running max, or with the reference max (flags and the redo),
+                # whatever gluon_sm90_ws.reference_pays would choose: gluon_sm90_ws's two specialisations
                 "prefill-exact-max": "exact", "prefill-reference-max": "reference"}
 
 
