@@ -55,8 +55,8 @@ at D = 512 (S30-8; ``gluon_sm90_ws_d512`` took 4.79-4.80 there, S30-5).
 Session 31: the reference costs a fixed 3-5 µs (the flags' memset, the redo launch and the gaps between them)
 and saves a share of each item's tiles, so it is kept only where the call is wide and big enough to repay it
 (``reference_pays``); elsewhere the prefill keeps the exact running max, in a specialisation of its own
-(int8 flags, ``launch_kernel``), which is 3-8% faster than the one binary of sessions 29-30 choosing at run time
-(S31-3, S31-4).
+(int8 flags, ``launch_kernel``), 6-9% faster than the exact path of sessions 29-30's one binary, which chose at
+run time (S31-3, S31-4).
 """
 
 from __future__ import annotations
@@ -166,10 +166,11 @@ WORKER_REGS = (160, 160, 56)
 # Where the reference max repays its fixed cost: (the narrowest mean row width, the fewest index positions a call,
 # items x width, from which it is kept), widest first. Measured side by side by kernel time (S31-4: bf16, 512+64 and
 # 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs 3-5 µs a call (the
-# flags' memset, the redo launch and the gaps between them) and saves 9-11% of a 32-tile item's time (top-k
-# 2048), 7-11% of a 8-16-tile one, 1-3% of a 4-tile one, and nothing of a 2-tile one (top-k 128: 8% slower even at
-# 16,384 rows).
+# flags' memset, the redo launch and the gaps between them) and saves 8-11% of a 32-tile item's time (top-k
+# 2048), 7-11% of an 8-16-tile one, 0.6-3% of a 4-tile one, and nothing of a 2-tile one (top-k 128: 7-8% slower
+# even at 16,384 rows).
 REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
+
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
 # 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
@@ -239,9 +240,10 @@ def reference_pays(items: int, width: float) -> bool:
     """Whether the prefill's reference max (flags, the redo launch) is faster than the exact running max for a call
     of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average (``REFERENCE_FROM``).
 
-    Against S31-4's 80 points a layout: top-k 2048 from one row (up to 4.7% faster; even at one row), top-k 512-1024
-    from 2^19 positions (1,024 and 512 rows: 2.5-5.5% faster; within 0.2 µs or slower below), top-k 256 only at
-    2^22 (16,384 rows: 0.6-3.2% faster; 0.8-2.9% slower at 2,048), top-k 128 never. Measured on 16-bit pools; an
+    Against S31-4's 40 points a layout (512+64, 448+64): top-k 2048 at any row count (2.7-4.7% faster at 1-64 rows,
+    but within 0.1 µs at one row at 448+64), top-k 512-1024 from 2^19 positions (1,024 and 512 rows: 2.5-5.5%
+    faster; within 0.2 µs or slower below), top-k 256 only from 2^22 (16,384 rows: 0.6-3.2% faster; 0.8-2.9% slower
+    at 2,048), top-k 128 never. Measured on 16-bit pools; an
     fp8 pool, slower per tile, is given the same boundary.
     """
     work = items * width
