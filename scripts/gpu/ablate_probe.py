@@ -102,7 +102,7 @@ def main() -> None:
     for spec in opt.layouts:
         for topk in opt.topk:
             for rows in opt.rows:
-                rec += time_point(opt, Layout(*(int(x) for x in spec.split("+"))), spec, rows, topk, log)
+                rec += time_point(opt, spec, rows, topk, log)
     save_results(out, f"ablate_probe_{opt.ablate}", results=rec, checks=checks)
 
 
@@ -110,8 +110,10 @@ def _ints(v: str) -> list[int]:
     return [int(x) for x in v.split(",")]
 
 
-def time_point(opt, lay: Layout, spec: str, rows: int, topk: int, log) -> list[dict]:
-    """Every run of one layout x top-k x rows, by kernel time, with a digest of each run's answer."""
+def time_point(opt, spec: str, rows: int, topk: int, log) -> list[dict]:
+    """Every run of one layout (``spec``, e.g. 512+64) x top-k x rows, by kernel time, with a digest of each run's
+    answer."""
+    lay = Layout(*(int(x) for x in spec.split("+")))
     rec = []
     sets = make_sets(rows, topk, 16, lay, default_kv_len(rows, topk), dtype=torch.bfloat16, device=DEV)
     runs = [(NAMES[opt.ablate], partial(gluon_sm90_ws.launch_prefill_ws, redo=True))]  # the reference max
