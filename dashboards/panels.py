@@ -171,14 +171,15 @@ def _latency_panels() -> list[Any]:
     buckets = f"routescope:call_duration_seconds_bucket:rate5m{{{SEL}}}"
 
     def quantile(q: float) -> str:
-        return f"histogram_quantile({q}, sum by (kernel, rows_bucket, le) ({buckets}))"
+        return f"histogram_quantile({q}, sum by (kernel, rows_bucket, clock, le) ({buckets}))"
 
     return [
         _ts(
             "Per-call latency p50 by kernel × rows bucket",
-            "Median per-call latency of sampled calls (GPU time on GPU, host time on CPU).",
+            "Median per-call latency of sampled calls, one series per clock (device: the call's own kernels; "
+            "events: a GPU event pair; host: CPU).",
             "s",
-            [_q(quantile(0.5), "{{kernel}} {{rows_bucket}}")],
+            [_q(quantile(0.5), "{{kernel}} {{rows_bucket}} ({{clock}})")],
             log=True,
         ),
         _ts(
@@ -186,7 +187,7 @@ def _latency_panels() -> list[Any]:
             "p99 per-call latency; RoutescopeLatencyRegression compares the fleet-wide value "
             "with the median of the last day.",
             "s",
-            [_q(quantile(0.99), "{{kernel}} {{rows_bucket}}")],
+            [_q(quantile(0.99), "{{kernel}} {{rows_bucket}} ({{clock}})")],
             log=True,
         ),
         _table(
@@ -196,7 +197,7 @@ def _latency_panels() -> list[Any]:
                 _q(quantile(0.5), ref="p50", instant=True),
                 _q(quantile(0.99), ref="p99", instant=True),
                 _q(
-                    f'sum by (kernel, rows_bucket) (routescope:call_duration_seconds_bucket:rate5m{{{SEL}, le="+Inf"}})',
+                    f'sum by (kernel, rows_bucket, clock) (routescope:call_duration_seconds_bucket:rate5m{{{SEL}, le="+Inf"}})',
                     ref="timed_per_s",
                     instant=True,
                 ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 from typing import Any
 
@@ -10,7 +11,7 @@ import torch
 from .classify import classify
 from .kernels.aiter import AiterSymbolMissing
 from .kernels.common import KernelArgs, SparseIndex
-from .kernels.registry import KernelRegistry, default_registry
+from .kernels.registry import KernelImpl, KernelRegistry, default_registry
 from .platform import Platform, detect
 from .policy import DecisionCache, Policy, PolicySettings
 from .probe import Probe
@@ -95,26 +96,31 @@ class Dispatcher:
             except Exception:  # noqa: BLE001 - an observer never breaks the call
                 self.probe_failures += 1
                 probe = None
+            if token.__class__ is not int and token is not None:  # a sampled call: its kernels may stamp it
+                stamp = getattr(token, "stamp", None)
+                if stamp is not None:
+                    args = args._replace(stamp=stamp)
+        impl = self.registry.resolve(decision.kernel, q.device.type)
         try:
             if decision.refused:
                 raise DecodeInPrefillError(decision, shape, batch, model)
-            decision, impl = self._launch(decision, shape, batch, args, q.device.type)
+            decision, ran = self._launch(decision, shape, batch, args, impl)
         except BaseException as exc:
             if probe is not None:
                 try:
-                    probe.error(token, exc)
+                    probe.error(token, exc, impl.impl)
                 except Exception:  # noqa: BLE001
                     self.probe_failures += 1
             raise
         if probe is not None:
             try:
-                probe.stop(token, impl)
+                probe.stop(token, ran)
             except Exception:  # noqa: BLE001
                 self.probe_failures += 1
         return decision
 
-    def _launch(self, decision: Decision, shape: CallShape, batch: Batch, args: KernelArgs, device_type: str) -> tuple[Decision, str]:
-        impl = self.registry.resolve(decision.kernel, device_type)
+    def _launch(self, decision: Decision, shape: CallShape, batch: Batch, args: KernelArgs,
+                impl: KernelImpl) -> tuple[Decision, str]:
         try:
             ran = impl.launch(args)
         except AiterSymbolMissing:
@@ -124,37 +130,26 @@ class Dispatcher:
             self.platform = replace(self.platform, opus_importable=False)
             self._cache = DecisionCache(self.platform, self.policy)
             decision = self._cache.decide(shape, batch.call_class)
-            impl = self.registry.resolve(decision.kernel, device_type)
+            impl = self.registry.resolve(decision.kernel, args.q.device.type)
             ran = impl.launch(args)
         return decision, ran or impl.impl
 
 
-def sparse_attn_prefill(
-    q: torch.Tensor,
-    kv: torch.Tensor,
-    indices: torch.Tensor | None,
-    topk_length: torch.Tensor | None,
-    scale: float,
-    head_dim: int,
-    nope_head_dim: int,
-    rope_head_dim: int,
-    attn_sink: torch.Tensor | None,
-    output: torch.Tensor,
-    ragged_indices: torch.Tensor | None = None,
-    ragged_indptr: torch.Tensor | None = None,
-    *,
-    query_lens: Any = None,
-    model: str | None = None,
-    dispatcher: Dispatcher | None = None,
-    **batch_counts: Any,
-) -> Decision:
-    """vLLM's ``rocm_sparse_attn_prefill`` positional signature; writes ``output``, returns the Decision.
+def sparse_attn_prefill(*args: Any, dispatcher: Dispatcher | None = None, **kwargs: Any) -> Decision:
+    """vLLM's ``rocm_sparse_attn_prefill`` signature (``Dispatcher.__call__``'s); writes ``output``, returns the Decision.
 
     Without ``dispatcher`` a fresh one is built for this platform and the ROUTESCOPE_* policy;
     long-lived callers should build a :class:`Dispatcher` once and call it.
     """
-    d = dispatcher if dispatcher is not None else Dispatcher()
-    return d(
-        q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim, attn_sink,
-        output, ragged_indices, ragged_indptr, query_lens=query_lens, model=model, **batch_counts,
-    )
+    return (dispatcher if dispatcher is not None else Dispatcher())(*args, **kwargs)
+
+
+def _signature() -> inspect.Signature:
+    """``Dispatcher.__call__``'s parameters without ``self``, plus ``dispatcher``: one signature, written once."""
+    params = list(inspect.signature(Dispatcher.__call__).parameters.values())[1:]
+    extra = inspect.Parameter("dispatcher", inspect.Parameter.KEYWORD_ONLY, default=None,
+                              annotation="Dispatcher | None")
+    return inspect.Signature(params + [extra], return_annotation="Decision")
+
+
+sparse_attn_prefill.__signature__ = _signature()  # type: ignore[attr-defined]

@@ -6,12 +6,27 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from typing import Any
 
 from dispatcher.platform import KNOWN_ARCHS
 from dispatcher.policy import Policy
 
-TIMING_MODES = ("auto", "host", "gpu", "off")
+
+
+class TimingMode(str, Enum):
+    """How sampled calls are timed. ``auto`` is a setting only: it resolves to ``gpu`` where CUDA is, else ``host``."""
+
+    AUTO = "auto"
+    GPU = "gpu"  # device tensors: the kernels' own stamps, an event pair where a kernel writes none
+    HOST = "host"  # perf_counter around the call
+    OFF = "off"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TIMING_MODES = tuple(m.value for m in TimingMode)
 ENV_PREFIX = "ROUTESCOPE_TELEMETRY_"
 DEFAULT_COUNTERFACTUALS = ("gfx942_1024", "no_row_gate")
 
@@ -26,10 +41,10 @@ class TelemetryConfig:
     process_id: str | None = None  # multiprocess file id; None: the pid (dead pids are compacted)
     counterfactuals: tuple[str | Policy, ...] = DEFAULT_COUNTERFACTUALS
     counterfactual_arch: str | None = None  # counterfactuals on what_if(arch, aiter=True); None: the real platform
-    timing: str = "auto"  # auto: GPU events for device tensors, host clock otherwise
+    timing: str = "auto"  # a TimingMode value
     sample_first: int = 32  # calls timed first per slot (kernel x rows bucket x model x class)
     sample_every: int = 128  # then one call in this many
-    timing_pool: int = 256  # preallocated CUDA event pairs
+    timing_pool: int = 256  # preallocated CUDA event pairs (for kernels that write no device stamps)
     sample_buffer: int = 65536  # sampled latencies kept for OpenTelemetry (or drain_samples) between flushes
     keep_samples: bool = False  # keep raw sampled latencies for Telemetry.drain_samples() (benchmarks)
     decisions_maxlen: int = 256  # recent sampled decisions kept for snapshot()
@@ -45,6 +60,7 @@ class TelemetryConfig:
     def __post_init__(self) -> None:
         if self.timing not in TIMING_MODES:
             raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}; got {self.timing!r}")
+        object.__setattr__(self, "timing", TimingMode(self.timing))
         for name in ("sample_first", "timing_pool", "sample_buffer", "decisions_maxlen", "otel_span_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")

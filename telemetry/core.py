@@ -16,13 +16,16 @@ from dispatcher.platform import Platform, detect, what_if
 from dispatcher.policy import Policy, PolicySettings
 
 from .aggregates import STAGE, Aggregates
-from .config import TelemetryConfig, counterfactual_policy
+from .config import TelemetryConfig, TimingMode, counterfactual_policy
+from .graphs import graph_hooks
 from .merge import totals_from_families
 from .multiproc import MultiprocWriter, compact, ident_for, ident_pid, multiprocess_registry
 from .probe import TelemetryProbe, build_probe
 from .prom import TelemetryCollector, make_registry
+from .snapshot import build_snapshot, empty_snapshot
 from .spec import STAGES
-from .timing import GpuEvents, capture_check, capture_depth
+from .stamps import DeviceStamps
+from .timing import GpuEvents, LatencySink, capture_check
 from .view import Totals, build_totals
 
 log = logging.getLogger("routescope.telemetry")
@@ -105,22 +108,29 @@ class Telemetry:
             counterfactual_platform=self.counterfactual_platform, models=cfg.models,
             max_slots=cfg.max_slots, max_decisions=cfg.max_decisions, log_first_dip=cfg.log_first_decode_in_prefill,
         )
-        mode = cfg.timing
-        if mode in ("auto", "gpu"):
-            mode = "gpu_events" if self._cuda else "host"
+        mode = TimingMode(cfg.timing)
+        if mode is TimingMode.AUTO:
+            mode = TimingMode.GPU if self._cuda else TimingMode.HOST
+        if mode is TimingMode.GPU and not self._cuda:
+            mode = TimingMode.HOST
         self.timing = mode
-        self._gpu = GpuEvents(self._torch, cfg.timing_pool) if mode == "gpu_events" else None
+        gpu = mode is TimingMode.GPU
+        health = self._agg.health
+        self._events = GpuEvents(self._torch, cfg.timing_pool) if gpu else None
+        self._stamps = DeviceStamps(self._torch, health) if gpu else None
+        self._graphs = graph_hooks(self._torch) if self._cuda else None
         self._decisions: deque | None = deque(maxlen=cfg.decisions_maxlen) if cfg.decisions_maxlen else None
         self._samples: deque | None = deque() if (self._otel_on or cfg.keep_samples) else None
         self._kept: deque = deque(maxlen=cfg.sample_buffer or None)
+        self._sink = LatencySink(self._agg.counters, health, self._samples, cfg.sample_buffer)
         self._probe = build_probe(
-            self._agg, timing=mode, gpu=self._gpu, capturing=capture_check(self._torch) if self._gpu else None,
-            depth=capture_depth(self._torch) if self._gpu else None,
+            self._agg, timing=mode.value, sink=self._sink, events=self._events, stamps=self._stamps,
+            graphs=self._graphs, capturing=capture_check(self._torch) if self._cuda else None,
             sample_first=cfg.sample_first, sample_every=cfg.sample_every, decisions=self._decisions,
-            samples=self._samples, sample_cap=cfg.sample_buffer, wall_offset_ns=self._wall_offset_ns,
+            wall_offset_ns=self._wall_offset_ns,
         )
         self._build_info = (_version(), platform.arch, platform.vendor,
-                            "true" if platform.aiter_enabled else "false", mode)
+                            "true" if platform.aiter_enabled else "false", mode.value)
 
     @property
     def probe(self) -> TelemetryProbe:
@@ -130,9 +140,9 @@ class Telemetry:
         """Set this telemetry's probe on ``dispatcher``; adopts its platform and policy if nothing was recorded yet."""
         if (dispatcher.platform, dispatcher.policy) != (self.platform, self.policy):
             if self._agg.n_slots == 0:
-                errs, dropped = self._agg.errs[:], self._agg.dropped[:]
+                health = self._agg.health
                 self._build(dispatcher.platform, dispatcher.policy)
-                self._agg.errs[:], self._agg.dropped[:] = errs, dropped
+                self._agg.health.errors[:], self._agg.health.dropped[:] = health.errors, health.dropped
                 for ref in self._dispatchers:
                     d = ref()
                     if d is not None:
@@ -156,7 +166,7 @@ class Telemetry:
         i = STAGE.get(stage)
         if i is None:
             raise ValueError(f"unknown telemetry error stage {stage!r}; one of {', '.join(STAGES)}")
-        self._agg.errs[i] += 1
+        self._agg.health.errors[i] += 1
 
     @property
     def probe_failures(self) -> int:
@@ -164,20 +174,16 @@ class Telemetry:
 
     # -- flush ----------------------------------------------------------------------------------
     def flush(self) -> Totals:
-        """Resolve finished timing events, rebuild totals, feed the exporters; never raises."""
+        """Resolve finished timing (stamps, events), rebuild the totals, feed the exporters; never raises."""
         with self._flush_lock:
             agg = self._agg
-            if self._gpu is not None:
-                try:
-                    self._gpu.resolve(agg, self._samples, self.config.sample_buffer)
-                except Exception:  # noqa: BLE001
-                    self.count_error("timing")
+            self._resolve_timing()
             try:
                 totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
                                       build_info=self._build_info, cf_arch=self.counterfactual_platform.arch)
             except Exception:  # noqa: BLE001
                 self.count_error("flush")
-                self._totals.telemetry_errors = {(s,): agg.errs[i] for i, s in enumerate(STAGES)}
+                self._totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}
                 return self._totals
             self._totals = totals
             if self._writer is not None:
@@ -191,8 +197,22 @@ class Telemetry:
                     self.count_error("otel")
             elif self._samples is not None:
                 self._samples.clear()
-            totals.telemetry_errors = {(s,): agg.errs[i] for i, s in enumerate(STAGES)}
+            totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}
             return totals
+
+    def _resolve_timing(self) -> None:
+        """Stamps are plain host reads; events need CUDA calls, so they wait while a graph is being captured."""
+        if self._stamps is not None:
+            try:
+                self._stamps.resolve(self._sink)
+            except Exception:  # noqa: BLE001
+                self.count_error("timing")
+        capturing = self._graphs is not None and self._graphs.depth[0]
+        if self._events is not None and not capturing:
+            try:
+                self._events.resolve(self._sink, self._agg.health)
+            except Exception:  # noqa: BLE001
+                self.count_error("timing")
 
     def _export_multiprocess(self, totals: Totals) -> None:
         try:
@@ -213,10 +233,11 @@ class Telemetry:
         info = self._agg.info
         out = []
         while self._kept:
-            s, dt_ns, wall_ns = self._kept.popleft()
+            s, clock, dt_ns, wall_ns = self._kept.popleft()
             inf = info[s]
             out.append({"kernel": inf.kernel, "rows_bucket": inf.bucket, "model": inf.model,
-                        "call_class": inf.call_class, "seconds": dt_ns / 1e9, "ts": wall_ns / 1e9})
+                        "call_class": inf.call_class, "clock": clock.value, "seconds": dt_ns / 1e9,
+                        "ts": wall_ns / 1e9})
         return out
 
     @property
@@ -242,8 +263,6 @@ class Telemetry:
         process's, read back from the directory after this process's flush; decisions, first
         occurrences and health stay this process's (``scope`` says which is which).
         """
-        from .snapshot import build_snapshot, empty_snapshot
-
         try:
             own = self.flush() if flush else self._totals
             merged = None
@@ -256,6 +275,27 @@ class Telemetry:
         except Exception:  # noqa: BLE001 - /routing and /readyz always get an answer
             self.count_error("export")
             return empty_snapshot(self)
+
+    # -- what a snapshot reads (snapshot.Source) ------------------------------------------------
+    @property
+    def aggregates(self) -> Aggregates:
+        return self._agg
+
+    @property
+    def recent_decisions(self) -> deque | None:
+        return self._decisions
+
+    @property
+    def wall_offset_ns(self) -> int:
+        return self._wall_offset_ns
+
+    @property
+    def last_background_flush(self) -> float | None:
+        return self._bg_flush_ts
+
+    @property
+    def multiprocess_dir(self) -> str | None:
+        return self._mp_path
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self, flush_interval_s: float | None = None) -> Telemetry:

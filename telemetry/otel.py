@@ -19,7 +19,7 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
-from .aggregates import SlotInfo
+from .slots import SlotInfo
 from .buckets import LATENCY_BOUNDS_S
 from .spec import COUNTERS, GAUGES, HISTOGRAM, MetricSpec
 from .view import Totals
@@ -88,7 +88,7 @@ class OtelExporter:
         self._tracer = tracer_provider.get_tracer("routescope.telemetry") if tracer_provider and span_every else None
         self._span_every = span_every
         self._span_n = 0
-        self._attrs: dict[int, dict[str, str]] = {}
+        self._attrs: dict[tuple, dict[str, str]] = {}
 
     def _callback(self, spec: MetricSpec) -> Callable[[CallbackOptions], Iterable[Observation]]:
         names = spec.labels
@@ -112,12 +112,12 @@ class OtelExporter:
         """Record every sampled latency queued since the last flush (and a span for one in N)."""
         rank = self._rank
         for _ in range(len(samples)):
-            s, dt_ns, wall_ns = samples.popleft()
-            attrs = self._attrs.get(s)
+            s, clock, dt_ns, wall_ns = samples.popleft()
+            attrs = self._attrs.get((s, clock))
             inf = info[s]
             if attrs is None:
-                attrs = self._attrs[s] = {"kernel": inf.kernel, "rows_bucket": inf.bucket,
-                                          "model": inf.model, "rank": rank}
+                attrs = self._attrs[(s, clock)] = {"kernel": inf.kernel, "rows_bucket": inf.bucket,
+                                                   "model": inf.model, "clock": clock.value, "rank": rank}
             self._hist.record(dt_ns / 1e9, attrs)
             if self._tracer is not None:
                 self._span_n += 1

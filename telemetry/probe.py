@@ -1,11 +1,16 @@
-"""The hot path: the probe the dispatcher calls, built as closures over preallocated aggregates.
+"""The hot path: the probe the dispatcher calls around each launch, built as closures over preallocated state.
 
-Per call ``start`` finds the slot (the decision's table by ``Decision.ordinal``, rows -> bucket from a list,
-the model's index from a dict, one list index), adds to three integers and tests the sampling
-modulo; ``stop`` compares the implementation string by identity. Everything else (a new
-decision, model or slot, a slot's first calls, OPUS calls, sampled calls, errors) takes a
-separate, rarer path. Any exception is caught and counted in
+Per call ``start`` finds the slot (the decision's slot table by ``Decision.ordinal``, the rows'
+table position from a list, the model's from a dict), adds to three integers and tests the
+sampling modulo; ``stop`` compares the implementation string by identity. State comes in as
+default arguments: plain locals, no attribute or closure-cell lookups. Everything else (a new
+decision, model or slot, a slot's first calls, OPUS calls, sampled calls, graph captures,
+errors) takes a separate, rarer path. Any exception is caught and counted in
 ``routescope_telemetry_errors_total``: never re-raised.
+
+Tokens ``start`` returns: a plain int (the slot: unsampled, counted, nothing left to do but
+check the implementation), a ``timing.Token`` (sampled, or counted at stop), a
+``timing.CapturedToken`` (seen during a CUDA graph capture), or None (not recorded).
 """
 
 from __future__ import annotations
@@ -14,243 +19,276 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from dispatcher.types import Batch, CallShape, Decision, Kernel
+from dispatcher.types import Batch, CallShape, Decision
 
-from .aggregates import DROP, STAGE, Aggregates
-from .timing import GpuEvents, Token, observe
+from .aggregates import STAGE, Aggregates
+from .graphs import GraphHooks
+from .slots import NO_SLOT, Clock, slot_of_value
+from .stamps import DeviceStamps
+from .timing import CapturedToken, GpuEvents, LatencySink, Token
+
+RECORD, TIMING, PROBE = STAGE["record"], STAGE["timing"], STAGE["probe"]
+# How a slot's sampled GPU calls are timed, learnt from its first sampled call: try a device stamp
+# and an event pair together, keep the stamp if the launch armed it, else the pair.
+UNLEARNT, BY_STAMP, BY_EVENTS = 0, 1, 2
 
 
 class TelemetryProbe:
-    """Implements dispatcher.probe.Probe; ``start``/``stop``/``error`` are closures set per instance."""
+    """A ``dispatcher.probe.Probe``: ``start``/``stop``/``error``/``record_decode_path`` are closures set per instance."""
 
     start: Callable[..., Any]
     stop: Callable[[Any, str], None]
-    error: Callable[[Any, BaseException], None]
-    record_decode_path: Callable[[int, Any], None]
+    error: Callable[..., None]
+    record_decode_path: Callable[..., None]
 
 
 def build_probe(
     agg: Aggregates,
     *,
     timing: str,
-    gpu: GpuEvents | None,
+    sink: LatencySink,
+    events: GpuEvents | None,
+    stamps: DeviceStamps | None,
+    graphs: GraphHooks | None,
     capturing: Callable[[], bool] | None,
-    depth: list[int] | None = None,
     sample_first: int,
     sample_every: int,
     decisions: deque | None,
-    samples: deque | None,
-    sample_cap: int,
     wall_offset_ns: int,
 ) -> TelemetryProbe:
-    """Bind every aggregate to a local so the hot path does no attribute lookups."""
-    tables = agg.tables
-    by_ordinal = agg.by_ordinal
-    sentinel = agg.sentinel
-    enter = agg.enter
-    fine = agg.buckets.fine
-    new_slot = agg.new_slot
-    note_impl = agg.note_impl
-    count_error = agg.count_error
-    nm = agg.nm
-    lut_nm = [fb * nm for fb in agg.buckets.lut]  # rows -> fine bucket x models: one add finds the slot
-    midx = agg.model_index  # grows (bounded) as names outside the set are seen, each mapped to "other"
-    mget = midx.get
-    other = agg.other
-    calls, rows_t, drows, simpl = agg.calls, agg.rows, agg.drows, agg.impl
-    errs, dropped, info = agg.errs, agg.dropped, agg.info
-    dp_calls, dp_rows = agg.dp_calls, agg.dp_rows
-    pc = time.perf_counter_ns
-    first, every = sample_first, sample_every
+    """Bind every piece of state the hot path touches to a local."""
+    index, counters, errors = agg.index, agg.counters, agg.health.errors
+    rows_position = [bucket * index.n_models for bucket in agg.buckets.lut]  # rows -> table position of model 0
+    last_position = agg.buckets.top * index.n_models
+    tables_by_ordinal, tables_by_id, model_index = index.by_ordinal, index.tables, index.model_index
+    no_table = index.no_table
+    calls, rows_total, decode_rows_total, impl_of = counters.calls, counters.rows, counters.decode_rows, counters.impl
+    method = [UNLEARNT] * index.max_slots
+    now_ns = time.perf_counter_ns
     timed = timing != "off"
-    E_REC, E_TIM, E_PROBE = STAGE["record"], STAGE["timing"], STAGE["probe"]
-    D_POOL = DROP["timing_pool_empty"]
-    OPUS = Kernel.AITER_OPUS
 
-    def sampled(s: int, rows: int, d: int, q: Any, stream: Any) -> Any:
-        t = pc()
+    def count(slot: int, rows: int, decode_rows: int) -> int:
+        n = calls[slot] + 1
+        calls[slot] = n
+        rows_total[slot] += rows
+        decode_rows_total[slot] += decode_rows
+        return n
+
+    def sampled(slot: int, rows: int, decode_rows: int, q: Any, stream: Any) -> Any:
+        t0 = now_ns()
         if decisions is not None:
-            decisions.append((t, s, rows, d))
+            decisions.append((t0, slot, rows, decode_rows))
         if not timed:
-            return s
-        if gpu is not None and q.is_cuda:
-            try:
-                if depth is not None and capturing is not None and capturing():
-                    return s  # a capture torch's hook did not see (raw stream capture): no event
-                r = gpu.begin(stream, q.device)
-            except Exception:  # noqa: BLE001
-                errs[E_TIM] += 1
-                return s
-            if r is None:
-                dropped[D_POOL] += 1
-                return s
-            return Token(s, t, r[0], r[1])
-        return Token(s, pc())
+            return slot
+        token = Token(slot, t0)
+        if (events is None and stamps is None) or not q.is_cuda:
+            return token  # host clock
+        token.t0 = 0
+        try:
+            if capturing is not None and capturing():
+                return slot  # a capture torch's CUDAGraph did not announce (raw stream capture): no stamp, no event
+            how = method[slot]
+            if how != BY_EVENTS and stamps is not None:
+                token.stamp = stamps.claim(q.device)
+            if how != BY_STAMP and events is not None:
+                begun = events.begin(stream, q.device)
+                if begun is None:
+                    agg.health.drop("timing_pool_empty")
+                else:
+                    token.pair, token.stream = begun
+        except Exception:  # noqa: BLE001
+            errors[TIMING] += 1
+        return token
 
-    def rare(decision: Decision, t: list, i: int, shape: CallShape, batch: Batch, q: Any, stream: Any) -> Any:
-        """A slot's first calls (all timed), OPUS calls, and new slots: table values below zero."""
-        if t is sentinel:  # a numbered decision seen for the first time
-            t = enter(decision)
-        v = t[i]
-        if v == -1:
-            v = new_slot(decision, t, i, shape, batch)
-            if v == -1:
+    def rare(decision: Decision, table: list, position: int, shape: CallShape, batch: Batch, q: Any, stream: Any) -> Any:
+        """New slots, a slot's first calls (all timed), and calls counted at stop."""
+        if table is no_table:  # a numbered decision seen for the first time
+            table = index.table_for(decision)
+        value = table[position]
+        if value == NO_SLOT:
+            value = index.new_slot(decision, table, position, shape, batch)
+            if value == NO_SLOT:
+                agg.health.drop("label_overflow")
                 return None
-        s = -v - 2 if v < -1 else v
-        rich = info[s].decision.kernel is OPUS
-        rows = shape[0]
-        d = batch[1]
-        c = calls[s] + 1
-        calls[s] = c
-        rows_t[s] += rows
-        drows[s] += d
-        if c >= first and not rich:
-            t[i] = s  # first calls done: the fast path takes this slot from now on
-        tok = sampled(s, rows, d, q, stream) if (c <= first or not c % every) else s
-        if rich:  # OPUS may decline at launch: stop needs this call's rows to move it
-            if tok.__class__ is int:
-                tok = Token(tok)
-            tok.rows, tok.drows, tok.rich = rows, d, True
-        return tok
+        slot = slot_of_value(value)
+        rows, decode_rows = shape[0], batch[1]
+        if index.counted_at_stop(slot):  # OPUS may decline at launch: count it on the kernel that ran
+            token = sampled(slot, rows, decode_rows, q, stream) if calls[slot] < sample_first else None
+            if token is None or token.__class__ is int:
+                token = Token(slot)
+            token.rows, token.decode_rows, token.count_at_stop = rows, decode_rows, True
+            return token
+        n = count(slot, rows, decode_rows)
+        if n >= sample_first:
+            table[position] = slot  # first calls done: the fast path takes this slot from now on
+        return sampled(slot, rows, decode_rows, q, stream) if (n <= sample_first or not n % sample_every) else slot
+
+    def first_sight(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
+        """A decision or model not seen before, or rows past the table."""
+        try:
+            table = tables_by_id.get(id(decision)) or index.table_for(decision)
+            model_at = model_index.get(model)
+            if model_at is None:
+                model_at = index.model_slot(model)
+            rows = shape[0]
+            position = (rows_position[rows] if rows < len(rows_position) else last_position) + model_at
+            return rare(decision, table, position, shape, batch, q, stream)
+        except Exception:  # noqa: BLE001
+            errors[RECORD] += 1
+            return None
 
     def start(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any,
-              _ord: list = by_ordinal, _tables: dict = tables, _lut: list = lut_nm, _midx: dict = midx,
-              _calls: list = calls, _rows: list = rows_t, _drows: list = drows, _every: int = every) -> Any:
-        # the hot path: state comes in as default arguments (plain locals, no closure cells to chase)
+              _by_ordinal: list = tables_by_ordinal, _by_id: dict = tables_by_id, _rows_position: list = rows_position,
+              _model_index: dict = model_index, _calls: list = calls, _rows: list = rows_total,
+              _decode_rows: list = decode_rows_total, _every: int = sample_every) -> Any:
         try:
             try:
                 rows = shape[0]
-                o = decision.ordinal  # memoised decisions are numbered: a list index, no id() + dict
-                t = _ord[o] if o >= 0 else _tables[id(decision)]
-                i = _lut[rows] + _midx[model]
-            except (LookupError, AttributeError):  # new decision or model, rows past the table: zero-cost try
-                return miss(decision, shape, batch, model, q, stream)
-            s = t[i]
-            if s < 0:
-                return rare(decision, t, i, shape, batch, q, stream)
-            c = _calls[s] + 1
-            _calls[s] = c
-            _rows[s] += rows
-            d = batch[1]
-            if d:
-                _drows[s] += d
-            if c % _every:
-                return s
-            return sampled(s, rows, d, q, stream)
+                ordinal = decision.ordinal
+                table = _by_ordinal[ordinal] if ordinal >= 0 else _by_id[id(decision)]
+                position = _rows_position[rows] + _model_index[model]
+            except (LookupError, AttributeError):  # new decision or model, rows past the table: a zero-cost try
+                return first_sight(decision, shape, batch, model, q, stream)
+            slot = table[position]
+            if slot < 0:
+                return rare(decision, table, position, shape, batch, q, stream)
+            n = _calls[slot] + 1
+            _calls[slot] = n
+            _rows[slot] += rows
+            decode_rows = batch[1]
+            if decode_rows:
+                _decode_rows[slot] += decode_rows
+            if n % _every:
+                return slot
+            return sampled(slot, rows, decode_rows, q, stream)
         except Exception:  # noqa: BLE001 - telemetry never breaks the call
-            errs[E_REC] += 1
+            errors[RECORD] += 1
             return None
 
-    def miss(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
-        try:
-            t = tables.get(id(decision))
-            if t is None:
-                t = enter(decision)
-            mi = midx.get(model)
-            if mi is None:
-                mi = agg.model_slot(model)
-            i = fine(shape[0]) * nm + mi
-            return rare(decision, t, i, shape, batch, q, stream)
-        except Exception:  # noqa: BLE001
-            errs[E_REC] += 1
-            return None
+    def settle_slot(token: Token | CapturedToken, impl: str) -> int:
+        """The slot a finished call belongs to: an OPUS call the dispatcher re-decided moves to the fallback's."""
+        slot = token.slot
+        if token.count_at_stop and impl != "aiter":
+            slot = index.opus_fallback(slot)
+        if impl is not impl_of[slot]:
+            counters.note_impl(slot, impl)
+        return slot
 
-    def finish(tok: Token, impl: str) -> None:
-        s = tok.s
-        if tok.rich and impl != "aiter":  # the dispatcher re-decided: OPUS symbol missing
-            t = agg.opus_fallback(s)
-            calls[s] -= 1
-            rows_t[s] -= tok.rows
-            drows[s] -= tok.drows
-            calls[t] += 1
-            rows_t[t] += tok.rows
-            drows[t] += tok.drows
-            s = t
-        if impl is not simpl[s]:
-            note_impl(s, impl)
-        if tok.pair is not None:
+    def finish(token: Token, impl: str) -> None:
+        slot = settle_slot(token, impl)
+        if token.count_at_stop:
+            count(slot, token.rows, token.decode_rows)
+        stamp, pair = token.stamp, token.pair
+        if stamp is not None:
+            if stamp.armed:
+                method[slot] = BY_STAMP
+                stamps.pending(stamp, slot, now_ns() + wall_offset_ns)  # type: ignore[union-attr]
+                if pair is not None:
+                    events.release(pair)  # type: ignore[union-attr]
+                return
+            stamps.release(stamp)  # type: ignore[union-attr]
+            method[slot] = BY_EVENTS if pair is not None else UNLEARNT  # no stamp this time: try both again
+        if pair is not None:
             try:
-                gpu.end(s, tok.pair, tok.stream, tok.t0 + wall_offset_ns)  # type: ignore[union-attr]
+                events.end(slot, pair, token.stream, now_ns() + wall_offset_ns)  # type: ignore[union-attr]
             except Exception:  # noqa: BLE001
-                errs[E_TIM] += 1
-                gpu.release(tok.pair)  # type: ignore[union-attr]
-        elif tok.t0:
-            t0 = tok.t0
+                errors[TIMING] += 1
+                events.release(pair)  # type: ignore[union-attr]
+        elif token.t0:
+            t0 = token.t0
             try:
-                observe(agg, s, pc() - t0, samples, sample_cap, t0 + wall_offset_ns)
+                sink.observe(slot, Clock.HOST, now_ns() - t0, t0 + wall_offset_ns)
             except Exception:  # noqa: BLE001
-                errs[E_TIM] += 1
+                errors[TIMING] += 1
 
-    def stop(token: Any, impl: str, _impl: list = simpl, _int: type = int) -> None:
+    def finish_captured(token: CapturedToken, impl: str) -> None:
+        slot = settle_slot(token, impl)
+        capture = token.capture
+        capture.add(counters, slot, token.rows, token.decode_rows)
+        stamp = token.stamp
+        if stamp is not None:
+            if stamp.armed:
+                capture.on_drop(stamps.hold(stamp, slot))  # type: ignore[union-attr]
+            else:
+                stamps.release(stamp)  # type: ignore[union-attr]
+
+    def stop(token: Any, impl: str, _impl_of: list = impl_of, _int: type = int) -> None:
         try:
-            if token.__class__ is not _int:
-                if token is not None:
-                    finish(token, impl)
-            elif impl is not _impl[token]:
-                note_impl(token, impl)
+            if token.__class__ is _int:
+                if impl is not _impl_of[token]:
+                    counters.note_impl(token, impl)
+            elif token.__class__ is Token:
+                finish(token, impl)
+            elif token is not None:
+                finish_captured(token, impl)
         except Exception:  # noqa: BLE001
-            errs[E_REC] += 1
+            errors[RECORD] += 1
 
-    def error(token: Any, exc: BaseException) -> None:
+    def error(token: Any, exc: BaseException, impl: str | None = None) -> None:
+        """The launch raised: the call stays counted (once), with the implementation that was attempted."""
         try:
             if token is None:
                 return
             if token.__class__ is int:
-                s = token
+                slot = token
             else:
-                s = token.s
-                if token.pair is not None:
-                    gpu.release(token.pair)  # type: ignore[union-attr]
-            if not info[s].refused:
-                count_error(s, exc)
+                slot = token.slot
+                if token.__class__ is Token:
+                    if token.pair is not None:
+                        events.release(token.pair)  # type: ignore[union-attr]
+                    if token.count_at_stop:
+                        count(slot, token.rows, token.decode_rows)
+                if token.stamp is not None:
+                    stamps.release(token.stamp)  # type: ignore[union-attr]
+                if token.__class__ is CapturedToken:
+                    return  # a capture that raised is not replayed
+            if impl is not None and impl is not impl_of[slot]:
+                counters.note_impl(slot, impl)
+            if not index.info[slot].refused:
+                agg.kernel_errors.add(slot, exc)
         except Exception:  # noqa: BLE001
-            errs[E_PROBE] += 1
+            errors[PROBE] += 1
 
     def record_decode_path(rows: int, model: Any = None) -> None:
         try:
-            mi = mget(model, other)
-            dp_calls[mi] += 1
-            dp_rows[mi] += rows
+            at = model_index.get(model, index.other)
+            agg.decode_path.calls[at] += 1
+            agg.decode_path.rows[at] += rows
         except Exception:  # noqa: BLE001
-            errs[E_REC] += 1
+            errors[RECORD] += 1
+
+    def captured_call(capture: Any, decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any) -> Any:
+        """A call seen while its graph is captured: nothing runs now; each replay of the graph counts it."""
+        slot = index.slot_of(decision, shape, batch, model)
+        if slot == NO_SLOT:
+            agg.health.drop("label_overflow")
+            return None
+        counters.captured[slot] += 1
+        token = CapturedToken(slot, capture, shape[0], batch[1], index.counted_at_stop(slot))
+        if stamps is not None and timed and method[slot] != BY_EVENTS:
+            token.stamp = stamps.claim_held(q.device)
+        return token
 
     probe = TelemetryProbe()
     probe.stop = stop
     probe.error = error
     probe.record_decode_path = record_decode_path
-    if gpu is not None and capturing is not None:
-        captured = agg.captured
-        slot_of = agg.slot_of
-
-        def count_captured(decision: Decision, shape: CallShape, batch: Batch, model: Any) -> None:
-            s = slot_of(decision, shape, batch, model)
-            if s >= 0:
-                captured[s] += 1
-
-        if depth is not None:  # torch's CUDAGraph keeps a capture depth for us: tens of ns per call
-
-            def start_gpu(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
-                if depth[0]:
-                    try:
-                        if q.is_cuda:
-                            count_captured(decision, shape, batch, model)
-                            return None
-                    except Exception:  # noqa: BLE001
-                        errs[E_TIM] += 1
-                return start(decision, shape, batch, model, q, stream)
-
-        else:  # no CUDAGraph class to watch: ask torch on every GPU call (several µs)
-
-            def start_gpu(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
-                try:
-                    if q.is_cuda and capturing():
-                        count_captured(decision, shape, batch, model)
-                        return None
-                except Exception:  # noqa: BLE001
-                    errs[E_TIM] += 1
-                return start(decision, shape, batch, model, q, stream)
-
-        probe.start = start_gpu
-    else:
+    if graphs is None:
         probe.start = start
+        return probe
+    depth, current_capture = graphs.depth, graphs.current
+
+    def start_watching_captures(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any,
+                                stream: Any) -> Any:
+        if depth[0]:  # a capture is under way somewhere in this process: is it this thread's, this call's?
+            try:
+                capture = current_capture()
+                if capture is not None and q.is_cuda and (stream is not None or capturing is None or capturing()):
+                    return captured_call(capture, decision, shape, batch, model, q)
+            except Exception:  # noqa: BLE001
+                errors[RECORD] += 1
+                return None
+        return start(decision, shape, batch, model, q, stream)
+
+    probe.start = start_watching_captures
     return probe

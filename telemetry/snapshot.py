@@ -3,14 +3,45 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from typing import Any, Protocol
 
+from dispatcher.platform import Platform
+from dispatcher.policy import Policy
+
+from .aggregates import Aggregates
 from .buckets import quantile
+from .config import TelemetryConfig
 from .spec import DROP_REASONS, STAGES
 from .view import Totals
 
-if TYPE_CHECKING:
-    from .core import Telemetry
+
+class Source(Protocol):
+    """What a snapshot reads from its Telemetry (telemetry.core.Telemetry provides it)."""
+
+    config: TelemetryConfig
+    platform: Platform
+    policy: Policy
+    counterfactuals: tuple[Policy, ...]
+    counterfactual_platform: Platform
+    timing: str
+
+    @property
+    def aggregates(self) -> Aggregates: ...
+    @property
+    def recent_decisions(self) -> deque | None: ...
+    @property
+    def wall_offset_ns(self) -> int: ...
+    @property
+    def last_background_flush(self) -> float | None: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def probe_failures(self) -> int: ...
+    @property
+    def multiprocess_dir(self) -> str | None: ...
+    @property
+    def totals(self) -> Totals: ...
 
 
 def _rows(d: dict, names: tuple[str, ...], value: str = "calls") -> list[dict[str, Any]]:
@@ -41,7 +72,7 @@ def _would_route(t: Totals, *, merged: bool = False) -> list[dict[str, Any]]:
     ]
 
 
-def _where_decided(tel: Telemetry) -> str:
+def _where_decided(tel: Source) -> str:
     """Where counterfactuals are decided, for people: "what-if gfx942", or the real platform's arch."""
     arch = tel.config.counterfactual_arch
     return f"what-if {arch}" if arch else tel.platform.arch
@@ -49,22 +80,32 @@ def _where_decided(tel: Telemetry) -> str:
 
 def _latency(t: Totals) -> list[dict[str, Any]]:
     out = []
-    for (k, b, m), (counts, total) in sorted(t.latency.items()):
+    for (k, b, m, clock), (counts, total) in sorted(t.latency.items()):
         n = sum(counts)
         out.append({
-            "kernel": k, "rows_bucket": b, "model": m, "samples": n, "sum_s": total,
+            "kernel": k, "rows_bucket": b, "model": m, "clock": clock, "samples": n, "sum_s": total,
             "mean_s": total / n if n else None,
             "p50_s": quantile(counts, 0.5), "p90_s": quantile(counts, 0.9), "p99_s": quantile(counts, 0.99),
         })
     return out
 
 
-def _decisions(tel: Telemetry) -> list[dict[str, Any]]:
-    dq = tel._decisions
+def _traffic(t: Totals) -> list[dict[str, Any]]:
+    """Calls, rows and decode rows per row-free call shape (what ``routescope advise`` prices)."""
+    names = ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype")
+    return [
+        {**dict(zip(names, key)), "topk": int(key[4]), "calls": n, "rows": t.traffic_rows.get(key, 0),
+         "decode_rows": t.traffic_decode_rows.get(key)}
+        for key, n in sorted(t.traffic_calls.items())
+    ]
+
+
+def _decisions(tel: Source) -> list[dict[str, Any]]:
+    dq = tel.recent_decisions
     if dq is None:
         return []
-    info = tel._agg.info
-    off = tel._wall_offset_ns
+    info = tel.aggregates.info
+    off = tel.wall_offset_ns
     out = []
     for t_ns, s, rows, d in list(dq):
         inf = info[s]
@@ -76,14 +117,15 @@ def _decisions(tel: Telemetry) -> list[dict[str, Any]]:
     return out
 
 
-def build_snapshot(tel: Telemetry, own: Totals, *, merged: Totals | None = None) -> dict[str, Any]:
-    """Keys: platform, policy, counterfactuals, counterfactual_platform, counts, decode_in_prefill, latency, decisions,
-    would_route, errors, guard, graph_captured, decode_path, health, scope (plus rank, arch, timing, rows_buckets).
+def build_snapshot(tel: Source, own: Totals, *, merged: Totals | None = None) -> dict[str, Any]:
+    """Keys: platform, policy, counterfactuals, counterfactual_platform, counts, traffic, decode_in_prefill, latency,
+    decisions, would_route, errors, guard, graph_captured, graph_replayed, decode_path, health, scope (plus rank,
+    arch, timing, rows_buckets).
 
     The series come from ``merged`` (every process's, multiprocess mode) when given, else from
     ``own``; decisions, first occurrences and health are always this process's.
     """
-    agg = tel._agg
+    agg = tel.aggregates
     now = time.time()
     where = _where_decided(tel)
     t = merged if merged is not None else own
@@ -101,7 +143,9 @@ def build_snapshot(tel: Telemetry, own: Totals, *, merged: Totals | None = None)
         "timing": tel.timing,
         "rows_buckets": list(agg.buckets.labels),
         "counts": _counts(t),
-        "decode_in_prefill": {"counts": dip, "first_occurrences": [dict(r) for r in agg.first_dip]},
+        "traffic": _traffic(t),
+        "decode_in_prefill": {"counts": dip,
+                              "first_occurrences": [dict(r) for r in agg.first_decode_in_prefill.records]},
         "latency": _latency(t),
         "decisions": _decisions(tel),
         "would_route": _would_route(t, merged=merged is not None),
@@ -112,6 +156,7 @@ def build_snapshot(tel: Telemetry, own: Totals, *, merged: Totals | None = None)
             "refused": _rows(t.refused, ("kernel", "model")),
         },
         "graph_captured": _rows(t.captured, ("kernel", "model")),
+        "graph_replayed": _rows(t.replayed, ("kernel", "model")),
         "decode_path": [
             {"model": m, "calls": n, "rows": t.decode_path_rows.get((m,), 0)} for (m,), n in sorted(t.decode_path_calls.items())
         ],
@@ -121,30 +166,30 @@ def build_snapshot(tel: Telemetry, own: Totals, *, merged: Totals | None = None)
             "telemetry_errors": {k[0]: v for k, v in own.telemetry_errors.items()},
             "dropped": {k[0]: v for k, v in own.dropped.items()},
             "last_flush_ts": own.ts or None,
-            "flush_lag_s": (now - tel._bg_flush_ts) if tel._bg_flush_ts else None,
+            "flush_lag_s": (now - tel.last_background_flush) if tel.last_background_flush else None,
             "flush_thread": tel.running,
             "probe_failures": tel.probe_failures,
             "slots": agg.n_slots,
             "max_slots": agg.max_slots,
-            "multiprocess_dir": tel._mp_path,
+            "multiprocess_dir": tel.multiprocess_dir,
         },
     }
 
 
-def empty_snapshot(tel: Telemetry) -> dict[str, Any]:
+def empty_snapshot(tel: Source) -> dict[str, Any]:
     """Every key, no data: what snapshot() returns if building the real one failed (health still says why)."""
-    agg = tel._agg
+    agg = tel.aggregates
     return {
         "platform": tel.platform.to_dict(), "policy": tel.policy.to_dict(), "counterfactuals": [],
         "counterfactual_platform": tel.counterfactual_platform.to_dict(),
         "rank": tel.config.rank, "arch": tel.platform.arch, "timing": tel.timing, "rows_buckets": [],
-        "counts": [], "decode_in_prefill": {"counts": [], "first_occurrences": []}, "latency": [],
+        "counts": [], "traffic": [], "decode_in_prefill": {"counts": [], "first_occurrences": []}, "latency": [],
         "decisions": [], "would_route": [], "errors": [], "guard": {"mode": tel.policy.guard.value, "rerouted": [],
-        "refused": []}, "graph_captured": [], "decode_path": [],
+        "refused": []}, "graph_captured": [], "graph_replayed": [], "decode_path": [],
         "scope": {"series": "this process", "decisions": "this process", "health": "this process"},
         "health": {
-            "telemetry_errors": {s: agg.errs[i] for i, s in enumerate(STAGES)},
-            "dropped": {r: agg.dropped[i] for i, r in enumerate(DROP_REASONS)},
+            "telemetry_errors": {s: agg.health.errors[i] for i, s in enumerate(STAGES)},
+            "dropped": {r: agg.health.dropped[i] for i, r in enumerate(DROP_REASONS)},
             "last_flush_ts": tel.totals.ts or None, "flush_lag_s": None, "flush_thread": tel.running,
             "probe_failures": 0, "snapshot_failed": True,
         },

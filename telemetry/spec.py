@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 STAGES = ("record", "timing", "flush", "export", "otel", "probe")
-DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty")
+DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty", "timing_unresolved")
+CLOCKS = ("device", "events", "host")  # slots.Clock: what a latency series measured
 
 
 class MetricSpec(NamedTuple):
@@ -46,7 +47,15 @@ COUNTERS = (
     MetricSpec("routescope_kernel_errors_total", "counter", ("kernel", "exception", "model") + R,
                "Kernel launches that raised (re-raised unchanged).", "kernel_errors"),
     MetricSpec("routescope_graph_captured_calls_total", "counter", ("kernel", "model") + R,
-               "Calls seen during CUDA/HIP graph capture (not timed).", "captured"),
+               "Calls seen while a CUDA/HIP graph was captured (each replay then counts them as calls).", "captured"),
+    MetricSpec("routescope_graph_replayed_calls_total", "counter", ("kernel", "model") + R,
+               "Of routescope_calls_total: calls counted from CUDA/HIP graph replays.", "replayed"),
+    MetricSpec("routescope_traffic_calls_total", "counter",
+               ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype") + R,
+               "Calls launched, by the row-free call shape a latency table is indexed by.", "traffic_calls"),
+    MetricSpec("routescope_traffic_rows_total", "counter",
+               ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype") + R,
+               "Query rows launched, by the row-free call shape.", "traffic_rows"),
     MetricSpec("routescope_decode_path_calls_total", "counter", ("model",) + R,
                "Calls of the decode entry.", "decode_path_calls"),
     MetricSpec("routescope_decode_path_rows_total", "counter", ("model",) + R,
@@ -57,8 +66,9 @@ COUNTERS = (
                "Records or samples telemetry dropped.", "dropped"),
 )
 HISTOGRAM = MetricSpec(
-    "routescope_call_duration_seconds", "histogram", ("kernel", "rows_bucket", "model") + R,
-    "Per-call latency of sampled calls (GPU time from events on GPU, host time on CPU).", "latency",
+    "routescope_call_duration_seconds", "histogram", ("kernel", "rows_bucket", "model", "clock") + R,
+    "Per-call latency of sampled calls; clock: device (the call's kernels, first program in to last out), "
+    "events (a GPU event pair around the launch) or host.", "latency",
 )
 GAUGES = (
     MetricSpec("routescope_telemetry_last_flush_timestamp_seconds", "gauge", R,

@@ -1,9 +1,12 @@
-"""Timing of sampled calls: host clock on CPU, pooled CUDA/HIP events on GPU, read back without blocking.
+"""Timing of sampled calls: what the probe hands back for them, the event-pair pool, and how a sample is kept.
 
-Only sampled calls reach this module. GPU events are created once (a pool), recorded on the
-stream the dispatcher passes (the current stream is looked up only when none was passed),
-and resolved at flush with ``query()``: never ``synchronize()``. During graph capture no
-event is recorded (non-external timing events fail in capture; ROCm refuses external ones).
+Only sampled calls reach this module. Three clocks (``slots.Clock``): device stamps written by
+the call's own kernels (``stamps.DeviceStamps``), a pooled CUDA/HIP event pair for kernels that
+write none (AITER, calls the project's kernels do not take), and the host clock for CPU tensors.
+Events are created once, recorded on the stream the dispatcher passes (the current stream is
+looked up only when none was passed), and resolved at flush with ``query()``: never
+``synchronize()``. During graph capture no event is recorded (non-external timing events fail in
+capture; ROCm refuses external ones).
 """
 
 from __future__ import annotations
@@ -13,37 +16,73 @@ from bisect import bisect_left
 from collections import deque
 from typing import Any
 
-from .aggregates import DROP, STAGE, Aggregates
-from .buckets import LATENCY_BOUNDS_NS
+from .aggregates import Health
+from .buckets import LATENCY_BOUNDS_NS, N_LATENCY_BUCKETS
+from .slots import Clock, SlotCounters
 
 
 class Token:
-    """What ``start`` hands ``stop`` for a sampled or OPUS call (a plain int for every other call)."""
+    """What ``start`` hands ``stop`` for a sampled or late-counted call (a plain int slot for every other call)."""
 
-    __slots__ = ("s", "t0", "pair", "stream", "rows", "drows", "rich")
+    __slots__ = ("slot", "t0", "pair", "stream", "stamp", "rows", "decode_rows", "count_at_stop")
 
-    def __init__(self, s: int, t0: int = 0, pair: Any = None, stream: Any = None,
-                 rows: int = 0, drows: int = 0, rich: bool = False) -> None:
-        self.s = s
-        self.t0 = t0
-        self.pair = pair
-        self.stream = stream
+    def __init__(self, slot: int, t0: int = 0) -> None:
+        self.slot = slot
+        self.t0 = t0  # perf_counter_ns at start (0: not timed on the host)
+        self.pair: Any = None  # an event pair, recorded at start
+        self.stream: Any = None
+        self.stamp: Any = None  # a dispatcher.kernels.stamps.DeviceStamp the launch may arm
+        self.rows = 0
+        self.decode_rows = 0
+        self.count_at_stop = False  # OPUS: counted at stop, on the slot of the kernel that ran
+
+
+class CapturedToken:
+    """A call seen during a CUDA graph capture: recorded against the graph at stop, counted at each replay."""
+
+    __slots__ = ("slot", "capture", "stamp", "rows", "decode_rows", "count_at_stop")
+
+    def __init__(self, slot: int, capture: Any, rows: int, decode_rows: int, count_at_stop: bool) -> None:
+        self.slot = slot
+        self.capture = capture
+        self.stamp: Any = None
         self.rows = rows
-        self.drows = drows
-        self.rich = rich
+        self.decode_rows = decode_rows
+        self.count_at_stop = count_at_stop
 
 
-def observe(agg: Aggregates, s: int, dt_ns: int, samples: deque | None, cap: int, wall_ns: int) -> None:
-    """Add one latency sample to slot ``s``; queue it for OpenTelemetry when that is on."""
-    if dt_ns < 0:
-        dt_ns = 0
-    agg.hists[s][bisect_left(LATENCY_BOUNDS_NS, dt_ns)] += 1  # type: ignore[index]
-    agg.hsum[s] += dt_ns
-    if samples is not None:
-        if len(samples) < cap:
-            samples.append((s, dt_ns, wall_ns))
+class LatencySink:
+    """Adds latency samples to the slot histograms (one clock per slot's main series) and queues them for OTel."""
+
+    def __init__(self, counters: SlotCounters, health: Health, samples: deque | None, cap: int) -> None:
+        self._counters = counters
+        self._health = health
+        self.samples = samples
+        self._cap = cap
+        self._lock = threading.Lock()
+
+    def observe(self, slot: int, clock: Clock, dt_ns: int, wall_ns: int) -> None:
+        """One sample of ``clock`` for ``slot``; a slot's histogram takes its first clock, others sit beside it."""
+        if dt_ns < 0:
+            dt_ns = 0
+        bucket = bisect_left(LATENCY_BOUNDS_NS, dt_ns)
+        counters = self._counters
+        if counters.latency_clock[slot] is None:
+            counters.latency_clock[slot] = clock
+        if counters.latency_clock[slot] is clock:
+            counters.latency[slot][bucket] += 1  # type: ignore[index]
+            counters.latency_sum_ns[slot] += dt_ns
         else:
-            agg.dropped[DROP["buffer_full"]] += 1
+            with self._lock:
+                counts, total = counters.other_clock.setdefault((slot, clock), ([0] * N_LATENCY_BUCKETS, [0]))
+                counts[bucket] += 1
+                total[0] += dt_ns
+        samples = self.samples
+        if samples is not None:
+            if len(samples) < self._cap:
+                samples.append((slot, clock, dt_ns, wall_ns))
+            else:
+                self._health.drop("buffer_full")
 
 
 class GpuEvents:
@@ -57,8 +96,8 @@ class GpuEvents:
         self.pending: deque = deque()
         self.lock = threading.Lock()
 
-    def begin(self, stream: Any, device: Any) -> tuple[Any, Any, Any] | None:
-        """Record the start event; None when the pool is empty (the caller counts a drop)."""
+    def begin(self, stream: Any, device: Any) -> tuple[Any, Any] | None:
+        """Record the start event: (pair, stream), or None when the pool is empty (the caller counts a drop)."""
         if stream is None:
             stream = self.torch.cuda.current_stream(device)
         try:
@@ -66,74 +105,38 @@ class GpuEvents:
         except IndexError:
             return None
         pair[0].record(stream)
-        return pair, stream, None
+        return pair, stream
 
-    def end(self, s: int, pair: tuple[Any, Any], stream: Any, wall_ns: int) -> None:
+    def end(self, slot: int, pair: tuple[Any, Any], stream: Any, wall_ns: int) -> None:
         pair[1].record(stream)
-        self.pending.append((s, pair, wall_ns))
+        self.pending.append((slot, pair, wall_ns))
 
     def release(self, pair: tuple[Any, Any]) -> None:
         self.free.append(pair)
 
-    def resolve(self, agg: Aggregates, samples: deque | None, cap: int) -> int:
+    def resolve(self, sink: LatencySink, health: Health) -> int:
         """Turn finished pairs into samples; unfinished ones wait for the next flush. Returns how many."""
         done = 0
         with self.lock:
             for _ in range(len(self.pending)):
-                s, pair, wall_ns = self.pending.popleft()
+                slot, pair, wall_ns = self.pending.popleft()
                 try:
                     finished = pair[1].query()
                 except Exception:  # noqa: BLE001 - a broken event is dropped, never retried forever
-                    agg.errs[STAGE["timing"]] += 1
+                    health.error("timing")
                     self.free.append(pair)
                     continue
                 if not finished:
-                    self.pending.append((s, pair, wall_ns))
+                    self.pending.append((slot, pair, wall_ns))
                     continue
                 try:
                     ms = pair[0].elapsed_time(pair[1])
-                    observe(agg, s, int(ms * 1e6), samples, cap, wall_ns)
+                    sink.observe(slot, Clock.EVENTS, int(ms * 1e6), wall_ns)
                     done += 1
                 except Exception:  # noqa: BLE001
-                    agg.errs[STAGE["timing"]] += 1
+                    health.error("timing")
                 self.free.append(pair)
         return done
-
-
-_DEPTH_ATTR = "_routescope_capture_depth"
-
-
-def capture_depth(torch_mod: Any) -> list[int] | None:
-    """A one-element list counting torch graph captures under way, kept by wrapping CUDAGraph once.
-
-    ``torch.cuda.is_current_stream_capturing()`` looks up the current stream: several µs per
-    call on an H200 host, measured as a 6% throughput loss on a launch-bound replay when asked
-    on every call. Reading ``depth[0]`` costs tens of ns. Every torch capture path
-    (``torch.cuda.graph``, ``make_graphed_callables``, vLLM's graph wrappers) goes through
-    ``CUDAGraph.capture_begin``/``capture_end``. Returns None where that class is absent.
-    """
-    try:
-        cls = torch_mod.cuda.graphs.CUDAGraph
-        begin, end = cls.capture_begin, cls.capture_end
-    except AttributeError:
-        return None
-    depth = getattr(cls, _DEPTH_ATTR, None)
-    if depth is not None:  # already wrapped in this process (idempotent across Telemetry objects)
-        return depth
-    depth = [0]
-
-    def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = begin(self, *args, **kwargs)
-        depth[0] += 1
-        return result
-
-    def capture_end(self: Any, *args: Any, **kwargs: Any) -> Any:
-        depth[0] = max(0, depth[0] - 1)
-        return end(self, *args, **kwargs)
-
-    cls.capture_begin, cls.capture_end = capture_begin, capture_end
-    setattr(cls, _DEPTH_ATTR, depth)
-    return depth
 
 
 def capture_check(torch_mod: Any) -> Any:

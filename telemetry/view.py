@@ -32,11 +32,15 @@ class Totals:
     would_dip: dict[Key, int] = field(default_factory=dict)  # of would_route: decode rows into a prefill kernel (snapshot only)
     kernel_errors: dict[Key, int] = field(default_factory=dict)
     captured: dict[Key, int] = field(default_factory=dict)
+    replayed: dict[Key, int] = field(default_factory=dict)
+    traffic_calls: dict[Key, int] = field(default_factory=dict)
+    traffic_rows: dict[Key, int] = field(default_factory=dict)
+    traffic_decode_rows: dict[Key, int] = field(default_factory=dict)  # snapshot only, never exported
     decode_path_calls: dict[Key, int] = field(default_factory=dict)
     decode_path_rows: dict[Key, int] = field(default_factory=dict)
     telemetry_errors: dict[Key, int] = field(default_factory=dict)
     dropped: dict[Key, int] = field(default_factory=dict)
-    latency: dict[Key, tuple[list[int], float]] = field(default_factory=dict)  # (bucket counts, sum s)
+    latency: dict[Key, tuple[list[int], float]] = field(default_factory=dict)  # (bucket counts, sum s), keyed with clock
     last_flush: dict[Key, float] = field(default_factory=dict)
     thresholds: dict[Key, float] = field(default_factory=dict)
     cf_info: dict[Key, float] = field(default_factory=dict)  # (policy, arch it is decided on) -> 1
@@ -55,6 +59,13 @@ def _default_impl(kernel: str, seen: dict[str, str]) -> str:
     return seen.get(kernel, "torch")
 
 
+def _add_latency(t: Totals, key: Key, counts: list[int], total_ns: int) -> None:
+    if not any(counts):
+        return
+    have, total = t.latency.get(key, ([0] * (len(LATENCY_BOUNDS_NS) + 1), 0.0))
+    t.latency[key] = ([x + y for x, y in zip(have, counts)], total + total_ns / 1e9)
+
+
 def build_totals(
     agg: Aggregates,
     *,
@@ -66,56 +77,66 @@ def build_totals(
 ) -> Totals:
     """Sum slots into series. Reads the hot path's lists without a lock: counts only grow."""
     t = Totals(ts=time.time() if ts is None else ts)
+    c = agg.counters
     n = agg.n_slots
     info = agg.info[:n]
-    calls, rows, drows = agg.calls[:n], agg.rows[:n], agg.drows[:n]
-    captured, impls, hsum = agg.captured[:n], agg.impl[:n], agg.hsum[:n]
+    calls, rows, drows = c.calls[:n], c.rows[:n], c.decode_rows[:n]
+    captured, replayed, impls = c.captured[:n], c.replayed[:n], c.impl[:n]
     extra: dict[int, list[tuple[str, int]]] = {}
-    for (s, impl), c in list(agg.impl_extra.items()):
-        extra.setdefault(s, []).append((impl, c))
+    for (s, impl), count in list(c.impl_extra.items()):
+        extra.setdefault(s, []).append((impl, count))
     seen_impl = {info[s].kernel: impls[s] for s in range(n) if impls[s]}
     cf_names = tuple(p.name for p in policies)
     for s in range(n):
         inf = info[s]
         k, m, b, cc = inf.kernel, inf.model, inf.bucket, inf.call_class
-        c = calls[s]
-        if c > 0:
-            _add(t.decisions, (k, inf.reason, m), c)
+        calls_s = calls[s]
+        if calls_s > 0:
+            _add(t.decisions, (k, inf.reason, m), calls_s)
             for name, wk, wd in zip(cf_names, inf.would, inf.would_dip):
-                _add(t.would_route, (name, wk, b, m), c)
+                _add(t.would_route, (name, wk, b, m), calls_s)
                 if wd:
-                    _add(t.would_dip, (name, wk, b, m), c)
+                    _add(t.would_dip, (name, wk, b, m), calls_s)
             if inf.refused:
-                _add(t.refused, (k, m), c)
+                _add(t.refused, (k, m), calls_s)
             else:
-                main = c
-                for impl, ce in extra.get(s, ()):
-                    _add(t.calls, (k, impl, b, m, cc, arch), ce)
-                    main -= ce
+                main = calls_s
+                for impl, count in extra.get(s, ()):
+                    _add(t.calls, (k, impl, b, m, cc, arch), count)
+                    main -= count
                 if main:
                     _add(t.calls, (k, impls[s] or _default_impl(k, seen_impl), b, m, cc, arch), main)
                 _add(t.rows, (k, b, m, cc), rows[s])
+                traffic = (k, b, m, cc) + inf.traffic_key
+                _add(t.traffic_calls, traffic, calls_s)
+                _add(t.traffic_rows, traffic, rows[s])
+                _add(t.traffic_decode_rows, traffic, drows[s])
                 if inf.decode_in_prefill:
-                    _add(t.dip_calls, (k, m, cc), c)
+                    _add(t.dip_calls, (k, m, cc), calls_s)
                     _add(t.dip_rows, (k, m, cc), drows[s])
                 if inf.rerouted_from:
-                    _add(t.rerouted, (inf.rerouted_from, k, m), c)
+                    _add(t.rerouted, (inf.rerouted_from, k, m), calls_s)
+                if replayed[s]:
+                    _add(t.replayed, (k, m), replayed[s])
         if captured[s]:
             _add(t.captured, (k, m), captured[s])
-        h = agg.hists[s]
-        if h is not None and hsum[s] >= 0 and any(h):
-            key = (k, b, m)
-            counts, total = t.latency.get(key, ([0] * (len(LATENCY_BOUNDS_NS) + 1), 0.0))
-            t.latency[key] = ([x + y for x, y in zip(counts, h)], total + hsum[s] / 1e9)
-    for (s, exc), c in list(agg.errors.items()):
-        inf = info[s] if s < n else agg.info[s]
-        _add(t.kernel_errors, (inf.kernel, exc, inf.model), c)
+        hist, clock = c.latency[s], c.latency_clock[s]
+        if hist is not None and clock is not None:
+            _add_latency(t, (k, b, m, clock.value), hist, c.latency_sum_ns[s])
+    for (s, clock), (counts, total) in list(c.other_clock.items()):
+        inf = agg.info[s]
+        _add_latency(t, (inf.kernel, inf.bucket, inf.model, clock.value), counts, total[0])
+    for (s, exc), count in list(agg.kernel_errors.counts.items()):
+        inf = agg.info[s]
+        _add(t.kernel_errors, (inf.kernel, exc, inf.model), count)
+    dp = agg.decode_path
     for mi, name in enumerate(agg.model_names):
-        if agg.dp_calls[mi]:
-            t.decode_path_calls[(name,)] = agg.dp_calls[mi]
-            t.decode_path_rows[(name,)] = agg.dp_rows[mi]
-    t.telemetry_errors = {(stage,): agg.errs[i] for i, stage in enumerate(STAGES)}
-    t.dropped = {(r,): agg.dropped[i] for i, r in enumerate(DROP_REASONS)}
+        if dp.calls[mi]:
+            t.decode_path_calls[(name,)] = dp.calls[mi]
+            t.decode_path_rows[(name,)] = dp.rows[mi]
+    health = agg.health
+    t.telemetry_errors = {(stage,): health.errors[i] for i, stage in enumerate(STAGES)}
+    t.dropped = {(r,): health.dropped[i] for i, r in enumerate(DROP_REASONS)}
     t.last_flush = {(): t.ts}
     for p in (agg.policy,) + policies:
         t.thresholds[("gfx942_min_rows", p.name)] = float(p.gfx942_min_rows)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,6 +29,7 @@ class KernelArgs(NamedTuple):
     scale: float
     attn_sink: torch.Tensor | None  # [H]
     output: torch.Tensor  # [sq, H, nope] or [sq, H, D]
+    stamp: Any = None  # a stamps.DeviceStamp: where the call's kernels write their start and end times
 
 
 def row_slots(index: SparseIndex, r0: int, r1: int, skv: int) -> tuple[torch.Tensor, torch.Tensor]:

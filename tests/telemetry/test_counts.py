@@ -82,10 +82,10 @@ def test_exact_counts_per_label_set(make_tel):
     }
     # fewer calls per slot than sample_first: every call was timed
     assert series(s, "routescope_call_duration_seconds_count") == {
-        L(kernel=AITER, rows_bucket="512-1023", model="glm", rank="0"): 7,
-        L(kernel=INTREE, rows_bucket="2-3", model="other", rank="0"): 5,
-        L(kernel=INTREE, rows_bucket="4-7", model="unknown", rank="0"): 3,
-        L(kernel=AITER, rows_bucket="2048-4095", model="glm", rank="0"): 2,
+        L(kernel=AITER, rows_bucket="512-1023", model="glm", clock="host", rank="0"): 7,
+        L(kernel=INTREE, rows_bucket="2-3", model="other", clock="host", rank="0"): 5,
+        L(kernel=INTREE, rows_bucket="4-7", model="unknown", clock="host", rank="0"): 3,
+        L(kernel=AITER, rows_bucket="2048-4095", model="glm", clock="host", rank="0"): 2,
     }
     for name in ("routescope_guard_rerouted_calls_total", "routescope_guard_refused_calls_total",
                  "routescope_kernel_errors_total", "routescope_telemetry_errors_total"):

@@ -18,7 +18,9 @@ from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.kernels.torch_ref import ragged_prefill
 from dispatcher.types import Kernel
 from telemetry import Telemetry, TelemetryConfig
-from telemetry.aggregates import Aggregates
+from telemetry.aggregates import KernelErrors
+from telemetry.index import SlotIndex
+from telemetry.timing import LatencySink
 from telemetry.multiproc import MultiprocWriter
 from telemetry.otel import OtelExporter
 
@@ -58,7 +60,7 @@ def cpu_tel(make_tel, cfg: TelemetryConfig | None = None, **kw) -> Telemetry:
 
 
 def test_record_path_fault(make_tel, monkeypatch):
-    monkeypatch.setattr(Aggregates, "new_slot", boom)  # before the probe binds it
+    monkeypatch.setattr(SlotIndex, "new_slot", boom)
     tel = cpu_tel(make_tel)
     d = real_dispatcher(tel)
     real_call_checked(d)
@@ -69,14 +71,14 @@ def test_record_path_fault(make_tel, monkeypatch):
 def test_timing_fault(make_tel, monkeypatch):
     tel = cpu_tel(make_tel)
     d = real_dispatcher(tel)
-    monkeypatch.setattr(telemetry.probe, "observe", boom)
+    monkeypatch.setattr(LatencySink, "observe", boom)
     real_call_checked(d)
     assert errors(tel)["timing"] == 1
     assert sum(series(scrape(tel.registry), "routescope_calls_total").values()) == 1
 
 
 def test_error_path_fault_keeps_the_kernel_exception(make_tel, monkeypatch):
-    monkeypatch.setattr(Aggregates, "count_error", boom)  # before the probe binds it
+    monkeypatch.setattr(KernelErrors, "add", boom)
     tel = cpu_tel(make_tel)
     exc = ZeroDivisionError("kernel")
     d = tel.instrument(dispatcher(platform=what_if("cpu"), registry=noop_registry({Kernel.INTREE_RAGGED_PREFILL: exc})))
@@ -168,12 +170,10 @@ def test_otel_feed_and_callback_faults(make_tel, monkeypatch):
 
 
 def test_snapshot_fault_returns_every_key(make_tel, monkeypatch):
-    import telemetry.snapshot
-
     tel = cpu_tel(make_tel)
     real_call_checked(real_dispatcher(tel))
     keys = set(tel.snapshot())
-    monkeypatch.setattr(telemetry.snapshot, "build_snapshot", boom)
+    monkeypatch.setattr(telemetry.core, "build_snapshot", boom)
     snap = tel.snapshot()
     assert snap["counts"] == [] and snap["health"]["snapshot_failed"]
     assert set(snap) == keys
@@ -190,19 +190,19 @@ def test_flush_thread_survives_faults(make_tel, monkeypatch):
     import time
 
     deadline = time.time() + 10
-    while tel._agg.errs[2] < 3 and time.time() < deadline:  # stage "flush"
+    while tel.aggregates.health.errors[2] < 3 and time.time() < deadline:  # stage "flush"
         time.sleep(0.01)
     assert tel.running
     tel.close()
     assert not tel.running
-    assert tel._agg.errs[2] >= 3
+    assert tel.aggregates.health.errors[2] >= 3
 
 
 def test_decode_path_fault(make_tel, monkeypatch):
     tel = cpu_tel(make_tel)
-    tel._agg.dp_calls.clear()  # IndexError inside the hot path
+    tel.aggregates.decode_path.calls.clear()  # IndexError inside the hot path
     tel.record_decode_path(3, "glm")
-    assert tel._agg.errs[0] == 1
+    assert tel.aggregates.health.errors[0] == 1
 
 
 def test_count_error_is_public_and_checks_the_stage(make_tel):

@@ -1,122 +1,102 @@
-"""The GPU timing branch, driven on CPU through a stand-in torch.cuda: pooled events on the given stream,
-current-stream lookups only on sampled calls, query() not synchronize(), capture counted and never timed."""
+"""The GPU timing branch, driven on CPU through a stand-in torch.cuda (tests/telemetry/cuda_double.py): device stamps
+where the launch arms them, pooled events on the given stream where it does not, query() never synchronize(),
+no event or stamp read while a graph is captured, and one clock per series."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dispatcher import Policy, what_if
 from dispatcher.types import Batch, CallClass
 from telemetry import Telemetry, TelemetryConfig
 
-from .conftest import args_for, dispatcher, scrape, series
+from .conftest import L, args_for, dispatcher, scrape, series, total
+from .cuda_double import CudaQ, FakeCuda, FakeTorch, reset
 
-
-class FakeEvent:
-    clock = 0.0
-
-    def __init__(self, enable_timing: bool = False, **kw: Any) -> None:
-        assert enable_timing and not kw.get("external")
-        self.streams: list = []
-        self.t: float | None = None
-        self.done = False
-
-    def record(self, stream: Any = None) -> None:
-        assert stream is not None, "events are recorded on an explicit stream"
-        assert not FakeCuda.capturing, "no timing event may be recorded during capture"
-        FakeEvent.clock += 0.004  # 4 µs per record, in ms
-        self.t = FakeEvent.clock
-        self.streams.append(stream)
-        FakeCuda.recorded += 1
-
-    def query(self) -> bool:
-        return self.done
-
-    def elapsed_time(self, end: "FakeEvent") -> float:
-        assert self.done and end.done
-        return end.t - self.t  # ms
-
-    def synchronize(self) -> None:
-        raise AssertionError("telemetry must never synchronize")
-
-
-class FakeCuda:
-    Event = FakeEvent
-    capturing = False
-    stream_lookups = 0
-    recorded = 0
-
-    @staticmethod
-    def is_available() -> bool:
-        return True
-
-    @staticmethod
-    def current_stream(device: Any = None) -> str:
-        FakeCuda.stream_lookups += 1
-        return "current-stream"
-
-    @staticmethod
-    def is_current_stream_capturing() -> bool:
-        return FakeCuda.capturing
-
-    @staticmethod
-    def synchronize() -> None:
-        raise AssertionError("telemetry must never synchronize")
-
-
-class FakeTorch:
-    cuda = FakeCuda
-
-
-class CudaQ:
-    """Stands in for a device tensor: the probe only reads is_cuda and device."""
-
-    is_cuda = True
-    device = "cuda:0"
+PREFILL = Batch(CallClass.PREFILL)
 
 
 def probe_and_shape(make_tel, **cfg: Any):
-    FakeCuda.capturing, FakeCuda.stream_lookups, FakeCuda.recorded = False, 0, 0
+    reset()
     tel = make_tel(TelemetryConfig(models=("glm",), **cfg), torch_module=FakeTorch)
-    d = dispatcher()
     from dispatcher.validate import validate
 
     shape = validate(*args_for(8))
-    decision = d.decide(shape, Batch(CallClass.PREFILL))
+    decision = dispatcher().decide(shape, PREFILL)
     return tel, decision, shape
 
 
-def run(tel: Telemetry, decision, shape, n: int, stream: Any) -> None:
+def run(tel: Telemetry, decision, shape, n: int, stream: Any, *, stamp: tuple[int, int] | None = None,
+        impl: str = "triton") -> list:
+    """n calls through the probe; with ``stamp`` each sampled call's launch arms its stamp and writes (start, end)."""
     p = tel.probe
+    tokens = []
     for _ in range(n):
-        tok = p.start(decision, shape, Batch(CallClass.PREFILL), "glm", CudaQ(), stream)
-        p.stop(tok, "triton")
+        tok = p.start(decision, shape, PREFILL, "glm", CudaQ(), stream)
+        st = getattr(tok, "stamp", None)
+        if stamp is not None and st is not None:
+            st.armed = True
+            st.table.host[st.index] = stamp  # what the kernels write: first program's start, last program's end
+        p.stop(tok, impl)
+        tokens.append(tok)
+    return tokens
 
 
 def events_of(tel: Telemetry):
-    return [e for pair in tel._gpu.free for e in pair] + [e for _, pair, _ in tel._gpu.pending for e in pair]
+    return [e for pair in tel._events.free for e in pair] + [e for _, pair, _ in tel._events.pending for e in pair]
 
 
-def test_events_on_the_given_stream_resolved_by_query(make_tel):
+def test_kernels_that_write_no_stamps_are_timed_by_events_on_the_given_stream(make_tel):
     tel, decision, shape = probe_and_shape(make_tel, sample_first=4, sample_every=8, timing_pool=64)
-    assert tel.timing == "gpu_events"
+    assert tel.timing == "gpu"
     run(tel, decision, shape, 36, stream="s1")
     sampled = 4 + (36 - 4) // 8  # first 4, then calls 8, 16, 24, 32
     assert FakeCuda.stream_lookups == 0
     assert FakeCuda.recorded == 2 * sampled
-    assert len(tel._gpu.pending) == sampled
+    assert len(tel._events.pending) == sampled
     tel.flush()  # nothing finished yet: nothing observed, nothing waited for
-    s = scrape(tel.registry)
-    assert sum(series(s, "routescope_call_duration_seconds_count").values()) == 0
+    assert total(scrape(tel.registry), "routescope_call_duration_seconds_count") == 0
     for e in events_of(tel):
         e.done = True
     tel.flush()
     s = scrape(tel.registry)
-    assert sum(series(s, "routescope_call_duration_seconds_count").values()) == sampled
-    assert sum(series(s, "routescope_calls_total").values()) == 36
-    assert len(tel._gpu.free) == 64 and not tel._gpu.pending
+    assert series(s, "routescope_call_duration_seconds_count") == {
+        L(kernel="intree.ragged_prefill", rows_bucket="8-15", model="glm", clock="events", rank="0"): sampled}
+    assert total(s, "routescope_calls_total") == 36
+    assert len(tel._events.free) == 64 and not tel._events.pending
     assert all(st == "s1" for e in events_of(tel) for st in e.streams)
     assert set(dict(k)["impl"] for k in series(s, "routescope_calls_total")) == {"triton"}
+
+
+def test_armed_stamps_time_calls_on_the_device_clock_and_events_stop(make_tel):
+    tel, decision, shape = probe_and_shape(make_tel, sample_first=4, sample_every=8)
+    tokens = run(tel, decision, shape, 36, stream="s1", stamp=(1_000_000, 1_040_000))  # 40 µs each
+    sampled = 4 + (36 - 4) // 8
+    assert sum(1 for t in tokens if getattr(t, "stamp", None) is not None) == sampled
+    assert FakeCuda.recorded == 1, "the first sampled call tries both clocks; once its stamp is armed, events stop"
+    tel.flush()
+    s = scrape(tel.registry)
+    assert series(s, "routescope_call_duration_seconds_count") == {
+        L(kernel="intree.ragged_prefill", rows_bucket="8-15", model="glm", clock="device", rank="0"): sampled}
+    assert total(s, "routescope_call_duration_seconds_sum") == sampled * 40e-6
+    assert all(not b for b in tel._stamps.table("cuda:0", create=False).busy), "read stamps are freed"
+
+
+def test_unwritten_stamps_wait_then_are_given_up(make_tel, monkeypatch):
+    import telemetry.stamps as stamps
+
+    tel, decision, shape = probe_and_shape(make_tel, sample_first=1, sample_every=1000)
+    p = tel.probe
+    tok = p.start(decision, shape, PREFILL, "glm", CudaQ(), "s")
+    tok.stamp.armed = True  # the launch armed it; its kernels have not written yet
+    p.stop(tok, "triton")
+    tel.flush()
+    table = tel._stamps.table("cuda:0", create=False)
+    assert total(scrape(tel.registry), "routescope_call_duration_seconds_count") == 0
+    assert table.busy[tok.stamp.index], "an unwritten stamp waits for a later flush"
+    monkeypatch.setattr(stamps, "GIVE_UP_S", -1.0)
+    tel.flush()
+    assert total(scrape(tel.registry), "routescope_telemetry_dropped_total", reason="timing_unresolved") == 1
+    assert not table.busy[tok.stamp.index]
 
 
 def test_current_stream_looked_up_only_on_sampled_calls(make_tel):
@@ -129,21 +109,8 @@ def test_empty_pool_drops_samples_not_calls(make_tel):
     tel, decision, shape = probe_and_shape(make_tel, sample_first=10, timing_pool=3)
     run(tel, decision, shape, 10, stream="s")
     s = scrape(tel.registry)
-    assert series(s, "routescope_telemetry_dropped_total", reason="timing_pool_empty")
-    assert sum(series(s, "routescope_telemetry_dropped_total", reason="timing_pool_empty").values()) == 7
-    assert sum(series(s, "routescope_calls_total").values()) == 10
-
-
-def test_graph_capture_counted_never_timed(make_tel):
-    tel, decision, shape = probe_and_shape(make_tel, sample_first=100)
-    FakeCuda.capturing = True
-    run(tel, decision, shape, 5, stream="capture-stream")
-    FakeCuda.capturing = False
-    assert FakeCuda.recorded == 0
-    run(tel, decision, shape, 2, stream="s")
-    s = scrape(tel.registry)
-    assert sum(series(s, "routescope_graph_captured_calls_total", kernel="intree.ragged_prefill").values()) == 5
-    assert sum(series(s, "routescope_calls_total").values()) == 2
+    assert total(s, "routescope_telemetry_dropped_total", reason="timing_pool_empty") == 7
+    assert total(s, "routescope_calls_total") == 10
 
 
 def test_cpu_tensors_use_host_time_even_with_a_gpu(make_tel):
@@ -153,51 +120,22 @@ def test_cpu_tensors_use_host_time_even_with_a_gpu(make_tel):
         d(*args_for(8), model="glm", num_decodes=0, num_decode_tokens=0, num_prefills=1)
     assert FakeCuda.recorded == 0 and FakeCuda.stream_lookups == 0
     s = scrape(tel.registry)
-    assert sum(series(s, "routescope_call_duration_seconds_count").values()) == 3
+    assert series(s, "routescope_call_duration_seconds_count") == {
+        L(kernel="intree.ragged_prefill", rows_bucket="8-15", model="glm", clock="host", rank="0"): 3}
 
 
-class FakeGraph:
-    """Stands in for torch.cuda.graphs.CUDAGraph: capture_begin/capture_end flip FakeCuda.capturing."""
-
-    def capture_begin(self, *args: Any, **kwargs: Any) -> None:
-        FakeCuda.capturing = True
-
-    def capture_end(self) -> None:
-        FakeCuda.capturing = False
-
-
-class FakeCudaWithGraphs(FakeCuda):
-    graphs = type("graphs", (), {"CUDAGraph": FakeGraph})
-    asked = 0
-
-    @staticmethod
-    def is_current_stream_capturing() -> bool:
-        FakeCudaWithGraphs.asked += 1
-        return FakeCuda.capturing
-
-
-class FakeTorchWithGraphs:
-    cuda = FakeCudaWithGraphs
-
-
-def test_capture_seen_through_cudagraph_hook_without_per_call_query(make_tel):
-    FakeCuda.capturing, FakeCuda.recorded, FakeCudaWithGraphs.asked = False, 0, 0
-    tel = make_tel(TelemetryConfig(models=("glm",), sample_first=2, sample_every=1000), torch_module=FakeTorchWithGraphs)
-    tel2 = make_tel(TelemetryConfig(models=("glm",)), torch_module=FakeTorchWithGraphs)  # a second one: hook once
-    assert getattr(FakeGraph, "_routescope_capture_depth") == [0]
-    from dispatcher.validate import validate
-
-    shape = validate(*args_for(8))
-    decision = dispatcher().decide(shape, Batch(CallClass.PREFILL))
-    run(tel, decision, shape, 50, stream="s")
-    assert FakeCudaWithGraphs.asked == 2, "torch is asked about capture on sampled calls only"
-    g = FakeGraph()
-    g.capture_begin()
-    run(tel, decision, shape, 4, stream="capture-stream")
-    g.capture_end()
-    recorded = FakeCuda.recorded
-    assert recorded == 2 * 2, "no event recorded during capture"
+def test_a_slot_timed_by_two_clocks_keeps_two_series(make_tel):
+    """A slot whose implementation changes (stamps, then none) never mixes clocks in one series."""
+    tel, decision, shape = probe_and_shape(make_tel, sample_first=3, sample_every=1000)
+    run(tel, decision, shape, 1, stream="s", stamp=(1_000, 3_000))
+    for e in events_of(tel):
+        e.done = True
+    tel.flush()
+    tel.probe.stop(tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), "s"), "torch")  # no stamp armed
+    tel.probe.stop(tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), "s"), "torch")
+    for e in events_of(tel):
+        e.done = True
+    tel.flush()
     s = scrape(tel.registry)
-    assert sum(series(s, "routescope_graph_captured_calls_total").values()) == 4
-    assert sum(series(s, "routescope_calls_total").values()) == 50
-    assert tel2.timing == "gpu_events"
+    counts = {dict(k)["clock"]: v for k, v in series(s, "routescope_call_duration_seconds_count").items()}
+    assert counts == {"device": 1, "events": 1}

@@ -26,8 +26,13 @@ def test_memory_flat_after_a_million_calls(make_tel):
                 d(*args, **kw)
 
     run(100_000)  # every slot made, sampling past its first calls, the decisions deque full
-    agg = tel._agg
-    state0 = (agg.n_slots, len(agg.tables), len(agg.model_index), len(agg.impl_extra), len(agg.errors))
+    agg = tel.aggregates
+
+    def state() -> tuple[int, ...]:
+        return (agg.n_slots, len(agg.index.tables), len(agg.index.model_index), len(agg.counters.impl_extra),
+                len(agg.kernel_errors.counts))
+
+    state0 = state()
     gc.collect()
     blocks0 = sys.getallocatedblocks()
     run(1_000_000)
@@ -35,6 +40,6 @@ def test_memory_flat_after_a_million_calls(make_tel):
     gc.collect()
     grown = sys.getallocatedblocks() - blocks0
     assert grown < 2_000, f"{grown} memory blocks still allocated after 1,000,000 calls"
-    assert (agg.n_slots, len(agg.tables), len(agg.model_index), len(agg.impl_extra), len(agg.errors)) == state0
+    assert state() == state0
     assert sum(tel.totals.calls.values()) == 1_100_000
-    assert len(tel._decisions) == 64
+    assert len(tel.recent_decisions) == 64

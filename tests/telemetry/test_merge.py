@@ -20,7 +20,10 @@ def _totals(k: int) -> Totals:
     t.decode_path_calls = {("dsv4",): k}
     counts = [0] * len(LE)
     counts[3], counts[7] = k, 2 * k
-    t.latency = {("intree.ragged_prefill", "2-3", "glm"): (counts, 0.5 * k)}
+    t.latency = {("intree.ragged_prefill", "2-3", "glm", "device"): (counts, 0.5 * k)}
+    t.traffic_calls = {("intree.ragged_prefill", "2-3", "glm", "pure_decode", "2048", "512+0", "bfloat16",
+                        "bfloat16"): 3 * k}
+    t.replayed = {("intree.ragged_prefill", "glm"): 2 * k}
     t.thresholds = {("gfx942_min_rows", "active"): 512.0}
     return t
 
@@ -29,10 +32,11 @@ def test_families_of_two_ranks_merge_to_the_sum():
     fams = [family(spec, _totals(1), "0") for spec in ALL] + [family(spec, _totals(2), "1") for spec in ALL]
     got = totals_from_families(fams)
     want = _totals(3)
-    for field in ("calls", "rows", "dip_calls", "dip_rows", "would_route", "decode_path_calls"):
+    for field in ("calls", "rows", "dip_calls", "dip_rows", "would_route", "decode_path_calls", "traffic_calls",
+                  "replayed"):
         assert getattr(got, field) == getattr(want, field), field
     (counts, total), = got.latency.values()
-    assert counts == want.latency[("intree.ragged_prefill", "2-3", "glm")][0] and total == 1.5
+    assert counts == want.latency[("intree.ragged_prefill", "2-3", "glm", "device")][0] and total == 1.5
     assert got.thresholds == {("gfx942_min_rows", "active"): 512.0}  # a gauge: the largest, not the sum
     assert got.would_dip == {}  # never exported
 
