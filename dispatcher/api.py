@@ -88,19 +88,22 @@ class Dispatcher:
         )
         decision = self._cache.decide(shape, batch.call_class)
         args = KernelArgs(q, kv, SparseIndex(indices, topk_length, ragged_indices, ragged_indptr), float(scale), attn_sink, output)
+        impl = self.registry.resolve(decision.kernel, q.device.type)
+        announced = impl.impl
         probe = self.probe
         token = None
+        recorded = False  # the probe's int token: the call is fully recorded if the announced impl runs
         if probe is not None:
             try:
-                token = probe.start(decision, shape, batch, model, q, stream)
+                token = probe.start(decision, shape, batch, model, q, stream, announced)
             except Exception:  # noqa: BLE001 - an observer never breaks the call
                 self.probe_failures += 1
                 probe = None
-            if token.__class__ is not int and token is not None:  # a sampled call: its kernels may stamp it
+            recorded = token.__class__ is int
+            if not recorded and token is not None:  # a sampled call: its kernels may stamp it
                 stamp = getattr(token, "stamp", None)
                 if stamp is not None:
                     args = args._replace(stamp=stamp)
-        impl = self.registry.resolve(decision.kernel, q.device.type)
         try:
             if decision.refused:
                 raise DecodeInPrefillError(decision, shape, batch, model)
@@ -108,13 +111,13 @@ class Dispatcher:
         except BaseException as exc:
             if probe is not None:
                 try:
-                    probe.error(token, exc, impl.impl)
+                    probe.error(token, exc, announced)
                 except Exception:  # noqa: BLE001
                     self.probe_failures += 1
             raise
-        if probe is not None:
+        if probe is not None and (not recorded or ran is not announced):
             try:
-                probe.stop(token, ran)
+                probe.stop(token, ran, announced)
             except Exception:  # noqa: BLE001
                 self.probe_failures += 1
         return decision

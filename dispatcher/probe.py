@@ -27,17 +27,21 @@ class Probe(Protocol):
         model: str | None,
         q: torch.Tensor,
         stream: Any | None,
+        impl: str | None = None,
     ) -> Any:
         """After the decision, before the launch; returns a token that ``stop`` or ``error`` gets back.
 
-        A token with a ``stamp`` attribute that is not None (a ``kernels.stamps.DeviceStamp``)
-        asks the launch to have the call's kernels write their start and end time there; the
-        launch arms it if they did. Return None to record nothing.
+        ``impl`` announces the implementation about to run, when the caller knows it. An ``int``
+        token then means the call is fully recorded: ``stop`` is called only if another
+        implementation ran. A token with a ``stamp`` attribute that is not None (a
+        ``kernels.stamps.DeviceStamp``) asks the launch to have the call's kernels write their
+        start and end time there; the launch arms it if they did. None records nothing.
         """
         ...
 
-    def stop(self, token: Any, impl: str) -> None:
-        """After a launch that returned; ``impl`` is what ran (torch, triton, gluon, aiter)."""
+    def stop(self, token: Any, impl: str, announced: str | None = None) -> None:
+        """After a launch that returned; ``impl`` is what ran (torch, triton, gluon, aiter), ``announced`` what
+        ``start`` was told. Skipped by the dispatcher for an int token when ``impl`` is the announced one."""
         ...
 
     def error(self, token: Any, exc: BaseException, impl: str | None = None) -> None:

@@ -137,10 +137,17 @@ def build_probe(
             errors[RECORD] += 1
             return None
 
+    def announce(result: Any, impl: str | None) -> Any:
+        """An int token is the whole record of its call: note the announced implementation now."""
+        if result.__class__ is int and impl is not None and impl is not impl_of[result]:
+            counters.note_impl(result, impl)
+        return result
+
     def start(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any,
-              _by_ordinal: list = tables_by_ordinal, _by_id: dict = tables_by_id, _rows_position: list = rows_position,
-              _model_index: dict = model_index, _calls: list = calls, _rows: list = rows_total,
-              _decode_rows: list = decode_rows_total, _every: int = sample_every) -> Any:
+              impl: str | None = None, _by_ordinal: list = tables_by_ordinal, _by_id: dict = tables_by_id,
+              _rows_position: list = rows_position, _model_index: dict = model_index, _calls: list = calls,
+              _rows: list = rows_total, _decode_rows: list = decode_rows_total, _impl_of: list = impl_of,
+              _every: int = sample_every) -> Any:
         try:
             try:
                 rows = shape[0]
@@ -148,10 +155,10 @@ def build_probe(
                 table = _by_ordinal[ordinal] if ordinal >= 0 else _by_id[id(decision)]
                 position = _rows_position[rows] + _model_index[model]
             except (LookupError, AttributeError):  # new decision or model, rows past the table: a zero-cost try
-                return first_sight(decision, shape, batch, model, q, stream)
+                return announce(first_sight(decision, shape, batch, model, q, stream), impl)
             slot = table[position]
             if slot < 0:
-                return rare(decision, table, position, shape, batch, q, stream)
+                return announce(rare(decision, table, position, shape, batch, q, stream), impl)
             n = _calls[slot] + 1
             _calls[slot] = n
             _rows[slot] += rows
@@ -159,8 +166,10 @@ def build_probe(
             if decode_rows:
                 _decode_rows[slot] += decode_rows
             if n % _every:
+                if impl is not _impl_of[slot] and impl is not None:
+                    counters.note_impl(slot, impl)
                 return slot
-            return sampled(slot, rows, decode_rows, q, stream)
+            return announce(sampled(slot, rows, decode_rows, q, stream), impl)
         except Exception:  # noqa: BLE001 - telemetry never breaks the call
             errors[RECORD] += 1
             return None
@@ -212,9 +221,11 @@ def build_probe(
             else:
                 stamps.release(stamp)  # type: ignore[union-attr]
 
-    def stop(token: Any, impl: str, _impl_of: list = impl_of, _int: type = int) -> None:
+    def stop(token: Any, impl: str, announced: str | None = None, _impl_of: list = impl_of, _int: type = int) -> None:
         try:
             if token.__class__ is _int:
+                if announced is not None and announced is not impl:  # start noted the announced one: move it
+                    counters.unnote_impl(token, announced)
                 if impl is not _impl_of[token]:
                     counters.note_impl(token, impl)
             elif token.__class__ is Token:
@@ -279,7 +290,7 @@ def build_probe(
     depth, current_capture = graphs.depth, graphs.current
 
     def start_watching_captures(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any,
-                                stream: Any) -> Any:
+                                stream: Any, impl: str | None = None) -> Any:
         if depth[0]:  # a capture is under way somewhere in this process: is it this thread's, this call's?
             try:
                 capture = current_capture()
@@ -288,7 +299,7 @@ def build_probe(
             except Exception:  # noqa: BLE001
                 errors[RECORD] += 1
                 return None
-        return start(decision, shape, batch, model, q, stream)
+        return start(decision, shape, batch, model, q, stream, impl)
 
     probe.start = start_watching_captures
     return probe

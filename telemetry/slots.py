@@ -105,6 +105,17 @@ class SlotCounters:
                 key = (slot, impl)
                 self.impl_extra[key] = self.impl_extra.get(key, 0) + 1
 
+    def unnote_impl(self, slot: int, impl: str) -> None:
+        """Take back one ``note_impl(slot, impl)`` (an announced implementation that did not run)."""
+        if self.impl[slot] != impl:
+            with self._lock:
+                key = (slot, impl)
+                left = self.impl_extra.get(key, 0) - 1
+                if left > 0:
+                    self.impl_extra[key] = left
+                else:
+                    self.impl_extra.pop(key, None)
+
     def add_replay(self, slot: int, calls: int, rows: int, decode_rows: int) -> None:
         """One replay of a CUDA graph holding ``calls`` captured calls of this slot."""
         self.calls[slot] += calls

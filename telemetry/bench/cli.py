@@ -7,13 +7,74 @@ from typing import Annotated
 
 import typer
 
-bench_app = typer.Typer(name="bench", help="Measure what telemetry costs per call.", no_args_is_help=True,
-                        add_completion=False, pretty_exceptions_enable=False)
+bench_app = typer.Typer(name="bench", help="Measure what routescope costs per call and how true its clocks are.",
+                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
 @bench_app.callback()
 def _bench() -> None:
-    """Measure what telemetry costs per call."""
+    """Measure what routescope costs per call and how true its clocks are."""
+
+
+def _parse_rows(text: str) -> tuple[int, ...]:
+    from dispatcher.sweep.grid import parse_int_list
+
+    try:
+        return parse_int_list(text, "--rows")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--rows") from exc
+
+
+def _emit(result: dict, as_json: bool, render) -> None:  # noqa: ANN001 - a renderer of this result
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        render(result)
+
+
+@bench_app.command("host")
+def host_command(
+    rows: Annotated[str, typer.Option(help="comma-separated rows per call")] = "2,16,1024",
+    batch: Annotated[int, typer.Option(min=1, help="calls issued per timed batch")] = 50,
+    batches: Annotated[int, typer.Option(min=3, help="timed batches (the median is reported)")] = 21,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Host µs per call: torch no-op, Triton no-op, each kernel's launch, the whole dispatcher call (one run)."""
+    from .host import render, run
+
+    _emit(run(rows=_parse_rows(rows), batch=batch, batches=batches), as_json, render)
+
+
+@bench_app.command("fidelity")
+def fidelity_command(
+    rows: Annotated[str, typer.Option(help="comma-separated rows per call")] = "1,2,16,256,1024,4096",
+    calls: Annotated[int, typer.Option(min=5, help="calls per size and regime")] = 60,
+    guard: Annotated[str, typer.Option(help="observe: decodes on the prefill kernel; reroute: on split-K")] = "observe",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Telemetry's per-call latency against CUPTI's kernel time of the same calls, GPU idle and back to back."""
+    import torch
+
+    from .fidelity import render, run
+
+    if guard not in ("observe", "reroute"):
+        raise typer.BadParameter("observe or reroute", param_hint="--guard")
+    if not torch.cuda.is_available():
+        typer.echo("bench fidelity needs a CUDA device: CUPTI's kernel time is its reference", err=True)
+        raise typer.Exit(2)
+    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard), as_json, render)
+
+
+@bench_app.command("graphs")
+def graphs_command(
+    calls: Annotated[int, typer.Option(min=1, help="instrumented calls captured in the graph")] = 64,
+    replays: Annotated[int, typer.Option(min=10, help="replays per timed round")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Host µs that replay accounting adds per CUDAGraph.replay(), and the counts after the replays."""
+    from .graphs import run
+
+    _emit(run(calls=calls, replays=replays), as_json, lambda r: typer.echo(json.dumps(r, indent=2)))
 
 
 @bench_app.command("overhead")

@@ -34,10 +34,10 @@ class EmptyProbe:
     """start/stop/error that do nothing: what the dispatcher's probe protocol itself costs (two calls)."""
 
     def __init__(self) -> None:
-        def start(decision: Any, shape: Any, batch: Any, model: Any, q: Any, stream: Any) -> Any:
+        def start(decision: Any, shape: Any, batch: Any, model: Any, q: Any, stream: Any, impl: Any = None) -> Any:
             return None
 
-        def stop(token: Any, impl: str) -> None:
+        def stop(token: Any, impl: str, announced: Any = None) -> None:
             return None
 
         def error(token: Any, exc: BaseException, impl: str | None = None) -> None:
@@ -56,10 +56,13 @@ def _pass(d: Dispatcher, calls: list) -> tuple[float, float]:
 
 
 def _probe_only(probe: Any, records: list, impl: str) -> float:
+    """start, and stop where the dispatcher calls it (not for an int token whose announced impl ran)."""
     start, stop = probe.start, probe.stop
     t0 = time.thread_time_ns()
     for dec, shape, batch, model, q in records:
-        stop(start(dec, shape, batch, model, q, None), impl)
+        token = start(dec, shape, batch, model, q, None, impl)
+        if token.__class__ is not int:
+            stop(token, impl, impl)
     return (time.thread_time_ns() - t0) / len(records)
 
 

@@ -86,10 +86,10 @@ class NaiveProbe:
         self.arch = arch
         self.rank = rank
 
-    def start(self, decision: Any, shape: Any, batch: Any, model: Any, q: Any, stream: Any) -> Any:
+    def start(self, decision: Any, shape: Any, batch: Any, model: Any, q: Any, stream: Any, impl: Any = None) -> Any:
         return decision, shape[0], model, time.perf_counter()
 
-    def stop(self, token: Any, impl: str) -> None:
+    def stop(self, token: Any, impl: str, announced: Any = None) -> None:
         decision, rows, model, t0 = token
         dt = time.perf_counter() - t0
         b = self.buckets.label(rows)

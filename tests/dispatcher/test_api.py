@@ -8,7 +8,7 @@ import torch
 from dispatcher import (
     CallClass, DecodeInPrefillError, Dispatcher, GuardMode, Kernel, Policy, sparse_attn_prefill, what_if,
 )
-from dispatcher.kernels import KernelImpl, default_registry
+from dispatcher.kernels import KernelImpl, KernelRegistry, default_registry
 from dispatcher.kernels.aiter import AiterSymbolMissing
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.kernels.torch_ref import ragged_prefill
@@ -43,13 +43,13 @@ class RecordingProbe:
         self.events = []
         self.fail_in = fail_in
 
-    def start(self, decision, shape, batch, model, q, stream):
+    def start(self, decision, shape, batch, model, q, stream, impl=None):
         if self.fail_in == "start":
             raise RuntimeError("probe broke")
         self.events.append(("start", decision.kernel, shape.rows, batch.call_class, model))
-        return len(self.events)
+        return f"t{len(self.events)}"  # not an int: the dispatcher always calls stop
 
-    def stop(self, token, impl):
+    def stop(self, token, impl, announced=None):
         if self.fail_in == "stop":
             raise RuntimeError("probe broke")
         self.events.append(("stop", token, impl))
@@ -132,8 +132,29 @@ def test_probe_sees_start_and_stop():
     d(*call_args(5), query_lens=[1, 1, 3], model="glm")
     assert probe.events == [
         ("start", Kernel.INTREE_RAGGED_PREFILL, 5, CallClass.MIXED, "glm"),
-        ("stop", 1, "torch"),
+        ("stop", "t1", "torch"),
     ]
+
+
+def test_an_int_token_skips_stop_unless_another_implementation_ran():
+    """An int token is the probe's whole record of the call: stop only for a fallback, told what was announced."""
+
+    class IntProbe(RecordingProbe):
+        def start(self, decision, shape, batch, model, q, stream, impl=None):
+            self.events.append(("start", impl))
+            return 7
+
+        def stop(self, token, impl, announced=None):
+            self.events.append(("stop", token, impl, announced))
+
+    ran = iter([None, "triton"])
+    reg = KernelRegistry()
+    reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "gluon", lambda args: next(ran)))
+    probe = IntProbe()
+    d = Dispatcher(platform=what_if("cpu"), policy=Policy(), registry=reg, probe=probe)
+    d(*call_args(5), model="glm")
+    d(*call_args(5), model="glm")
+    assert probe.events == [("start", "gluon"), ("start", "gluon"), ("stop", 7, "triton", "gluon")]
 
 
 @pytest.mark.parametrize("where", ["start", "stop"])
@@ -159,7 +180,7 @@ def test_kernel_error_reaches_probe_and_is_reraised_unchanged():
     d = Dispatcher(platform=what_if("cpu"), policy=Policy(), registry=reg, probe=probe)
     with pytest.raises(Boom, match="kernel fault"):
         d(*call_args(3))
-    assert probe.events[-1] == ("error", 1, "Boom")
+    assert probe.events[-1] == ("error", "t1", "Boom")
 
 
 def test_guard_raise_refuses_pure_decode():

@@ -34,7 +34,8 @@ class ReferenceProbe:
             return "unknown"
         return model if model in self.models else "other"
 
-    def start(self, decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any) -> Any:
+    def start(self, decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any,
+              impl: str | None = None) -> Any:
         return decision, shape, batch, self._model(model)
 
     def _count(self, token: Any, impl: str | None) -> None:
@@ -59,7 +60,7 @@ class ReferenceProbe:
         if decision.rerouted_from is not None:
             self._add("rerouted", (decision.rerouted_from.value, k, model))
 
-    def stop(self, token: Any, impl: str) -> None:
+    def stop(self, token: Any, impl: str, announced: str | None = None) -> None:
         self._count(token, impl)
 
     def error(self, token: Any, exc: BaseException, impl: str | None = None) -> None:

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from dispatcher import Dispatcher, GuardMode, Policy, what_if
+from dispatcher.kernels import KernelImpl, KernelRegistry
 from dispatcher.types import Kernel
 from telemetry import TelemetryConfig
 from telemetry.config import counterfactual_policy
@@ -40,6 +41,17 @@ def _calls(rng: random.Random, n: int) -> list[tuple[int, dict]]:
     return out
 
 
+def _registry(fail: dict, rng: random.Random) -> KernelRegistry:
+    """noop kernels; the prefill announces "gluon" and hands one call in five to "triton", as the Hopper launch does."""
+    reg = noop_registry(fail)
+
+    def gluon_or_triton(args) -> str | None:
+        return "triton" if rng.random() < 0.2 else None
+
+    reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "gluon", gluon_or_triton), prefer=True)
+    return reg
+
+
 @pytest.mark.parametrize("guard", [GuardMode.OBSERVE, GuardMode.REROUTE, GuardMode.RAISE])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_series_matches_the_reference(make_tel, guard, seed):
@@ -49,11 +61,11 @@ def test_every_series_matches_the_reference(make_tel, guard, seed):
     cfg = TelemetryConfig(models=("glm", "dsv4"), sample_first=3, sample_every=5, timing="host")
     tel = make_tel(cfg, platform=platform, policy=policy)
     fail = {Kernel.AITER_PA_PREFILL_SPARSE: KeyError("pa")} if seed else {}
-    real = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=noop_registry(fail)))
+    real = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=_registry(fail, random.Random(seed))))
     ref = ReferenceProbe(models=("glm", "dsv4"), arch=platform.arch, policy=policy,
                          counterfactuals=tuple(counterfactual_policy(c, policy) for c in cfg.counterfactuals),
                          counterfactual_platform=platform)
-    mirror = Dispatcher(platform=platform, policy=policy, registry=noop_registry(fail), probe=ref)
+    mirror = Dispatcher(platform=platform, policy=policy, registry=_registry(fail, random.Random(seed)), probe=ref)
     for rows, kw in _calls(rng, 3000):
         for d in (real, mirror):
             try:

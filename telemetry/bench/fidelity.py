@@ -1,0 +1,130 @@
+"""`routescope bench fidelity`: telemetry's per-call latency against CUPTI's kernel time for the very same calls.
+
+Each call goes through an instrumented ``Dispatcher`` with every call timed (``sample_every=1``:
+the stamps are what default sampling takes too, one call in 128) inside a ``record_function``
+range under ``torch.profiler`` with CUDA activity, so CUPTI gives its kernel time (first kernel
+start to last kernel end, ``dispatcher.sweep.cupti``). Two regimes per size:
+
+- ``idle``: the GPU has finished everything before the call is issued (a sync, then a short
+  host sleep), so any clock that starts before the launch reads the host's launch time too;
+- ``back_to_back``: calls issued one after another, as a serving loop does.
+
+Prints, per size and regime, the median and p90 of telemetry's samples and of CUPTI's, their
+errors, and the clock the samples came from. On a machine without CUDA it says so and exits 2.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from dispatcher import Dispatcher, Policy, detect
+from dispatcher.sweep.cupti import call_name, call_seconds, spans
+from dispatcher.sweep.grid import Layout
+from dispatcher.sweep.inputs import make_sets
+from dispatcher.types import GuardMode
+
+from ..config import TelemetryConfig
+from ..core import Telemetry
+
+DEFAULT_ROWS = (1, 2, 16, 256, 1024, 4096)
+REGIMES = ("idle", "back_to_back")
+BOUND_PCT = 10.0
+
+
+def _quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def _call_args(a: Any, layout: Layout) -> tuple[tuple, dict]:
+    return ((a.q, a.kv, a.index.indices, a.index.topk_length, a.scale, layout.head_dim, layout.nope, layout.rope,
+             a.attn_sink, a.output),
+            {"num_decodes": a.q.shape[0], "num_decode_tokens": a.q.shape[0], "num_prefills": 0, "model": "bench"})
+
+
+def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, calls: int, regime: str) -> dict:
+    """One size in one regime: telemetry's samples and CUPTI's kernel times of the same ``calls`` calls."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    tel.drain_samples()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            args, kw = _call_args(sets[i % len(sets)], layout)
+            if regime == "idle":
+                torch.cuda.synchronize()
+                time.sleep(0.0002)
+            with record_function(call_name(i)):
+                d(*args, **kw)
+        torch.cuda.synchronize()
+    samples = tel.drain_samples()
+    cupti = call_seconds(spans(prof.events()))
+    got = [s["seconds"] * 1e6 for s in samples]
+    ref = [cupti[i] * 1e6 for i in range(calls) if i in cupti]
+    clocks = sorted({s["clock"] for s in samples})
+    if not got or not ref:
+        return {"regime": regime, "samples": len(got), "cupti_calls": len(ref), "clocks": clocks,
+                "error": "no samples" if not got else "no CUPTI kernel ranges"}
+    out = {"regime": regime, "samples": len(got), "cupti_calls": len(ref), "clocks": clocks}
+    for name, q in (("median", 0.5), ("p90", 0.9)):
+        t, c = _quantile(got, q), _quantile(ref, q)
+        out[f"telemetry_{name}_us"] = t
+        out[f"cupti_{name}_us"] = c
+        out[f"{name}_error_pct"] = 100.0 * (t - c) / c
+    out["within_bound"] = all(abs(out[f"{n}_error_pct"]) <= BOUND_PCT for n in ("median", "p90"))
+    if len(got) == len(ref):
+        paired = [100.0 * (t - c) / c for t, c in zip(got, ref)]
+        out["paired_median_error_pct"] = statistics.median(paired)
+    return out
+
+
+def run(*, rows: tuple[int, ...] = DEFAULT_ROWS, regimes: tuple[str, ...] = REGIMES, calls: int = 60,
+        topk: int = 2048, layout: Layout = Layout(512, 64), heads: int = 16, kv_len: int = 8192,
+        dtype: torch.dtype = torch.bfloat16, timing: str = "gpu", guard: str = "observe") -> dict[str, Any]:
+    """Every size in every regime; ``timing`` is the TelemetryConfig timing mode under test, ``guard`` the decode
+    guard (observe: pure decodes run on the prefill kernel, as in the seed's bug; reroute: on the split-K one)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("bench fidelity needs a CUDA device (CUPTI is the reference)")
+    platform, policy = detect(), Policy(guard=GuardMode(guard))
+    cfg = TelemetryConfig(models=("bench",), sample_first=1 << 30, sample_every=1, keep_samples=True,
+                          decisions_maxlen=0, timing=timing, timing_pool=4 * calls)
+    tel = Telemetry(cfg, platform=platform, policy=policy)
+    d = tel.instrument(Dispatcher(platform=platform, policy=policy))
+    device = torch.device("cuda")
+    points = []
+    try:
+        for r in rows:
+            sets = make_sets(r, topk, heads, layout, max(kv_len, r), dtype=dtype, device=device)
+            for i in range(3):  # compile and warm outside the profiler
+                args, kw = _call_args(sets[i % len(sets)], layout)
+                d(*args, **kw)
+            torch.cuda.synchronize()
+            for regime in regimes:
+                points.append({"rows": r, **measure_point(d, tel, sets, layout, calls=calls, regime=regime)})
+    finally:
+        tel.close()
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "timing": timing, "guard": guard,
+            "layout": str(layout), "topk": topk, "heads": heads, "kv_len": kv_len, "dtype": str(dtype),
+            "calls_per_point": calls, "bound_pct": BOUND_PCT, "points": points}
+
+
+def render(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"telemetry vs CUPTI, {result['device']}, {result['layout']}, top-k {result['topk']}, "
+                        f"{result['dtype']}, guard {result['guard']}, {result['calls_per_point']} calls a point")
+    for col in ("rows", "regime", "clock", "telemetry p50 µs", "CUPTI p50 µs", "err p50", "telemetry p90 µs",
+                "CUPTI p90 µs", "err p90", f"within {result['bound_pct']:.0f}%"):
+        table.add_column(col, justify="right")
+    for p in result["points"]:
+        if "error" in p:
+            table.add_row(str(p["rows"]), p["regime"], ",".join(p["clocks"]), p["error"], *[""] * 6)
+            continue
+        table.add_row(str(p["rows"]), p["regime"], ",".join(p["clocks"]), f"{p['telemetry_median_us']:.1f}",
+                      f"{p['cupti_median_us']:.1f}", f"{p['median_error_pct']:+.1f}%", f"{p['telemetry_p90_us']:.1f}",
+                      f"{p['cupti_p90_us']:.1f}", f"{p['p90_error_pct']:+.1f}%", "yes" if p["within_bound"] else "NO")
+    Console(width=160).print(table)

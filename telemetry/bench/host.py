@@ -1,0 +1,125 @@
+"""`routescope bench host`: the host's time per call on the launch path, piece by piece, in one run.
+
+What is timed, each as the wall time of issuing a batch of calls with nothing synchronising
+inside it (the device queue never fills at these sizes, so the host's own cost is what
+shows), median over batches:
+
+- ``torch_noop``: a one-element in-place add (the floor of any device op);
+- ``triton_noop``: a trivial Triton kernel through the JIT launcher (the floor of a Triton launch);
+- ``launch`` of each in-tree kernel, the implementation the registry picks for the device;
+- ``dispatcher``: the whole ``Dispatcher`` call (validate, classify, decide, launch), without and
+  with telemetry at default sampling.
+
+At 2, 16 and 1,024 rows, bf16, H=16, 512+64, top-k 2048, kv pool 8,192 rows. On a machine
+without CUDA the device pieces are skipped and the torch kernels run (their time is then the
+kernels' own, on the host).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from dispatcher import Dispatcher, Policy, detect
+from dispatcher.kernels.registry import default_registry
+from dispatcher.sweep.grid import Layout
+from dispatcher.sweep.inputs import make_sets
+from dispatcher.types import Kernel
+
+from ..config import TelemetryConfig
+from ..core import Telemetry
+
+ROWS = (2, 16, 1024)
+
+
+def per_call_us(fn: Callable[[], Any], *, batch: int, batches: int, sync: Callable[[], None]) -> float:
+    """Median over ``batches`` of the wall µs per call of issuing ``batch`` calls back to back."""
+    for _ in range(3):
+        fn()
+    sync()
+    times = []
+    for _ in range(batches):
+        t0 = time.perf_counter_ns()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter_ns() - t0) / batch / 1e3)
+        sync()
+    return statistics.median(times)
+
+
+def _triton_noop() -> Callable[[torch.Tensor], Any] | None:
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def noop(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    return lambda x: noop[(1,)](x, x.numel(), BLOCK=16)
+
+
+def run(*, rows: tuple[int, ...] = ROWS, batch: int = 50, batches: int = 21, topk: int = 2048,
+        layout: Layout = Layout(512, 64), heads: int = 16, kv_len: int = 8192) -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    if not cuda:  # the torch kernels on CPU: keep their own time (and the run) small
+        heads, topk, kv_len, layout = 2, 64, 256, Layout(48, 16)
+        rows, batch, batches = tuple(r for r in rows if r <= 16) or (2,), min(batch, 5), min(batches, 5)
+        torch.set_num_threads(1)  # one thread: no pool hand-offs in a host-cost figure
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+                           "layout": str(layout), "topk": topk, "heads": heads, "kv_len": kv_len,
+                           "batch": batch, "batches": batches, "us_per_call": {}}
+    us = out["us_per_call"]
+    x = torch.zeros(16, device=device)
+    us["torch_noop"] = per_call_us(lambda: x.add_(0), batch=batch, batches=batches, sync=sync)
+    tri = _triton_noop() if cuda else None
+    if tri is not None:
+        us["triton_noop"] = per_call_us(lambda: tri(x), batch=batch, batches=batches, sync=sync)
+    platform, policy = detect(), Policy()
+    registry = default_registry()
+    bare = Dispatcher(platform=platform, policy=policy, registry=registry)
+    tel = Telemetry(TelemetryConfig(models=("bench",)), platform=platform, policy=policy)
+    watched = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=registry))
+    try:
+        for r in rows:
+            a = make_sets(r, topk, heads, layout, max(kv_len, r), dtype=dtype, device=device)[0]
+            for name, kernel in (("prefill", Kernel.INTREE_RAGGED_PREFILL), ("decode", Kernel.INTREE_SPARSE_DECODE)):
+                impl = registry.resolve(kernel, device.type)
+                us[f"launch_{name}_{r}"] = per_call_us(lambda: impl.launch(a), batch=batch, batches=batches,
+                                                       sync=sync)
+                out.setdefault("impls", {})[f"{name}_{r}"] = impl.launch(a) or impl.impl
+            call = (a.q, a.kv, a.index.indices, None, a.scale, layout.head_dim, layout.nope, layout.rope, None,
+                    a.output)
+            kw = {"num_decodes": r, "num_decode_tokens": r, "num_prefills": 0, "model": "bench"}
+            us[f"dispatcher_{r}"] = per_call_us(lambda: bare(*call, **kw), batch=batch, batches=batches, sync=sync)
+            us[f"dispatcher_telemetry_{r}"] = per_call_us(lambda: watched(*call, **kw), batch=batch,
+                                                          batches=batches, sync=sync)
+    finally:
+        tel.close()
+    return out
+
+
+def render(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"host µs per call, {result['device']}, {result['layout']}, top-k {result['topk']} "
+                        f"(median of {result['batches']} batches of {result['batch']})")
+    table.add_column("what")
+    table.add_column("µs/call", justify="right")
+    table.add_column("ran", justify="left")
+    impls = result.get("impls", {})
+    for key, value in result["us_per_call"].items():
+        ran = impls.get(key.removeprefix("launch_"), "")
+        table.add_row(key, f"{value:.1f}", ran)
+    Console(width=120).print(table)

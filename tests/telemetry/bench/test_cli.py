@@ -1,0 +1,44 @@
+"""`routescope bench host|graphs|fidelity` on CPU: the parts that run here run and report numbers; the GPU-only
+part says why it cannot run instead of inventing a figure (the H200 figures are in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from typer.testing import CliRunner
+
+from routescope.cli import build_app
+
+runner = CliRunner()
+app = build_app()
+
+
+def test_bench_host_times_what_exists_on_cpu():
+    res = runner.invoke(app, ["bench", "host", "--rows", "2", "--batch", "2", "--batches", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout[res.stdout.index("{"):])
+    us = out["us_per_call"]
+    assert set(us) >= {"torch_noop", "launch_prefill_2", "launch_decode_2", "dispatcher_2", "dispatcher_telemetry_2"}
+    assert all(v > 0 for v in us.values())
+    assert out["impls"] == {"prefill_2": "torch", "decode_2": "torch"}
+
+
+def test_bench_host_rejects_bad_rows():
+    res = runner.invoke(app, ["bench", "host", "--rows", "two"])
+    assert res.exit_code == 2 and "--rows" in res.output
+
+
+def test_bench_graphs_times_the_host_side_accounting():
+    res = runner.invoke(app, ["bench", "graphs", "--calls", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["calls_per_graph"] == 8 and 0 < out["apply_us"]["one_slot"] < out["apply_us"]["8_slots"]
+    assert "no CUDA" in out["device"] or out.get("exact") is True
+
+
+def test_bench_fidelity_needs_cuda():
+    if torch.cuda.is_available():
+        return
+    res = runner.invoke(app, ["bench", "fidelity"])
+    assert res.exit_code == 2 and "CUDA" in res.output
