@@ -73,7 +73,8 @@ def main() -> int:
           f"(ready {t_ready - (deadline - 120):.1f}s after start); glm bug {a.glm_bug}; "
           f"warm-up {routing['demo'].get('warm_up')}")
     for c in sorted(routing["counts"], key=lambda c: (c["model"], c["kernel"], c["rows_bucket"])):
-        print(f"  {c['model']:>16} {c['kernel']:<24} {c['impl']:<7} {c['rows_bucket']:>11} {c['call_class']:<12} calls {c['calls']:>5}")
+        print(f"  {c['model']:>16} {c['kernel']:<24} {c['impl']:<7} {c['rows_bucket']:>11} {c['call_class']:<12} "
+              f"calls {c['calls']:>5}")
     for row in routing["latency"]:
         if row["samples"]:
             print(f"  latency {row['model']:>16} {row['kernel']:<24} {row['rows_bucket']:>11} n={row['samples']:>4} "

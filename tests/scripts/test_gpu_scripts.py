@@ -94,8 +94,8 @@ def test_compile_check_specialises_arguments_as_a_launch_would():
 def test_compile_check_reads_the_longest_backward_loop_of_a_sass_listing():
     compile_check = load("compile_check")
     sass = "\n".join(f"        /*{a:04x}*/                   {insn} ;" for a, insn in [
-        (0x00, "IMAD R1, R2, R3, RZ"), (0x10, "LDG.E.128 R4, desc[UR4][R2.64]"), (0x20, "HMMA.16816.F32 R8, R4, R6, R8"),
-        (0x30, "HMMA.16816.F32 R12, R4, R6, R12"), (0x40, "@P0 BRA 0x10"), (0x50, "FADD R9, R9, R10"),
+        (0x00, "IMAD R1, R2, R3, RZ"), (0x10, "LDG.E.128 R4, desc[UR4][R2.64]"),
+        (0x20, "HMMA.16816.F32 R8, R4, R6, R8"), (0x30, "HMMA.16816.F32 R12, R4, R6, R12"), (0x40, "@P0 BRA 0x10"), (0x50, "FADD R9, R9, R10"),
         (0x60, "@!P1 BRA 0x50"), (0x70, "BRA 0x90"), (0x80, "NOP"), (0x90, "EXIT")])
     got = compile_check.sass_loop(sass)
     assert got["sass"] == 10
