@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 from dispatcher.kernels import triton_decode, triton_prefill
 from dispatcher.sweep.grid import Layout
@@ -76,18 +76,19 @@ def test_h200_run_searches_around_the_committed_configs_and_reports_what_it_keep
     assert h200_run.chosen()["prefill"] == list(h200_run.PREFILL_CANDIDATES[-1])
 
 
-@triton.jit
 def _toy(q_ptr, out_ptr, skv, q_s0, q_s2, sm_scale2, n, D: tl.constexpr, KV8: tl.constexpr = 0):
     pass
 
 
 def test_compile_check_specialises_arguments_as_a_launch_would():
+    """A compiled (not interpreted: other tests set TRITON_INTERPRET) kernel's arguments, as a launch sees them."""
     compile_check = load("compile_check")
-    sig, attrs, consts = compile_check.signature(_toy, {"D": 576})
+    toy = JITFunction(_toy)
+    sig, attrs, consts = compile_check.signature(toy, {"D": 576})
     assert sig == {"q_ptr": "*bf16", "out_ptr": "*bf16", "skv": "i32", "q_s0": "i32", "q_s2": "constexpr",
                    "sm_scale2": "fp32", "n": "i32", "D": "constexpr", "KV8": "constexpr"}
     assert consts == {"D": 576, "KV8": 0, "q_s2": 1}  # a left-out constexpr takes its default; unit strides fold
-    divisible = {_toy.arg_names[i] for (i,) in attrs}
+    divisible = {toy.arg_names[i] for (i,) in attrs}
     assert divisible == {"q_ptr", "out_ptr", "skv", "q_s0"}  # not n, which carries no multiple of 16
 
 
