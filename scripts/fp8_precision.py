@@ -1,9 +1,11 @@
-"""What q and P in fp8 would do to the prefill's output: an emulation in torch, for issue 6's open question.
+"""What q and P in fp8 would do to the prefill's output: an emulation in torch, on CPU.
 
-The 512+64 prefill misses 5 ms on a bf16 pool, and on an fp8 pool the kernels convert each kv tile to bf16
-before their bf16 products (docs/benchmarks.md, session 26: that path cannot get under 5 ms). A kernel that
-might would run both products in fp8 (wgmma e4m3): q and the softmax's P rounded to e4m3 as well as the pool.
-That changes the math, so it needs the owner's word; this says by how much, on the sweep's own inputs.
+    python scripts/fp8_precision.py --rows 64 --sharpness 1,4,16
+
+On an fp8 pool the kernels convert each kv tile to bf16 before their bf16 products, which cannot be as fast as
+a bf16 pool (docs/benchmarks.md, "fp8 kv pools"). A kernel that could would run both products in fp8 (wgmma
+e4m3): q and the softmax's P rounded to e4m3 as well as the pool. That changes the math; this says by how much,
+on the sweep's own inputs.
 
 Every variant computes the same attention in fp32 from the same operands, rounded as a kernel would round them:
 

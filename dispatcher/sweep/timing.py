@@ -15,7 +15,7 @@ from .cupti import Span, call_name, call_seconds, spans
 from .inputs import L2_FLUSH_BYTES
 
 # ~0.5 ms at H200 clocks: the GPU waits while the host enqueues the call. 0.1 ms was too short for
-# a two-launch decode on a busy host (session 2: medians doubled, p20-p80 spread 2x).
+# a two-launch decode on a busy host (its medians and its p20-p80 spread doubled).
 HOLD_CYCLES = 1_000_000
 
 
@@ -47,10 +47,10 @@ class GpuTimer:
     altogether and launches inside the graph are cheaper than stream launches.
 
     The pair's own cost comes at two levels about 0.7 µs apart on an H200, set by the calls
-    launched just before a run, not by the call timed (docs/benchmarks.md, session 12): two
-    variants timed in turn can differ by that much with the same kernel. ``KernelTimer``'s kernel
-    time does not move; the sweep's order (one untimed call before each run) puts both kernels at
-    one level.
+    launched just before a run, not by the call timed (docs/benchmarks.md, "Clocks: kernel time
+    and the event pair"): two variants timed in turn can differ by that much with the same kernel.
+    ``KernelTimer``'s kernel time does not move; the sweep's order (one untimed call before each
+    run) puts both kernels at one level.
     """
 
     def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES, graphs: bool = False) -> None:

@@ -1,13 +1,13 @@
 """Compile the Triton kernels for sm_90 on a machine without a GPU; print registers, stack, shared memory, MMA kind.
 
-Costs no device time: Triton carries ptxas and cuobjdump, so a config that spills, overflows
-shared memory or misses Hopper's wgmma is found here before a run. Integer arguments are
-specialised the way a real launch specialises them (unit strides become constants, multiples
-of 16 carry that fact), or the loads would not vectorise and the report would mislead.
-Each line also gives the SASS size and the longest loop's length and instruction mix
-(``loop=``: the tile loop, per warp per tile), the cheapest way to see what a change does to
-the issue-bound decode before spending device time on it (docs/benchmarks.md).
-Usage: python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES,CHUNKS,MAXNREG ...]
+    python scripts/gpu/compile_check.py [BLOCK_N,WARPS,STAGES,CHUNKS,MAXNREG ...]
+
+Costs no device time: Triton carries ptxas and cuobjdump, so a config that spills, overflows shared memory or
+misses Hopper's wgmma is found here before a GPU run. Integer arguments are specialised the way a real launch
+specialises them (unit strides become constants, multiples of 16 carry that fact), or the loads would not
+vectorise and the report would mislead. Each line also gives the SASS size and the longest loop's length and
+instruction mix (``loop=``: the tile loop, per warp per tile). ``signature`` is shared with the fp8 compile test
+(tests/dispatcher/kernels/test_fp8_ptx.py).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> None:
             print(f"{name:8} BN={bn:3} warps={warps} stages={stages} chunks={chunks} maxnreg={maxnreg or '-':>3}: "
                   + " ".join(f"{k}={v}" for k, v in r.items()))
     for s_block, l_block in ((64, 64), (16, 256), (2, 1024)):
-        r = compile_one(triton_decode._reduce_kernel, {"S_BLOCK": s_block, "L_BLOCK": l_block, "PDL": False, "TRACE": False}, 4, 1)
+        r = compile_one(triton_decode._reduce_kernel, {"S_BLOCK": s_block, "L_BLOCK": l_block, "PDL": False}, 4, 1)
         print(f"reduce   S_BLOCK={s_block} L_BLOCK={l_block}: " + " ".join(f"{k}={v}" for k, v in r.items()))
 
 

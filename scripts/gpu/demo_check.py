@@ -1,9 +1,12 @@
-"""On a GPU machine: run `routescope serve --demo` for a while and report what /routing and /metrics show.
+"""Run `routescope serve --demo` on a GPU machine for a while and report what /routing and /metrics show.
 
-Usage (device machine, repository root, wheels carried as in docs/benchmarks.md):
-    python3 scripts/gpu/demo_check.py --seconds 30 --out "$OUT" [--glm-bug]
-Prints the counts per kernel x rows bucket x model with implementation, and the latency
-quantiles, and writes routing.json and metrics.txt under --out.
+On the GPU machine, from the repository root, with the demo's wheels installed (docs/benchmarks.md,
+"Machines and setup" and "The demo on a GPU"):
+
+    python3 scripts/gpu/demo_check.py --seconds 25 --out "$OUT" [--glm-bug]
+
+Prints the counts per kernel x rows bucket x model with implementation, and the latency quantiles, and
+writes routing.json, metrics.txt and the server's log under --out.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def main() -> int:
     if a.glm_bug:
         cmd.append("--demo-glm-bug")
     log = open(a.out / f"serve{'-glm-bug' if a.glm_bug else ''}.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, process_group=0)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 120
@@ -70,7 +73,8 @@ def main() -> int:
           f"(ready {t_ready - (deadline - 120):.1f}s after start); glm bug {a.glm_bug}; "
           f"warm-up {routing['demo'].get('warm_up')}")
     for c in sorted(routing["counts"], key=lambda c: (c["model"], c["kernel"], c["rows_bucket"])):
-        print(f"  {c['model']:>16} {c['kernel']:<24} {c['impl']:<7} {c['rows_bucket']:>11} {c['call_class']:<12} calls {c['calls']:>5}")
+        print(f"  {c['model']:>16} {c['kernel']:<24} {c['impl']:<7} {c['rows_bucket']:>11} {c['call_class']:<12} "
+              f"calls {c['calls']:>5}")
     for row in routing["latency"]:
         if row["samples"]:
             print(f"  latency {row['model']:>16} {row['kernel']:<24} {row['rows_bucket']:>11} n={row['samples']:>4} "

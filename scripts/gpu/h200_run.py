@@ -1,7 +1,14 @@
-"""One GPU session's worth of work: check the Triton kernels, pick tile configs, time the targets, run the sweep.
+"""The GPU runner: check the kernels at full shapes, optionally search Triton's tile configs, time the targets, sweep.
 
-Writes everything under OUT (default ./out/gpu) and prints a short table last. Usage:
-    python scripts/gpu/h200_run.py [--skip-check] [--skip-search] [--skip-sweep] [--sweep-repeats N]
+On a GPU machine, from the repository root (``bash scripts/gpu/h200_run.sh`` installs the carried wheels first):
+
+    OUT=out/gpu python3 scripts/gpu/h200_run.py [--skip-check] [--skip-search] [--skip-sweep] [--sweep-repeats N]
+
+Writes ``correctness.json`` (every correctness case, bf16 and fp16, through the kernels the dispatcher runs),
+``search.json`` (Triton's tile configs timed; the fastest kept for the rest of the run), ``targets.json`` (the
+target shapes by the event pair, with Triton's kernels and the torch reference beside them) and the event-pair
+sweep over the default grid in all three layouts (``sweep.{json,csv,md,png}``) under OUT, and prints a summary.
+docs/benchmarks.md says what each figure means.
 """
 
 from __future__ import annotations
@@ -27,12 +34,11 @@ from dispatcher.sweep.timing import GpuTimer  # noqa: E402
 
 DEV = torch.device("cuda")
 V32 = Layout(512, 64)
-# Runs 1-2 (docs/benchmarks.md) tried heads-as-M and slots-as-M tiles, 4 and 8 warps, register caps:
-# (64, 4, 2) won the prefill and (32, 4, 2) the decode. Run 3 adds 8 and 16 warps under a 128-register cap.
-# Session 2 cut the head block into independent MMA chains (TileConfig.chunks); scripts/gpu/kernel_lab.py
-# searched those, so the candidates here are its winners and their neighbours.
+SWEEP_LAYOUTS = "448+64,512+0,512+64"
+# The chosen Triton configs and their nearest neighbours (block_n, warps, stages, MMA chains);
+# docs/benchmarks.md, "Triton kernel design figures".
 PREFILL_CANDIDATES = [TileConfig(64, 4, 2, 4), TileConfig(64, 4, 2, 2), TileConfig(64, 4, 2, 1)]
-DECODE_CANDIDATES = [TileConfig(32, 4, 2, 4), TileConfig(32, 4, 2, 1)]
+DECODE_CANDIDATES = [TileConfig(64, 4, 2, 4), TileConfig(32, 4, 2, 4), TileConfig(32, 4, 2, 1)]
 PER_SM = (2, 4)
 
 
@@ -49,6 +55,12 @@ def preferred(kernel: str):
     return default_registry().resolve(name, "cuda").launch
 
 
+def chosen() -> dict:
+    """Triton's tile configs as this run uses them (the search may change them)."""
+    return {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
+            "per_sm": triton_decode.PROGRAMS_PER_SM}
+
+
 def phase_check(out: Path) -> list[dict]:
     found = run_checks({"prefill": preferred("prefill"), "decode": preferred("decode")},
                        (torch.bfloat16, torch.float16), DEV, big=True)
@@ -62,18 +74,14 @@ def phase_check(out: Path) -> list[dict]:
 
 def time_call(timer: GpuTimer, fn, rows: int, topk: int = 2048, layout: Layout = V32, repeats: int = 30) -> float:
     sets = make_sets(rows, topk, 16, layout, default_kv_len(rows, topk), dtype=torch.bfloat16, device=DEV)
-    t = timer.time(fn, sets, warmup=3, repeats=repeats)
-    return t.median_us
+    return timer.time(fn, sets, warmup=3, repeats=repeats).median_us
 
 
 def phase_search(timer: GpuTimer, out: Path) -> dict:
+    """Time Triton's candidate configs, keep the fastest for the rest of the run (not written back to the code)."""
     res: dict = {"prefill": [], "decode": []}
     for cfg in PREFILL_CANDIDATES:
-        try:
-            us = time_call(timer, lambda a, c=cfg: triton_prefill.launch(a, config=c), 16384, repeats=10)
-        except Exception as exc:  # noqa: BLE001 - a config that does not compile is just skipped
-            log(f"prefill {cfg} failed: {exc.__class__.__name__}: {str(exc)[:200]}")
-            continue
+        us = time_call(timer, lambda a, c=cfg: triton_prefill.launch(a, config=c), 16384, repeats=10)
         res["prefill"].append({"config": list(cfg), "rows": 16384, "median_us": us})
         log(f"prefill {cfg}: {us:.0f} us at 16384 rows")
     for cfg in DECODE_CANDIDATES:
@@ -82,59 +90,20 @@ def phase_search(timer: GpuTimer, out: Path) -> dict:
                 sms = triton_decode.sm_count(a.q.device)
                 s = triton_decode.choose_splits(a.q.shape[0], 1, a.index.indices.shape[1], c.block_n, sms, p)
                 triton_decode.launch(a, config=c, splits=s)
-            try:
-                t2, t16 = time_call(timer, fn, 2), time_call(timer, fn, 16)
-            except Exception as exc:  # noqa: BLE001
-                log(f"decode {cfg} failed: {exc.__class__.__name__}: {str(exc)[:200]}")
-                break
+            t2, t16 = time_call(timer, fn, 2), time_call(timer, fn, 16)
             res["decode"].append({"config": list(cfg), "per_sm": per_sm, "us_2": t2, "us_16": t16})
             log(f"decode {cfg} per_sm={per_sm}: {t2:.1f} us at 2 rows, {t16:.1f} us at 16 rows")
-    if res["prefill"]:
-        best = min(res["prefill"], key=lambda r: r["median_us"])
-        triton_prefill.PREFILL_CONFIG = TileConfig(*best["config"])
-    if res["decode"]:
-        best = min(res["decode"], key=lambda r: r["us_2"] + r["us_16"])
-        triton_decode.DECODE_CONFIG = TileConfig(*best["config"])
-        triton_decode.PROGRAMS_PER_SM = best["per_sm"]
+    triton_prefill.PREFILL_CONFIG = TileConfig(*min(res["prefill"], key=lambda r: r["median_us"])["config"])
+    best = min(res["decode"], key=lambda r: r["us_2"] + r["us_16"])
+    triton_decode.DECODE_CONFIG, triton_decode.PROGRAMS_PER_SM = TileConfig(*best["config"]), best["per_sm"]
     res["chosen"] = chosen()
     (out / "search.json").write_text(json.dumps(res, indent=1))
     log(f"chosen: {res['chosen']}")
     return res
 
 
-def chosen() -> dict:
-    from dispatcher.kernels import gluon_sm90
-
-    return {"prefill": list(triton_prefill.PREFILL_CONFIG), "decode": list(triton_decode.DECODE_CONFIG),
-            "per_sm": triton_decode.PROGRAMS_PER_SM, "reduce_values": triton_decode.REDUCE_VALUES,
-            "max_splits": triton_decode.MAX_SPLITS, "sm90_prefill": list(gluon_sm90.PREFILL_SM90),
-            "sm90_decode": list(gluon_sm90.DECODE_SM90), "sm90_decode_d512": list(gluon_sm90.DECODE_SM90_D512),
-            "sm90_per_sm": gluon_sm90.DECODE_PER_SM}
-
-
-def phase_reduce_search(timer: GpuTimer, out: Path) -> list[dict]:
-    """Run 4: the decode's reduce program size and split cap, at 1, 2 and 16 rows (tile configs fixed)."""
-    found = []
-    for values in (4096, 2048, 1024):
-        for max_splits in (64, 32):
-            def fn(a, v=values, ms=max_splits):
-                s = triton_decode.choose_splits(a.q.shape[0], 1, a.index.indices.shape[1],
-                                                triton_decode.DECODE_CONFIG.block_n, triton_decode.sm_count(DEV),
-                                                max_splits=ms)
-                triton_decode.launch(a, splits=s, reduce_values=v)
-            t = {r: time_call(timer, fn, r, repeats=100) for r in (1, 2, 16)}
-            found.append({"reduce_values": values, "max_splits": max_splits, **{f"us_{r}": v for r, v in t.items()}})
-            log(f"decode reduce_values={values} max_splits={max_splits}: "
-                + ", ".join(f"{v:.1f} us at {r} rows" for r, v in t.items()))
-    best = min(found, key=lambda r: r["us_2"] + r["us_16"])
-    triton_decode.REDUCE_VALUES, triton_decode.MAX_SPLITS = best["reduce_values"], best["max_splits"]
-    (out / "search.json").write_text(json.dumps({"reduce": found, "chosen": chosen()}, indent=1))
-    log(f"chosen: {chosen()}")
-    return found
-
-
 def phase_targets(timer: GpuTimer, out: Path) -> dict:
-    """The issue's target shapes with the preferred kernels, and Triton's beside them (same run, same inputs)."""
+    """The target shapes with the preferred kernels, and Triton's beside them (same run, same inputs)."""
     pre, dec = preferred("prefill"), preferred("decode")
     graphs = GpuTimer(DEV, graphs=True)
     t = {
@@ -146,6 +115,7 @@ def phase_targets(timer: GpuTimer, out: Path) -> dict:
         "prefill_us_16": time_call(timer, pre, 16, repeats=100),
         "prefill_us_16384": time_call(timer, pre, 16384, repeats=30),
         "prefill_512+0_us_16384": time_call(timer, pre, 16384, layout=Layout(512, 0), repeats=30),
+        "prefill_448+64_us_16384": time_call(timer, pre, 16384, layout=Layout(448, 64), repeats=30),
         "decode_us_16384": time_call(timer, dec, 16384, repeats=30),
         "triton_decode_us_2": time_call(timer, triton_decode.launch, 2, repeats=100),
         "triton_decode_us_16": time_call(timer, triton_decode.launch, 16, repeats=100),
@@ -158,6 +128,7 @@ def phase_targets(timer: GpuTimer, out: Path) -> dict:
 
 
 def phase_sweep(out: Path, repeats: int) -> dict:
+    """The default grid by the event pair, as `routescope sweep` runs it (the JSON records the command)."""
     from rich.console import Console
 
     from dispatcher.sweep.cli import replay_command
@@ -166,18 +137,11 @@ def phase_sweep(out: Path, repeats: int) -> dict:
     from dispatcher.sweep.runner import SweepPlan, run_sweep
     from dispatcher.types import Kernel
 
-    plan = SweepPlan(kernels=(), rows=GPU_ROWS, topk=GPU_TOPK, layouts=parse_layouts("512+64,512+0"), device=DEV,
+    plan = SweepPlan(kernels=(), rows=GPU_ROWS, topk=GPU_TOPK, layouts=parse_layouts(SWEEP_LAYOUTS), device=DEV,
                      repeats=repeats)
     known = {k: [i.impl for i in plan.registry.impls(k)] for k in Kernel}
     plan.kernels = parse_kernels(",".join(GPU_KERNELS), known)
-    n = [0]
-
-    def step(what: str) -> None:
-        n[0] += 1
-        if n[0] % 12 == 0:
-            log(f"sweep {n[0]}/{plan.points * 2}: {what}")
-
-    results = run_sweep(plan, on_step=step)
+    results = run_sweep(plan)
     labels = list(dict.fromkeys(r.label for r in results))
     doc = document(results, a=labels[0], b=labels[1], layouts=[str(x) for x in plan.layouts],
                    device=device_name(DEV), command=replay_command(plan, Path("out/sweep")))
@@ -188,11 +152,9 @@ def phase_sweep(out: Path, repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-check", action="store_true")
-    ap.add_argument("--check-new-only", action="store_true", help="skip the checks if the search kept the defaults")
-    ap.add_argument("--skip-search", action="store_true")
-    ap.add_argument("--reduce-search", action="store_true", help="search the decode reduce only (run 4)")
+    ap.add_argument("--skip-search", action="store_true", help="keep Triton's committed tile configs")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--sweep-repeats", type=int, default=30)
     opt = ap.parse_args()
@@ -200,31 +162,21 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     log(f"{torch.cuda.get_device_name(DEV)}, torch {torch.__version__}, "
         f"triton {triton.__version__}, {triton_decode.sm_count(DEV)} SMs")
-    summary: dict = {}
     timer = GpuTimer(DEV)
-    defaults = chosen()
-    if opt.reduce_search:
-        phase_reduce_search(timer, out)
-    elif not opt.skip_search:  # first, so the checks below run the configs that will be timed
+    if not opt.skip_search:  # first, so the checks below run the configs that will be timed
         phase_search(timer, out)
-    if opt.check_new_only and chosen() == defaults:
-        summary["checks"] = f"skipped: the search kept the defaults {defaults}, checked in an earlier run"
-    elif not opt.skip_check:
-        checks = phase_check(out)
-        summary["checks"] = f"{sum(c['ok'] for c in checks)}/{len(checks)} ok with {chosen()}, worst rel " \
-                            f"{max(c['rel_err'] for c in checks):.2e}"
+    checks = None if opt.skip_check else phase_check(out)
     targets = phase_targets(timer, out)
     doc = None if opt.skip_sweep else phase_sweep(out, opt.sweep_repeats)
     print("\n==== summary ====")
-    for k, v in summary.items():
-        print(f"{k}: {v}")
-    print(f"configs: {chosen()}")
+    if checks:
+        print(f"checks: {sum(c['ok'] for c in checks)}/{len(checks)} ok, "
+              f"worst rel {max(c['rel_err'] for c in checks):.2e}")
+    print(f"triton configs: {chosen()}")
     for k, v in targets.items():
-        print(f"{k:20} {v:12.1f} us")
+        print(f"{k:24} {v:12.1f} us")
     if doc:
         print("gate:", doc["recommendation"]["reason"])
-        for c in doc["crossover"]:
-            print(f"crossover {c['layout']} top-k {c['topk']}: {c['rows']} (est {c['estimate']})")
 
 
 if __name__ == "__main__":
