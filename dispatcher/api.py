@@ -16,7 +16,7 @@ from .platform import Platform, detect
 from .policy import DecisionCache, Policy, PolicySettings
 from .probe import Probe
 from .types import Batch, CallShape, Decision, Kernel
-from .validate import validate
+from .signature import ValidatedCalls
 
 
 class DecodeInPrefillError(RuntimeError):
@@ -48,6 +48,7 @@ class Dispatcher:
         self.probe = probe
         self.probe_failures = 0
         self._cache = DecisionCache(self.platform, self.policy)
+        self._validated = ValidatedCalls()
 
     def set_probe(self, probe: Probe | None) -> None:
         self.probe = probe
@@ -77,7 +78,7 @@ class Dispatcher:
         model: str | None = None,
         stream: Any = None,
     ) -> Decision:
-        shape = validate(
+        shape = self._validated(
             q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim,
             attn_sink, output, ragged_indices, ragged_indptr,
         )
