@@ -24,9 +24,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def contract() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """{name: (type, labels)} from the series table of docs/metrics.md."""
+    """{name: (type, labels)} from the series table of docs/metrics.md (not the service's own, listed after it)."""
     out = {}
-    for line in DOC.read_text().splitlines():
+    for line in DOC.read_text().partition("## Series the service exports")[0].splitlines():
         m = re.match(r"^\|\s*`(routescope_[a-z_]+)`\s*\|\s*([a-z]+)[^|]*\|\s*([^|]*)\|", line)
         if m:
             labels = tuple(x.strip() for x in m.group(3).split(",") if x.strip())
