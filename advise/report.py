@@ -7,6 +7,7 @@ figure out, with the reason, where no table covers the calls.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Literal
@@ -172,14 +173,18 @@ def _candidate(p: Priced, active: Priced, per_hour: float | None) -> CandidateOu
 
 
 def _best(outs: Sequence[CandidateOut]) -> tuple[CandidateOut | None, list[int]]:
-    """The candidate saving the most, and every gate that saves as much (no calls between them)."""
+    """The candidate saving the most, and every gate that saves as much (no calls fall between them).
+
+    Among gates that save as much, the one nearest the active gate: the smallest change that gets it.
+    """
     pool = [c for c in outs if c.kind in BEST_KINDS and c.saving is not None and c.saving.mid > 0]
-    best = max(pool, key=lambda c: c.saving.mid, default=None)
-    if best is None:
+    if not pool:
         return None, []
-    same = [c.gate for c in pool if c.gate is not None and c.kind == "gate"
-            and abs(c.saving.mid - best.saving.mid) <= 1e-9 * abs(best.saving.mid)]
-    return best, sorted(same)
+    top = max(c.saving.mid for c in pool)
+    tied = [c for c in pool if abs(c.saving.mid - top) <= 1e-9 * abs(top)]
+    here = math.log(max(outs[0].gate or 1, 1))
+    best = min(tied, key=lambda c: abs(math.log(max(c.gate or 1, 1)) - here) if c.kind == "gate" else -1.0)
+    return best, sorted(c.gate for c in tied if c.kind == "gate" and c.gate is not None)
 
 
 def _what(best: CandidateOut, active: CandidateOut, target: Target) -> str:
