@@ -71,6 +71,8 @@ def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_
 
     device = torch.device("cuda" if device_name == "cuda" or (device_name == "auto" and torch.cuda.is_available())
                           else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # as the CPU demo: one intra-op thread times steadier on a small machine
     shapes = shapes_for(device)
     specs = [s for s in sample_cycle(seed, calls) if s.rows <= max_rows]
     if not specs:
@@ -94,7 +96,7 @@ def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_
     times = measure({n: launchers(specs, k, ops, device) for n, k in kernels.items()}, device, repeats)
     a_calls, b_calls = times[arm_a.name].per_call(), times[arm_b.name].per_call()
     models = {}
-    for model in shapes:
+    for model in dict.fromkeys(s.model for s in specs):
         idx = [i for i, s in enumerate(specs) if s.model == model]
         moved = [i for i in idx if kernels[arm_a.name][i] != kernels[arm_b.name][i]]
         models[model] = {
@@ -188,3 +190,7 @@ def ab_command(
         typer.echo(json.dumps(result, indent=2))
     else:
         render(result)
+
+
+if __name__ == "__main__":  # python3 -m advise.ab_cli, where the console script is not installed (a GPU machine)
+    typer.run(ab_command)

@@ -42,7 +42,8 @@ def choose_tables(specs: Sequence[str], traffic: Traffic, *, loader=cached_table
     tables = [loader(s) for s in specs]
     device = tables[0].meta
     if device.arch == arch:
-        note = "" if arch != "sm90" else f"priced with {device.device}'s table ({device.name})"
+        note = "" if arch != "sm90" else (f"this sm90 traffic is priced with an {device.device}'s table ({device.name}); "
+                                          "another sm90 GPU would time it differently")
         return tables, note
     if traffic.demo is not None and not specs[1:] and specs[0] == DEMO_TABLE:
         return tables, (f"demo on {arch}: priced as if on an {device.device} ({device.describe()}), a what-if; "

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .choose import choose_tables
 from .policies import DEFAULT_GATES
-from .report import AdviceOut, BandOut, advise, fmt_seconds
+from .report import AdviceOut, BandOut, advise, fmt_seconds, fmt_share
 from .sources import SourceError, duration_seconds, from_multiproc, from_prometheus, from_routing
 from .tables import TableError
 
@@ -66,7 +66,7 @@ def _band(b: BandOut | None, *, share: bool = False) -> str:
     if b is None:
         return "–"
     if share:
-        return f"{b.mid:+.1%} ({b.low:+.1%}…{b.high:+.1%})"
+        return f"{fmt_share(b.mid, sign=True)} ({fmt_share(b.low, sign=True)}…{fmt_share(b.high, sign=True)})"
     return f"{fmt_seconds(b.mid)} ({fmt_seconds(b.low)}…{fmt_seconds(b.high)})"
 
 
@@ -88,7 +88,7 @@ def render(out: AdviceOut, console: Console, *, every: bool = False) -> None:
         per = "per hour" if hourly else "over the traffic"
         table = Table("policy", "what", f"kernel time {per}", f"saving {per}", "share", "moved calls", "unpriced calls")
         for c in m.candidates:
-            if not every and c.kind == "gate" and c.name != m.best:
+            if not every and ((c.kind == "gate" and c.name != m.best) or (c.kind == "fix" and not c.moved_calls)):
                 continue
             total = c.seconds_per_hour if hourly else c.seconds
             saving = c.saving_per_hour if hourly else c.saving

@@ -147,6 +147,15 @@ def fmt_seconds(s: float) -> str:
     return f"{s * 1e6:.3g} µs"
 
 
+def fmt_share(x: float, *, sign: bool = False) -> str:
+    """A share as a percentage with the digits it needs: 1.5%, 0.0016%."""
+    p = x * 100
+    text = f"{p:+.2g}%" if sign else f"{p:.2g}%"
+    if abs(p) >= 1:
+        text = f"{p:+.1f}%" if sign else f"{p:.1f}%"
+    return text
+
+
 def fmt_band(b: BandOut, hourly: bool) -> str:
     span = "an hour" if hourly else "over the traffic"
     return f"{fmt_seconds(b.mid)} of kernel time {span} (band {fmt_seconds(b.low)} to {fmt_seconds(b.high)})"
@@ -203,7 +212,7 @@ def _headline(model: str, outs: list[CandidateOut], best: CandidateOut | None, t
         text = f"{model}: no scanned gate is predicted to save time against the active policy ({active.label})"
     else:
         saving = best.saving_per_hour if hourly else best.saving
-        share = f"{best.saving_share.mid:.1%} of the predicted sparse-attention kernel time, " if best.saving_share else ""
+        share = f"{fmt_share(best.saving_share.mid)} of the predicted sparse-attention kernel time, " if best.saving_share else ""
         text = f"{model}: {_what(best, active, target)} would have saved {share}{fmt_band(saving, hourly)}"
         if len(ties) > 1:
             text += f" (any gate from {ties[0]} to {ties[-1]} rows saves as much: no calls fall between them)"
@@ -264,15 +273,14 @@ def advise(traffic: Traffic, tables: Sequence[LatencyTable], *, gates: Iterable[
     if not traffic.entries:
         return AdviceOut(status="no_traffic", message="no prefill-entry calls seen yet", target=out_target,
                          tables=table_outs, source=source, notes=notes)
-    shapes = demo_shapes(traffic.demo)
+    shapes = demo_shapes(traffic.demo, traffic.models)
     if shapes is not None and shapes.by_model:
         traffic = replace(traffic, entries=shapes.apply(traffic.entries))
         notes.append(shapes.note())
     cands = candidates(traffic, target, gates)
     if traffic.counterfactuals and not any(c.kind == "counterfactual" for c in cands):
         names = ", ".join(p.name for p in traffic.counterfactuals)
-        notes.append(f"counterfactuals {names} move the {traffic.counterfactual_arch or traffic.platform_arch} "
-                     f"gate, which {target.arch} does not have: left out")
+        notes.append(f"counterfactuals {names} move gfx942/gfx950 gates, which do nothing on {target.arch}: left out")
     if not what_if:
         off = sum(e.calls for e in traffic.entries
                   if launches(e, cands[0], target, recorded=False)[0].kernel != e.kernel)

@@ -260,12 +260,13 @@ function bandCell(b, perHour, signed) {
 const ADVICE_ROWS = ["active", "counterfactual", "guard"];
 
 function adviceModel(m, hourly) {
-  const shown = m.candidates.filter((c) => ADVICE_ROWS.includes(c.kind) || c.name === m.best || c.name === "fix_all");
+  const shown = m.candidates.filter((c) => ADVICE_ROWS.includes(c.kind) || c.name === m.best || (c.name === "fix_all" && c.moved_calls));
   const body = el("tbody");
   for (const c of shown) {
     const cls = c.name === m.best ? "best" : c.kind === "fix" ? "fix" : null;
     const what = c.kind === "fix" ? "decode rows never in a prefill kernel (all to the decode entry)" : c.label;
     const saving = c.kind === "active" ? el("td", { class: "num", text: "–" })
+      : !c.moved_calls ? el("td", { class: "num", text: "no call moves" })
       : c.saving ? bandCell(hourly ? c.saving_per_hour : c.saving, hourly, true) : el("td", { class: "num", text: c.saving_note || "unknown" });
     body.append(el("tr", { class: cls, "data-policy": c.name },
       el("td", { class: "mono", text: c.name + (c.name === m.best ? " ★" : "") }), el("td", { class: "what", text: what }),
@@ -304,7 +305,7 @@ function advice(data) {
   src.className = "note whatif";
   const tables = a.tables.map((t) => `${t.name} (${t.device}, ${t.date}, ${t.provenance})`).join("; ");
   src.textContent = `Predicted from ${tables}: the calls seen times the table's per-call times, never a measurement. ` +
-    (a.target && a.target.note ? a.target.note + ". " : "") + (a.notes.length ? a.notes.join("; ") + ". " : "") + a.band + ".";
+    [a.target && a.target.note, ...a.notes, a.band].filter(Boolean).map((n) => n[0].toUpperCase() + n.slice(1) + ".").join(" ");
   const hourly = !!a.source.span_s;
   document.getElementById("advice-models").replaceChildren(...a.models.map((m) => adviceModel(m, hourly)));
 }
