@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
+from .sources import GENERATED
 from .tables import LatencyTable, load_table
 from .traffic import Traffic
 
@@ -33,8 +34,9 @@ def default_table(platform_arch: str, demo: bool) -> str | None:
 def choose_tables(specs: Sequence[str], traffic: Traffic, *, loader=cached_table) -> tuple[list[LatencyTable], str]:
     """The tables to price ``traffic`` with, and a note for people when they are not of its own device."""
     arch = traffic.platform_arch
+    generated = arch == GENERATED
     if not specs:
-        name = default_table(arch, traffic.demo is not None)
+        name = default_table(arch, traffic.demo is not None or generated)
         if name is None:
             return [], (f"no latency table covers {arch}: no figure is given. Pass --table h200 or --table gfx942 "
                         "(or a sweep JSON) to price this traffic as if on that device; the report then says so")
@@ -45,6 +47,8 @@ def choose_tables(specs: Sequence[str], traffic: Traffic, *, loader=cached_table
         note = "" if arch != "sm90" else (f"this sm90 traffic is priced with an {device.device}'s table ({device.name}); "
                                           "another sm90 GPU would time it differently")
         return tables, note
+    if generated:
+        return tables, f"generated demo traffic, priced as if on an {device.device} ({device.describe()}): a what-if"
     if traffic.demo is not None and not specs[1:] and specs[0] == DEMO_TABLE:
         return tables, (f"demo on {arch}: priced as if on an {device.device} ({device.describe()}), a what-if; "
                         f"nothing ran on an {device.device}")

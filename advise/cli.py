@@ -12,7 +12,7 @@ from rich.table import Table
 from .choose import choose_tables
 from .policies import DEFAULT_GATES
 from .report import AdviceOut, BandOut, advise, fmt_seconds, fmt_share
-from .sources import SourceError, duration_seconds, from_multiproc, from_prometheus, from_routing
+from .sources import SourceError, duration_seconds, from_demo, from_multiproc, from_prometheus, from_routing
 from .tables import TableError
 
 
@@ -32,12 +32,21 @@ def parse_gates(text: str) -> tuple[int, ...]:
 
 
 def read_traffic(url: str | None, multiproc_dir: str | None, prometheus: str | None, range_: str | None,
-                 at: str | None, selector: str, span: str | None) -> Traffic:
+                 at: str | None, selector: str, span: str | None, demo_traffic: int | None = None,
+                 glm_bug: bool = False) -> Traffic:
     """The one source asked for; ValueError names the option at fault, SourceError the source."""
-    given = [name for name, v in (("--url", url), ("--multiproc-dir", multiproc_dir), ("--prometheus", prometheus)) if v]
+    given = [name for name, v in (("--url", url), ("--multiproc-dir", multiproc_dir), ("--prometheus", prometheus),
+                                  ("--demo-traffic", demo_traffic)) if v]
     if len(given) != 1:
-        raise ValueError("give exactly one source: --url (a running service), --multiproc-dir DIR, or "
-                         f"--prometheus URL --range 1h{'; got ' + ', '.join(given) if given else ''}")
+        raise ValueError("give exactly one source: --url (a running service), --multiproc-dir DIR, "
+                         "--prometheus URL --range 1h, or --demo-traffic STEPS"
+                         f"{'; got ' + ', '.join(given) if given else ''}")
+    if glm_bug and not demo_traffic:
+        raise ValueError("--demo-glm-bug goes with --demo-traffic")
+    if demo_traffic:
+        if range_ or at or selector or span:
+            raise ValueError("--range, --at, --selector and --span do not go with --demo-traffic")
+        return from_demo(demo_traffic, glm_bug=glm_bug)
     if prometheus:
         if not range_:
             raise ValueError("--prometheus needs --range (a Prometheus duration such as 1h or 7d)")
@@ -117,6 +126,8 @@ def advise_command(
     at: Annotated[Optional[str], typer.Option(help="Prometheus: the range's end (Unix time or RFC 3339; default now)")] = None,
     selector: Annotated[str, typer.Option(help='Prometheus: label matchers for every query, e.g. job="vllm"')] = "",
     span: Annotated[Optional[str], typer.Option(help="multiprocess: how long the files counted (e.g. 2h), for per-hour figures")] = None,
+    demo_traffic: Annotated[Optional[int], typer.Option(min=1, help="the demo's traffic generator for this many scheduler steps, at the real models' shapes (no server, no kernel)")] = None,
+    demo_glm_bug: Annotated[bool, typer.Option("--demo-glm-bug", help="with --demo-traffic: GLM decode rows through the prefill entry")] = False,
     table: Annotated[Optional[list[str]], typer.Option(help="latency table: h200, gfx942 or a JSON file (repeatable; first wins)")] = None,
     gates: Annotated[str, typer.Option(help="gates to scan, in rows")] = ",".join(map(str, DEFAULT_GATES)),
     model: Annotated[Optional[list[str]], typer.Option(help="only these models (repeatable)")] = None,
@@ -126,7 +137,7 @@ def advise_command(
     """Predict what each gate (and decodes to split-K) would cost or save on the traffic a source saw."""
     try:
         scan = parse_gates(gates)
-        traffic = read_traffic(url, multiproc_dir, prometheus, range_, at, selector, span)
+        traffic = read_traffic(url, multiproc_dir, prometheus, range_, at, selector, span, demo_traffic, demo_glm_bug)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     except SourceError as exc:
@@ -135,8 +146,8 @@ def advise_command(
         traffic = replace(traffic, entries=tuple(e for e in traffic.entries if e.model in set(model)))
     try:
         tables, note = choose_tables(table or [], traffic)
-        out = advise(traffic, tables, gates=scan, source_kind="prometheus" if prometheus else
-                     "multiproc" if multiproc_dir else "routing", target_note=note)
+        kind = "prometheus" if prometheus else "multiproc" if multiproc_dir else "demo" if demo_traffic else "routing"
+        out = advise(traffic, tables, gates=scan, source_kind=kind, target_note=note)
     except TableError as exc:
         raise _fail(f"--table: {exc}") from None
     except ValueError as exc:

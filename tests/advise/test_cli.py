@@ -81,3 +81,16 @@ def test_a_bad_table_exits_2_naming_file_and_field(demo_url, tmp_path):
 def test_an_unreachable_source_exits_1():
     res = run("--url", "http://127.0.0.1:9", "--json")
     assert res.exit_code == 1 and "GET http://127.0.0.1:9/routing" in res.output
+
+
+def test_the_demo_generator_without_a_server():
+    res = run("--demo-traffic", "600", "--demo-glm-bug", "--json")
+    assert res.exit_code == 0, res.output
+    out = AdviceOut.model_validate(json.loads(res.output))
+    assert out.source.kind == "demo" and out.source.span_s is None and "generated" in out.target.note
+    glm = next(m for m in out.models if m.model == GLM)
+    assert glm.decode_in_prefill.cost.mid > 0 and glm.candidates[0].seconds_per_hour is None
+    off = AdviceOut.model_validate(json.loads(run("--demo-traffic", "600", "--json").output))
+    assert all(m.decode_in_prefill.calls == 0 for m in off.models)  # without the bug GLM decodes use the decode entry
+    bad = run("--url", "http://x", "--demo-glm-bug")
+    assert bad.exit_code == 2 and "--demo-glm-bug goes with --demo-traffic" in bad.output
