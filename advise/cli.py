@@ -39,7 +39,7 @@ def read_traffic(url: str | None, multiproc_dir: str | None, prometheus: str | N
                                   ("--demo-traffic", demo_traffic)) if v]
     if len(given) != 1:
         raise ValueError("give exactly one source: --url (a running service), --multiproc-dir DIR, "
-                         "--prometheus URL --range 1h, or --demo-traffic STEPS"
+                         "--prometheus URL --range 1h, or --demo-traffic N"
                          f"{'; got ' + ', '.join(given) if given else ''}")
     if glm_bug and not demo_traffic:
         raise ValueError("--demo-glm-bug goes with --demo-traffic")
@@ -126,7 +126,7 @@ def advise_command(
     at: Annotated[Optional[str], typer.Option(help="Prometheus: the range's end (Unix time or RFC 3339; default now)")] = None,
     selector: Annotated[str, typer.Option(help='Prometheus: label matchers for every query, e.g. job="vllm"')] = "",
     span: Annotated[Optional[str], typer.Option(help="multiprocess: how long the files counted (e.g. 2h), for per-hour figures")] = None,
-    demo_traffic: Annotated[Optional[int], typer.Option(min=1, help="the demo's traffic generator for this many scheduler steps, at the real models' shapes (no server, no kernel)")] = None,
+    demo_traffic: Annotated[Optional[int], typer.Option(min=1, help="the demo's first N calls from its traffic generator, at the real models' shapes (no server, no kernel)")] = None,
     demo_glm_bug: Annotated[bool, typer.Option("--demo-glm-bug", help="with --demo-traffic: GLM decode rows through the prefill entry")] = False,
     table: Annotated[Optional[list[str]], typer.Option(help="latency table: h200, gfx942 or a JSON file (repeatable; first wins)")] = None,
     gates: Annotated[str, typer.Option(help="gates to scan, in rows")] = ",".join(map(str, DEFAULT_GATES)),

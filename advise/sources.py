@@ -228,9 +228,9 @@ def from_prometheus(url: str, range_: str, *, at: float | str | None = None, sel
 GENERATED = "none (generated, not run)"
 
 
-def from_demo(steps: int, *, glm_bug: bool = False, seed: int = 7) -> Traffic:
-    """The demo's traffic (service/demo/traffic.py) for ``steps`` scheduler steps at the real models' shapes: what
-    `serve --demo` would route, generated here without running a kernel; the demo's default policies."""
+def from_demo(calls: int, *, glm_bug: bool = False, seed: int = 7) -> Traffic:
+    """The demo's first ``calls`` calls (service/demo/traffic.py; both entries, the prefill entry's priced) at the real
+    models' shapes: what `serve --demo` would route, generated without running a kernel; the demo's policies."""
     import itertools
 
     from service.demo.traffic import DEMO_MODELS, traffic
@@ -239,16 +239,16 @@ def from_demo(steps: int, *, glm_bug: bool = False, seed: int = 7) -> Traffic:
     from .traffic import ObservedCall, aggregate
 
     specs = {m.name: m for m in DEMO_MODELS}
-    calls = [
+    seen = [
         ObservedCall(c.model, "intree.ragged_prefill", c.rows, c.kind, c.decode_rows, specs[c.model].topk,
                      f"{specs[c.model].nope_head_dim}+{specs[c.model].rope_head_dim}")
-        for c in itertools.islice(traffic(seed, glm_bug=glm_bug), steps) if c.entry == "prefill"
+        for c in itertools.islice(traffic(seed, glm_bug=glm_bug), calls) if c.entry == "prefill"
     ]
     active = Policy()
     return Traffic(
-        entries=aggregate(calls, active.thresholds), platform_arch=GENERATED, active=active,
+        entries=aggregate(seen, active.thresholds), platform_arch=GENERATED, active=active,
         counterfactuals=tuple(counterfactual_policy(s, active) for s in DEFAULT_COUNTERFACTUALS),
         counterfactual_arch="gfx942", span_s=None, span_note="generated calls: no wall time",
-        source=f"the demo's traffic generator: {steps} scheduler steps, seed {seed}, GLM decode bug "
+        source=f"the demo's traffic generator: its first {calls} calls, seed {seed}, GLM decode bug "
                f"{'on' if glm_bug else 'off'} (service/demo/traffic.py)",
     )
