@@ -41,7 +41,7 @@ def test_the_panel_shows_each_model_with_its_band(tmp_path):
     assert {a["data-advice-model"] for a in dom.find("table", **{"class": "advice-table"})} == {DSV, GLM}
     source = dom.text["advice-source"]
     assert "h200-sweep-cupti (NVIDIA H200, 2026-12-01, measured here)" in source and "never a measurement" in source
-    assert "band:" in source
+    assert "Band: lowest to highest" in source
     assert dom.find("tr", **{"class": "best"}), "the best gate is marked"
     assert {a["data-policy"] for a in dom.find("tr") if "data-policy" in a} >= {"active", "decodes_split_k"}
     (cost,) = dom.find("p", data_dip_cost=GLM)
