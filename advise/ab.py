@@ -27,7 +27,7 @@ from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.kernels.registry import default_registry
 from dispatcher.policy import Policy
 from dispatcher.sweep.inputs import topk_indices
-from dispatcher.types import Kernel
+from dispatcher.types import CallClass, Kernel
 from service.demo.scale import ScaledShape, scaled
 from service.demo.traffic import DEMO_MODELS, CallSpec, traffic
 
@@ -73,8 +73,6 @@ def _entry_like(shape: ScaledShape) -> TrafficEntry:
 
 def route(spec: CallSpec, shape: ScaledShape, arm: Arm, target: Target) -> str:
     """The kernel ``arm`` sends this call to on ``target``."""
-    from dispatcher.types import CallClass
-
     return decided_kernel(_entry_like(shape), spec.rows, CallClass(spec.kind), arm.policy, target, arm.split_below)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +69,8 @@ class Curve:
         return np.stack([loglog, linear])
 
 
-def bucket_values(curve_at, lo: float, mean: float, hi: float | None) -> np.ndarray | None:
+def bucket_values(curve_at: Callable[[float], np.ndarray | None], lo: float, mean: float,
+                  hi: float | None) -> np.ndarray | None:
     """[interp][spread][bucket] for calls of ``mean`` rows in a rows bucket [lo, hi].
 
     bucket 0 prices every call at the mean rows; bucket 1 puts the calls at the bucket's two

@@ -95,16 +95,26 @@ def from_routing(url: str, *, timeout: float = 10.0) -> Traffic:
 # -- a multiprocess directory ------------------------------------------------------------------------------------
 
 def traffic_rows(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> list[dict]:
-    """(sample name, labels, value) of the traffic counters -> entry dicts, summed over rank and processes."""
+    """(sample name, labels, value) of the traffic counters -> entry dicts, summed over rank and processes.
+
+    Counts from increase() are fractional; calls are rounded and rows scaled with them, so the mean
+    rows per call (what a call is priced at) stays the measured one.
+    """
     merged: dict[tuple, dict] = {}
     for name, labels, value in samples:
         field = TRAFFIC_SERIES.get(name)
         if field is None:
             continue
         key = tuple(labels.get(k, "") for k in TRAFFIC_LABELS)
-        row = merged.setdefault(key, {**dict(zip(TRAFFIC_LABELS, key)), "calls": 0, "rows": 0, "decode_rows": 0})
-        row[field] += int(round(value))
-    return list(merged.values())
+        row = merged.setdefault(key, {**dict(zip(TRAFFIC_LABELS, key)), "calls": 0.0, "rows": 0.0, "decode_rows": 0.0})
+        row[field] += value
+    out = []
+    for row in merged.values():
+        calls = round(row["calls"])
+        scale = calls / row["calls"] if row["calls"] else 0.0
+        out.append({**row, "calls": calls, "rows": round(row["rows"] * scale),
+                    "decode_rows": round(row["decode_rows"] * scale)})
+    return out
 
 
 def _policies(thresholds: Mapping[tuple, float], cf_info: Mapping[tuple, float], guard: GuardMode):

@@ -111,3 +111,13 @@ def test_a_directory_without_traffic_series_says_so(tmp_path):
         from_multiproc(str(tmp_path))
     with pytest.raises(SourceError, match="does not exist"):
         from_multiproc(str(tmp_path / "nope"))
+
+
+def test_fractional_counts_keep_the_mean_rows():
+    from advise.sources import traffic_rows
+
+    labels = {"model": GLM, "kernel": RAGGED, "rows_bucket": "16384+", "call_class": "prefill", "topk": "2048",
+              "layout": "512+0", "q_dtype": "bfloat16", "kv_dtype": "bfloat16", "rank": "0"}
+    (row,) = traffic_rows([("routescope_traffic_calls_total", labels, 2.4),
+                           ("routescope_traffic_rows_total", labels, 2.4 * 16384)])
+    assert row["calls"] == 2 and row["rows"] == 2 * 16384  # not 39322 rows in 2 calls: past the table's 16384
