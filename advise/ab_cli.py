@@ -169,6 +169,7 @@ def ab_command(
     seed: Annotated[int, typer.Option(help="seed of the demo traffic")] = 7,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    out: Annotated[Optional[str], typer.Option(help="also write the JSON to this file")] = None,
 ) -> None:
     """Replay the demo's traffic under the active gate and the advised one; predicted against measured saving."""
     import torch
@@ -186,6 +187,9 @@ def ab_command(
         raise _fail(f"--table: {exc}") from None
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=2)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:

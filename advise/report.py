@@ -278,7 +278,7 @@ def advise(traffic: Traffic, tables: Sequence[LatencyTable], *, gates: Iterable[
         traffic = replace(traffic, entries=shapes.apply(traffic.entries))
         notes.append(shapes.note())
     cands = candidates(traffic, target, gates)
-    if traffic.counterfactuals and not any(c.kind == "counterfactual" for c in cands):
+    if traffic.counterfactuals and not target.gate_field:
         names = ", ".join(p.name for p in traffic.counterfactuals)
         notes.append(f"counterfactuals {names} move gfx942/gfx950 gates, which do nothing on {target.arch}: left out")
     if not what_if:

@@ -39,11 +39,12 @@ def test_arms_route_as_their_gate_says():
 
 
 @pytest.mark.slow
-def test_bench_ab_runs_on_the_cpu():
+def test_bench_ab_runs_on_the_cpu(tmp_path):
     res = CliRunner().invoke(build_app(), ["bench", "ab", "--calls", "40", "--max-rows", "256", "--repeats", "1",
-                                           "--gate", "16", "--device", "cpu", "--json"])
+                                           "--gate", "16", "--device", "cpu", "--out", str(tmp_path / "ab.json")])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    assert "plumbing" in res.output and "measured saving" in res.output and "GLM-5.3-Flash" in res.output
+    out = json.loads((tmp_path / "ab.json").read_text())
     assert out["device"] == "cpu" and out["gate"] == 16 and "host clock" in out["clock"] and "plumbing" in out["clock"]
     assert [t["name"] for t in out["tables"]] == ["fresh sweep"] and out["tables"][0]["provenance"] == "measured here"
     glm = out["models"]["GLM-5.3-Flash"]
