@@ -18,7 +18,7 @@ from typing import Any
 from dispatcher.policy import Policy
 from dispatcher.types import GuardMode
 
-from .traffic import TRAFFIC_LABELS, Traffic, entries_from, fill_decode_rows, policy_from_dict
+from .traffic import TRAFFIC_LABELS, Traffic, entries_from, fill_decode_rows, policy_from_dict, unknown_decode_rows
 
 TRAFFIC_SERIES = {"routescope_traffic_calls_total": "calls", "routescope_traffic_rows_total": "rows",
                   "routescope_traffic_decode_rows_total": "decode_rows"}
@@ -73,8 +73,15 @@ def traffic_from_routing(doc: Mapping, where: str) -> Traffic:
                           "(top-k, layout, dtypes) yet, which advise needs")
     cf_platform = doc.get("counterfactual_platform") or {}
     service = doc.get("service") or {}
+    entries = entries_from(doc["traffic"])
+    notes = ()
+    mixed: dict[tuple[str, str], float] = {}
+    if unknown_decode_rows(entries):  # merged from several processes: per kernel x model only
+        dip = (doc.get("decode_in_prefill") or {}).get("counts") or []
+        mixed = {(r["kernel"], r["model"]): float(r.get("rows", 0)) for r in dip if r.get("call_class") == "mixed"}
+        notes = (MIXED_ESTIMATE,)
     return Traffic(
-        entries=fill_decode_rows(entries_from(doc["traffic"]), {}),
+        entries=fill_decode_rows(entries, mixed), notes=notes,
         platform_arch=str((doc.get("platform") or {}).get("arch", doc.get("arch", "unknown"))),
         active=policy_from_dict(doc.get("policy") or {}, name="active"),
         counterfactuals=tuple(policy_from_dict(c) for c in doc.get("counterfactuals") or []),
@@ -106,14 +113,14 @@ def traffic_rows(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> lis
         if field is None:
             continue
         key = tuple(labels.get(k, "") for k in TRAFFIC_LABELS)
-        row = merged.setdefault(key, {**dict(zip(TRAFFIC_LABELS, key)), "calls": 0.0, "rows": 0.0, "decode_rows": 0.0})
-        row[field] += value
+        row = merged.setdefault(key, {**dict(zip(TRAFFIC_LABELS, key)), "calls": 0.0, "rows": 0.0, "decode_rows": None})
+        row[field] = (row[field] or 0.0) + value
     out = []
     for row in merged.values():
         calls = round(row["calls"])
         scale = calls / row["calls"] if row["calls"] else 0.0
-        out.append({**row, "calls": calls, "rows": round(row["rows"] * scale),
-                    "decode_rows": round(row["decode_rows"] * scale)})
+        decode = None if row["decode_rows"] is None else round(row["decode_rows"] * scale)
+        out.append({**row, "calls": calls, "rows": round(row["rows"] * scale), "decode_rows": decode})
     return out
 
 
@@ -148,12 +155,13 @@ def from_multiproc(path: str, *, span_s: float | None = None) -> Traffic:
     guard = GuardMode.REROUTE if any(totals.rerouted.values()) else GuardMode.OBSERVE
     active, cfs, cf_arch = _policies(totals.thresholds, totals.cf_info, guard)
     archs = sorted({k[1] for k in totals.build_info})
-    notes = [] if "routescope_traffic_decode_rows_total" in {s.name for f in families for s in f.samples} else [MIXED_ESTIMATE]
+    entries = entries_from(rows)
+    notes = [MIXED_ESTIMATE] if unknown_decode_rows(entries) else []
     if len(archs) > 1:
         notes.append(f"processes on several archs ({', '.join(archs)}): priced as {archs[0]}")
     mixed = {(k, m): float(v) for (k, m, cc), v in totals.dip_rows.items() if cc == "mixed"}
     return Traffic(
-        entries=fill_decode_rows(entries_from(rows), mixed), platform_arch=archs[0] if archs else "unknown",
+        entries=fill_decode_rows(entries, mixed), platform_arch=archs[0] if archs else "unknown",
         active=active, counterfactuals=cfs, counterfactual_arch=cf_arch, span_s=span_s,
         span_note="given by --span" if span_s else "unknown: the files do not say how long they counted (--span)",
         source=path, notes=tuple(notes + [f"guard mode inferred as {guard.value} (rerouted calls seen: "
@@ -217,15 +225,15 @@ def from_prometheus(url: str, range_: str, *, at: float | str | None = None, sel
     mixed = {(m.get("kernel", ""), m.get("model", "")): v for _, m, v in
              prom.samples(inc("routescope_decode_in_prefill_rows_total", "kernel, model, call_class"))
              if m.get("call_class") == "mixed"}
-    has_decode = any(r["decode_rows"] for r in rows)
+    entries = entries_from(rows)
     notes = ["counts are increase() over the range: Prometheus extrapolates them to the range's edges"]
-    if not has_decode:
+    if unknown_decode_rows(entries):
         notes.append(MIXED_ESTIMATE)
     if len(archs) > 1:
         notes.append(f"series from several archs ({', '.join(archs)}): priced as {archs[0]}")
     notes.append(f"guard mode inferred as {guard.value}")
     return Traffic(
-        entries=fill_decode_rows(entries_from(rows), {} if has_decode else mixed),
+        entries=fill_decode_rows(entries, mixed),
         platform_arch=archs[0] if archs else "unknown", active=active, counterfactuals=cfs,
         counterfactual_arch=cf_arch, span_s=float(span), span_note=f"the range asked for ({range_})",
         source=f"{url} over {range_}" + (f" at {at}" if at is not None else "") + (f" {{{sel}}}" if sel else ""),

@@ -33,7 +33,7 @@ class TrafficEntry(BaseModel):
     kv_dtype: str
     calls: int = Field(ge=0)
     rows: int = Field(ge=0)
-    decode_rows: int = Field(0, ge=0)
+    decode_rows: int | None = Field(0, ge=0, description="null: not known per entry (merged from several processes)")
 
     @property
     def mean_rows(self) -> float:
@@ -41,7 +41,7 @@ class TrafficEntry(BaseModel):
 
     @property
     def mean_decode_rows(self) -> float:
-        return self.decode_rows / self.calls if self.calls else 0.0
+        return (self.decode_rows or 0) / self.calls if self.calls else 0.0
 
 
 def bucket_bounds(label: str) -> tuple[int, int | None]:
@@ -89,7 +89,7 @@ def policy_from_dict(d: Mapping, *, name: str | None = None) -> Policy:
 
 def entries_from(rows: Iterable[Mapping]) -> tuple[TrafficEntry, ...]:
     """Entries with calls, merged where the labels repeat (several ranks, several processes)."""
-    merged: dict[tuple, list[int]] = {}
+    merged: dict[tuple, list] = {}
     for r in rows:
         e = TrafficEntry.model_validate(r)
         if not e.calls:
@@ -98,7 +98,7 @@ def entries_from(rows: Iterable[Mapping]) -> tuple[TrafficEntry, ...]:
         acc = merged.setdefault(key, [0, 0, 0])
         acc[0] += e.calls
         acc[1] += e.rows
-        acc[2] += e.decode_rows
+        acc[2] = None if acc[2] is None or e.decode_rows is None else acc[2] + e.decode_rows
     return tuple(
         TrafficEntry(**dict(zip(TRAFFIC_LABELS, k)), calls=c, rows=n, decode_rows=d)
         for k, (c, n, d) in sorted(merged.items())
@@ -117,12 +117,17 @@ def fill_decode_rows(entries: Sequence[TrafficEntry], mixed_decode_rows: Mapping
         d = e.decode_rows
         if e.call_class == "pure_decode":
             d = e.rows
-        elif e.call_class == "mixed" and not d:
+        elif e.call_class == "mixed" and d is None:
             key = (e.kernel, e.model)
             total = mixed_decode_rows.get(key, 0.0)
             d = min(e.rows, round(total * e.calls / mixed_calls[key])) if mixed_calls.get(key) else 0
-        out.append(e.model_copy(update={"decode_rows": int(d)}))
+        out.append(e.model_copy(update={"decode_rows": int(d or 0)}))
     return tuple(out)
+
+
+def unknown_decode_rows(entries: Sequence[TrafficEntry]) -> bool:
+    """True when some mixed entry does not carry its decode rows (the source has them per kernel x model only)."""
+    return any(e.call_class == "mixed" and e.decode_rows is None for e in entries)
 
 
 @dataclass(frozen=True)

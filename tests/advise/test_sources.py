@@ -121,3 +121,17 @@ def test_fractional_counts_keep_the_mean_rows():
     (row,) = traffic_rows([("routescope_traffic_calls_total", labels, 2.4),
                            ("routescope_traffic_rows_total", labels, 2.4 * 16384)])
     assert row["calls"] == 2 and row["rows"] == 2 * 16384  # not 39322 rows in 2 calls: past the table's 16384
+
+
+def test_merged_routing_without_decode_rows_per_entry_estimates_them():
+    rows = [entry(GLM, "2048-4095", "mixed", 3, 6200), entry(GLM, "4096-8191", "mixed", 1, 5000),
+            entry(GLM, "2-3", "pure_decode", 4, 10)]
+    for r in rows:
+        r["decode_rows"] = None  # telemetry merged from several processes: per kernel x model only
+    doc = routing_doc(rows)
+    doc["decode_in_prefill"] = {"counts": [{"kernel": RAGGED, "model": GLM, "call_class": "mixed", "calls": 4, "rows": 40},
+                                           {"kernel": RAGGED, "model": GLM, "call_class": "pure_decode", "calls": 4,
+                                            "rows": 10}]}
+    t = traffic_from_routing(doc, "here")
+    got = {e.rows_bucket: e.decode_rows for e in t.entries}
+    assert got == {"2048-4095": 30, "4096-8191": 10, "2-3": 10} and MIXED_ESTIMATE in t.notes
