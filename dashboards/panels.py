@@ -355,10 +355,43 @@ def _health_panels() -> list[Any]:
     ]
 
 
+def _advice_panels() -> list[Any]:
+    sel = 'model=~"$model", instance=~"$instance"'
+
+    def advice(metric: str, estimate: str, by: str = "model, policy") -> str:
+        return f'max by ({by}) (routescope_advice_{metric}_seconds_per_hour{{{sel}, estimate="{estimate}"}})'
+
+    note = ("Predicted, never measured: the calls seen times a latency table's per-call times (routescope advise; "
+            "'Advice rests on' names the table). Per hour of traffic since the service started.")
+    return [
+        _ts(
+            "Advice: predicted kernel seconds per hour by model × policy",
+            note + " Decode-in-prefill: what decode rows in prefill kernels cost against the decode entry.",
+            "s",
+            [_q(advice("kernel", "mid"), "{{model}} {{policy}}"),
+             _q(advice("decode_in_prefill", "mid", "model"), "{{model}} decode-in-prefill cost", "dip")],
+        ),
+        _table(
+            "Advice: predicted saving per hour against the active policy (band)",
+            note + " Positive saves kernel time; low and high bound the band.",
+            [_q(advice("saving", est), ref=est, instant=True) for est in ("mid", "low", "high")],
+            columns={est: (name, "s") for est, name in (("mid", "saving"), ("low", "low"), ("high", "high"))},
+        ),
+        _table(
+            "Advice rests on (latency tables)",
+            "routescope_advice_table_info: each table's device, date and provenance (measured here, or published).",
+            [_q('max by (table, device, arch, date, provenance) (routescope_advice_table_info{instance=~"$instance"})',
+                instant=True)],
+            width=24,
+        ),
+    ]
+
+
 ROWS = (
     ("Routing", _routing_panels),
     ("Latency", _latency_panels),
     ("Decode in prefill", _decode_panels),
     ("Counterfactual policies", _counterfactual_panels),
     ("Errors and telemetry health", _health_panels),
+    ("Advice (predicted from a latency table, not measured)", _advice_panels),
 )

@@ -13,7 +13,10 @@ SUBCOMMANDS = (
     ("serve", "service.cli:serve_command", "command"),
     ("sweep", "dispatcher.sweep.cli:sweep_command", "command"),
     ("bench", "telemetry.bench.cli:bench_app", "group"),
+    ("advise", "advise.cli:advise_command", "command"),
 )
+# Commands other packages add to a group above: (group, name, "module:attribute").
+GROUP_COMMANDS = (("bench", "ab", "advise.ab_cli:ab_command"),)
 
 
 def _load(target: str) -> object | None:
@@ -40,14 +43,21 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     app.callback()(_root)
+    groups = {}
     for name, target, kind in SUBCOMMANDS:
         obj = _load(target)
         if obj is None:
             continue
         if kind == "group":
             app.add_typer(obj, name=name)
+            groups[name] = obj
         else:
             app.command(name)(obj)
+    for group, name, target in GROUP_COMMANDS:
+        obj = _load(target)
+        sub = groups.get(group)
+        if obj is not None and sub is not None and all(c.name != name for c in sub.registered_commands):
+            sub.command(name)(obj)
     return app
 
 

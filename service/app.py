@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 from prometheus_fastapi_instrumentator import Instrumentator
 
+from advise.service import AdviceCollector, Cached
 from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
 from dispatcher.explain import ExplainRequest
 from telemetry import Telemetry, TelemetryConfig
@@ -25,6 +26,7 @@ from .demo.runner import DemoRunner
 from .errors import unexpected_handler, validation_handler
 from .metrics import ChainedCollector
 from .routes import router, static_dir
+from .routing import routing_of
 from .settings import ServiceSettings
 
 log = logging.getLogger("routescope.service")
@@ -145,4 +147,5 @@ def create_app(
     Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(
         app, metric_namespace="routescope"
     )
+    http_registry.register(AdviceCollector(Cached(lambda: routing_of(state)["advice"])))  # docs/advise.md
     return app

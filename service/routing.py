@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advise.report import AdviceOut
+from advise.service import advice_for_routing
 from dispatcher.types import PREFILL_KERNELS
 
 from .models import PlatformOut, PolicyOut
@@ -197,6 +199,9 @@ class RoutingOut(_Open):
     health: TelemetryHealth
     scope: ScopeOut | None = None
     demo: DemoOut | None = None
+    advice: AdviceOut | None = Field(
+        None, description="what a gate change would cost or save on this traffic: predicted from a latency table, "
+                          "never measured (routescope advise; docs/advise.md)")
 
 
 def _dip_summary(snapshot: dict) -> dict:
@@ -251,4 +256,15 @@ def routing_view(
         "refresh_s": 2.0,
     }
     out["demo"] = demo
+    out["advice"] = advice_for_routing(out)
     return out
+
+
+def routing_of(state: Any) -> dict:
+    """/routing's document for a ServiceState: what the endpoint answers and the advice gauges read."""
+    return routing_view(
+        state.telemetry.snapshot(),
+        demo=state.demo.info() if state.demo is not None else None,
+        settings=state.settings,
+        started_ts=state.started_ts,
+    )

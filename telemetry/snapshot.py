@@ -95,7 +95,7 @@ def _traffic(t: Totals) -> list[dict[str, Any]]:
     names = ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype")
     return [
         {**dict(zip(names, key)), "topk": int(key[4]), "calls": n, "rows": t.traffic_rows.get(key, 0),
-         "decode_rows": t.traffic_decode_rows.get(key)}
+         "decode_rows": t.traffic_decode_rows.get(key, 0)}
         for key, n in sorted(t.traffic_calls.items())
     ]
 

@@ -35,7 +35,7 @@ class Totals:
     replayed: dict[Key, int] = field(default_factory=dict)
     traffic_calls: dict[Key, int] = field(default_factory=dict)
     traffic_rows: dict[Key, int] = field(default_factory=dict)
-    traffic_decode_rows: dict[Key, int] = field(default_factory=dict)  # snapshot only, never exported
+    traffic_decode_rows: dict[Key, int] = field(default_factory=dict)
     decode_path_calls: dict[Key, int] = field(default_factory=dict)
     decode_path_rows: dict[Key, int] = field(default_factory=dict)
     telemetry_errors: dict[Key, int] = field(default_factory=dict)

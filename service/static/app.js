@@ -239,11 +239,83 @@ function decisions(data) {
   }));
 }
 
+// The advice panel: what each policy would cost on the traffic seen, and its saving against the active one (band).
+function fmtBand(b, perHour) {
+  if (!b) return null;
+  const unit = perHour ? "/h" : "";
+  return [fmtSeconds(Math.abs(b.mid)) + unit, `${fmtSigned(b.low)} … ${fmtSigned(b.high)}${unit}`, b.mid < 0];
+}
+
+function fmtSigned(s) {
+  return (s < 0 ? "−" : "") + fmtSeconds(Math.abs(s));
+}
+
+function bandCell(b, perHour, signed) {
+  const f = fmtBand(b, perHour);
+  if (!f) return el("td", { class: "num", text: "–" });
+  return el("td", { class: "num", "data-mid": b.mid }, (signed && f[2] ? "costs " : signed ? "saves " : "") + f[0],
+    el("span", { class: "band", text: `(${f[1]})` }));
+}
+
+const ADVICE_ROWS = ["active", "counterfactual", "guard"];
+
+function adviceModel(m, hourly) {
+  const shown = m.candidates.filter((c) => ADVICE_ROWS.includes(c.kind) || c.name === m.best || (c.name === "fix_all" && c.moved_calls));
+  const body = el("tbody");
+  for (const c of shown) {
+    const cls = c.name === m.best ? "best" : c.kind === "fix" ? "fix" : null;
+    const what = c.kind === "fix" ? "decode rows never in a prefill kernel (all to the decode entry)" : c.label;
+    const saving = c.kind === "active" ? el("td", { class: "num", text: "–" })
+      : !c.moved_calls ? el("td", { class: "num", text: "no call moves" })
+      : c.saving ? bandCell(hourly ? c.saving_per_hour : c.saving, hourly, true) : el("td", { class: "num", text: c.saving_note || "unknown" });
+    body.append(el("tr", { class: cls, "data-policy": c.name },
+      el("td", { class: "mono", text: c.name + (c.name === m.best ? " ★" : "") }), el("td", { class: "what", text: what }),
+      bandCell(hourly ? c.seconds_per_hour : c.seconds, hourly, false), saving,
+      el("td", { class: "num", text: c.saving_share ? `${(c.saving_share.mid * 100).toFixed(2)}%` : "–" }),
+      el("td", { class: "num", text: `${fmtInt(c.moved_calls)}` + (c.calls > c.covered_calls ? ` · ${fmtInt(c.calls - c.covered_calls)} unpriced` : "") })));
+  }
+  const per = hourly ? "per hour" : "over the traffic";
+  const table = el("table", { class: "advice-table", "data-advice-model": m.model },
+    el("thead", {}, el("tr", {}, el("th", { text: "policy" }), el("th", { text: "what" }), el("th", { text: `kernel time ${per} (band)` }),
+      el("th", { text: `against the active policy ${per} (band)` }), el("th", { text: "share" }), el("th", { text: "moved calls" }))), body);
+  const node = el("div", { class: "advice-model" }, el("h3", { text: m.model }),
+    el("p", { class: "headline", "data-advice-headline": m.model, text: m.headline }), el("div", { class: "scroll" }, table));
+  const d = m.decode_in_prefill;
+  if (d.calls) {
+    const cost = hourly ? d.cost_per_hour : d.cost;
+    node.append(el("p", { class: "dipcost", "data-dip-cost": m.model, "data-mid": cost ? cost.mid : "" },
+      `decode-in-prefill: ${fmtInt(d.calls)} calls (${fmtInt(d.decode_rows)} decode rows) cost ` +
+      (cost ? `${fmtSigned(cost.mid)}${hourly ? "/h" : ""} (${fmtSigned(cost.low)} … ${fmtSigned(cost.high)})` : "an unknown amount") + ` — ${d.note}`));
+  }
+  return node;
+}
+
+function advice(data) {
+  const sec = document.getElementById("advice"), a = data.advice;
+  if (!a) { sec.hidden = true; return; }
+  sec.hidden = false;
+  const src = document.getElementById("advice-source");
+  src.setAttribute("data-status", a.status);
+  if (a.status !== "ok") {
+    src.className = "note " + (a.status === "error" ? "bad" : "whatif");
+    src.textContent = `No figure: ${a.message}`;
+    document.getElementById("advice-models").replaceChildren();
+    return;
+  }
+  src.className = "note whatif";
+  const tables = a.tables.map((t) => `${t.name} (${t.device}, ${t.date}, ${t.provenance})`).join("; ");
+  src.textContent = `Predicted from ${tables}: the calls seen times the table's per-call times, never a measurement. ` +
+    [a.target && a.target.note, ...a.notes, a.band].filter(Boolean).map((n) => n[0].toUpperCase() + n.slice(1) + ".").join(" ");
+  const hourly = !!a.source.span_s;
+  document.getElementById("advice-models").replaceChildren(...a.models.map((m) => adviceModel(m, hourly)));
+}
+
 function render(data) {
   refreshMs = Math.max(500, (data.service.refresh_s || 2) * 1000);
   document.getElementById("facts").replaceChildren(facts(data));
   notes(data);
   document.getElementById("cards").replaceChildren(...cards(data));
+  advice(data);
   const buckets = shownBuckets(data);
   const seen = new Set([...data.counts, ...(data.decode_path || [])].map((r) => r.model));
   const all = [...data.service.models, ...[...seen].filter((m) => !data.service.models.includes(m))];

@@ -53,6 +53,7 @@ class ContractExporter:
         self.flush = Gauge("routescope_telemetry_last_flush_timestamp_seconds", "last flush", ["rank"], registry=r)
         gate = Gauge("routescope_gate_threshold_rows", "thresholds", ["gate", "policy"], registry=r)
         info = Gauge("routescope_build_info", "build", ["version", "arch", "vendor", "aiter", "timing"], registry=r)
+        self._advice(r)
         # Known label sets exist at zero from the start.
         for stage in ("record", "timing", "flush", "export", "otel", "probe"):
             errors.labels(stage, self.rank)
@@ -69,6 +70,22 @@ class ContractExporter:
         self._thread: threading.Thread | None = None
         self._server = None
         self.port: int | None = None
+
+    def _advice(self, r: CollectorRegistry) -> None:
+        """The service's advice series (docs/metrics.md, its own section): fixed predictions, as an H200 table gives."""
+        labels = ["model", "policy", "estimate"]
+        kernel = Gauge("routescope_advice_kernel_seconds_per_hour", "predicted", labels, registry=r)
+        saving = Gauge("routescope_advice_saving_seconds_per_hour", "predicted saving", labels, registry=r)
+        dip = Gauge("routescope_advice_decode_in_prefill_seconds_per_hour", "dip cost", ["model", "estimate"], registry=r)
+        table = Gauge("routescope_advice_table_info", "tables", ["table", "device", "arch", "date", "provenance"],
+                      registry=r)
+        table.labels("h200-sweep-cupti", "NVIDIA H200", "sm90", "2026-12-01", "measured here").set(1)
+        for est, f in (("mid", 1.0), ("low", 0.9), ("high", 1.2)):
+            kernel.labels(self.model, "active", est).set(30.0 * f)
+            kernel.labels(self.model, "split_below_128", est).set(28.0 * f)
+            saving.labels(self.model, "split_below_128", est).set(2.0 * f)
+            if self.glm_bug:
+                dip.labels(self.model, est).set(1.5 * f)
 
     def _call(self, rows: int, bucket: str, cls: str, decode_rows: int, seconds: float) -> None:
         m, r = self.model, self.rank

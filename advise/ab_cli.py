@@ -1,0 +1,200 @@
+"""`routescope bench ab`: advise's predicted saving of a gate against the saving an A/B replay measures."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date
+from typing import Annotated, Optional
+
+import typer
+
+from dispatcher.policy import Policy
+
+from .ab import Arm, Operands, device_target, launchers, measure, replay_traffic, route, sample_cycle, shapes_for
+from .policies import DEFAULT_GATES
+from .report import AdviceOut, advise
+from .tables import LatencyTable, TableError, load_table, table_from_sweep
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"routescope bench ab: {message}", err=True)
+    return typer.Exit(code)
+
+
+def fresh_table(device, shapes, max_rows: int, kv_pool: int, repeats: int) -> LatencyTable:
+    """A sweep run now at the replay's shapes and pool: both kernels at every power of two up to ``max_rows``."""
+    from dispatcher.sweep.grid import KernelSpec, Layout
+    from dispatcher.sweep.report import device_name
+    from dispatcher.sweep.runner import SweepPlan, run_sweep
+    from dispatcher.types import Kernel
+
+    rows = tuple(1 << i for i in range(max(1, math.ceil(math.log2(max(2, max_rows)))) + 1))
+    heads = {s.heads for s in shapes.values()}
+    topks = {s.topk for s in shapes.values()}
+    if len(heads) != 1 or len(topks) != 1:
+        raise ValueError("the replay's models differ in heads or top-k; one fresh sweep cannot time them")
+    plan = SweepPlan(
+        kernels=(KernelSpec(Kernel.INTREE_RAGGED_PREFILL), KernelSpec(Kernel.INTREE_SPARSE_DECODE)), rows=rows,
+        topk=tuple(topks), layouts=tuple(Layout(s.nope_head_dim, s.rope_head_dim) for s in shapes.values()),
+        device=device, heads=heads.pop(), repeats=repeats, warmup=1, kv_len=kv_pool,
+        timer="cupti" if device.type == "cuda" else "events",
+    )
+    results = run_sweep(plan)
+    doc = {"device": device_name(device), "command": "routescope bench ab (its fresh sweep)",
+           "results": [r._asdict() for r in results]}
+    return table_from_sweep(doc, "fresh sweep", date=date.today().isoformat())
+
+
+def pick_gate(outs: list[AdviceOut]) -> int | None:
+    """The scanned gate with the largest predicted saving summed over models (the first table's advice)."""
+    totals: dict[int, float] = {}
+    for m in outs[0].models:
+        for c in m.candidates:
+            if c.kind == "gate" and c.saving is not None and c.gate is not None:
+                totals[c.gate] = totals.get(c.gate, 0.0) + c.saving.mid
+    best = max(totals.items(), key=lambda kv: kv[1], default=None)
+    return best[0] if best and best[1] > 0 else None
+
+
+def _predicted(out: AdviceOut, name: str) -> dict[str, dict | None]:
+    got = {}
+    for m in out.models:
+        c = next((c for c in m.candidates if c.name == name), None)
+        got[m.model] = None if c is None or c.saving is None else c.saving.model_dump()
+    return got
+
+
+def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_pool: int | None, seed: int,
+           device_name: str, max_rows: int) -> dict:
+    import torch
+
+    device = torch.device("cuda" if device_name == "cuda" or (device_name == "auto" and torch.cuda.is_available())
+                          else "cpu")
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # as the CPU demo: one intra-op thread times steadier on a small machine
+    shapes = shapes_for(device)
+    specs = [s for s in sample_cycle(seed, calls) if s.rows <= max_rows]
+    if not specs:
+        raise ValueError("--max-rows leaves no call to replay")
+    target = device_target(device)
+    if target.gate_field:
+        raise ValueError(f"on {target.arch} a gate moves calls to AITER, which this replay does not launch")
+    pool = kv_pool or (16384 if device.type == "cuda" else min(s.kv_pool for s in shapes.values()))
+    biggest = max(s.rows for s in specs)
+    loaded = [fresh_table(device, shapes, biggest, pool, 10 if device.type == "cuda" else 3) if t == "fresh"
+              else load_table(t) for t in tables]
+    arm_a = Arm("active", Policy())
+    traffic = replay_traffic(specs, shapes, arm_a, target)
+    scans = [advise(traffic, [t], gates=DEFAULT_GATES if gate is None else (gate,), source_kind="replay") for t in loaded]
+    gate = gate if gate is not None else pick_gate(scans)
+    if gate is None:
+        raise ValueError("no scanned gate is predicted to save time on this replay; give one with --gate")
+    arm_b = Arm(f"split_below_{gate}", Policy(), split_below=gate)
+    kernels = {a.name: [route(s, shapes[s.model], a, target) for s in specs] for a in (arm_a, arm_b)}
+    ops = {m: Operands(sh, biggest, pool, device, seed) for m, sh in shapes.items()}
+    times = measure({n: launchers(specs, k, ops, device) for n, k in kernels.items()}, device, repeats)
+    a_calls, b_calls = times[arm_a.name].per_call(), times[arm_b.name].per_call()
+    models = {}
+    for model in dict.fromkeys(s.model for s in specs):
+        idx = [i for i, s in enumerate(specs) if s.model == model]
+        moved = [i for i in idx if kernels[arm_a.name][i] != kernels[arm_b.name][i]]
+        models[model] = {
+            "calls": len(idx), "moved_calls": len(moved),
+            "measured_a_s": sum(a_calls[i] for i in idx), "measured_b_s": sum(b_calls[i] for i in idx),
+            "measured_saving_s": sum(a_calls[i] - b_calls[i] for i in moved),
+            "predicted_saving_s": {t.meta.name: _predicted(out, arm_b.name).get(model) for t, out in zip(loaded, scans)},
+        }
+    clock = ("CUPTI kernel time per call (first kernel start to last kernel end), L2 flushed and the GPU held "
+             "before each call as the sweep does" if device.type == "cuda" else
+             "host clock around torch kernels at the demo's scaled shapes (1/4096 of the per-row work): this "
+             "checks the plumbing, not any GPU figure")
+    return {
+        "device": str(device), "target": target.arch, "clock": clock, "seed": seed, "calls": len(specs),
+        "repeats": repeats, "kv_pool": pool, "gate": gate, "arms": {arm_a.name: "every call as the active policy "
+        "routes it", arm_b.name: f"prefill-entry calls under {gate} rows to intree.sparse_decode"},
+        "tables": [{"name": t.meta.name, "device": t.meta.device, "date": t.meta.date, "provenance": t.meta.provenance}
+                   for t in loaded],
+        "models": models,
+        "measured_saving_s": sum(m["measured_saving_s"] for m in models.values()),
+        "predicted_saving_s": {t.meta.name: _sum_bands([m["predicted_saving_s"][t.meta.name] for m in models.values()])
+                               for t in loaded},
+    }
+
+
+def _sum_bands(bands: list[dict | None]) -> dict | None:
+    """Models' saving bands added end to end (the total's band is at most this wide)."""
+    if any(b is None for b in bands):
+        return None
+    return {k: sum(b[k] for b in bands) for k in ("mid", "low", "high")}
+
+
+def render(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .report import fmt_seconds
+
+    console = Console(width=max(Console().width, 150))
+    console.print(f"A/B replay on {result['device']} ({result['target']}): {result['calls']} demo calls, "
+                  f"{result['repeats']} timed passes per arm, gate {result['gate']} rows; {result['clock']}")
+    table = Table("model", "calls", "moved", "arm A", "arm B", "measured saving", *(
+        f"predicted ({t['name']})" for t in result["tables"]), "predicted / measured")
+    rows = [(m, r) for m, r in result["models"].items()] + [("all", None)]
+    for model, r in rows:
+        measured = result["measured_saving_s"] if r is None else r["measured_saving_s"]
+        preds = [result["predicted_saving_s"][t["name"]] if r is None else r["predicted_saving_s"][t["name"]]
+                 for t in result["tables"]]
+        cells = [f"{fmt_seconds(p['mid'])} ({fmt_seconds(p['low'])}…{fmt_seconds(p['high'])})" if p else "unknown"
+                 for p in preds]
+        first = preds[0]
+        ratio = f"{first['mid'] / measured:.2f}" if first and measured else "–"
+        table.add_row(model, "" if r is None else str(r["calls"]), "" if r is None else str(r["moved_calls"]),
+                      "" if r is None else fmt_seconds(r["measured_a_s"]), "" if r is None else fmt_seconds(r["measured_b_s"]),
+                      fmt_seconds(measured), *cells, ratio)
+    console.print(table)
+    for t in result["tables"]:
+        console.print(f"table {t['name']}: {t['device']}, {t['date']}, {t['provenance']}")
+    console.print("measured saving: the moved calls' time in arm A minus in arm B (median of the passes per call); "
+                  "predicted: advise on the same calls aggregated as telemetry would (rows buckets, mean rows)")
+
+
+def ab_command(
+    calls: Annotated[int, typer.Option(min=2, help="prefill-entry calls, spread over one cycle of the demo traffic")] = 1000,
+    gate: Annotated[Optional[int], typer.Option(min=1, help="arm B's gate in rows (default: advise's best)")] = None,
+    table: Annotated[Optional[list[str]], typer.Option(help="h200, gfx942, a sweep JSON, or fresh (repeatable)")] = None,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="timed passes per arm")] = 3,
+    kv_pool: Annotated[Optional[int], typer.Option(min=64, help="kv slots (default 16384 on a GPU, as the sweep's largest)")] = None,
+    max_rows: Annotated[int, typer.Option(min=1, help="leave out calls of more rows (a CPU run stays short)")] = 16384,
+    seed: Annotated[int, typer.Option(help="seed of the demo traffic")] = 7,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    out: Annotated[Optional[str], typer.Option(help="also write the JSON to this file")] = None,
+) -> None:
+    """Replay the demo's traffic under the active gate and the advised one; predicted against measured saving."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise _fail(f"--device must be auto, cpu or cuda; got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise _fail("--device cuda: no CUDA device is visible to torch")
+    gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    tables = table or (["h200", "fresh"] if gpu else ["fresh"])
+    try:
+        result = run_ab(calls=calls, gate=gate, tables=tables, repeats=repeats, kv_pool=kv_pool, seed=seed,
+                        device_name=device, max_rows=max_rows)
+    except TableError as exc:
+        raise _fail(f"--table: {exc}") from None
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=2)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        render(result)
+
+
+if __name__ == "__main__":  # python3 -m advise.ab_cli, where the console script is not installed (a GPU machine)
+    typer.run(ab_command)

@@ -1,0 +1,292 @@
+"""The advice as typed JSON (the CLI's ``--json`` and ``/routing``'s ``advice``), built from traffic and tables.
+
+Every figure here is a prediction: a latency table times the observed calls. The output says
+which table (device, date, measured here or published) each figure rests on, and leaves a
+figure out, with the reason, where no table covers the calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .latency import LatencyModel
+from .policies import DEFAULT_GATES, Candidate, Target, candidates, launches, target_for
+from .scan import Band, Priced, price_model
+from .tables import LatencyTable, TableMeta
+from .traffic import Traffic, demo_shapes
+
+PREDICTION = ("predicted: the observed calls (calls and mean rows per rows bucket) times a latency table; "
+              "nothing here was measured on this traffic")
+BAND = ("band: lowest to highest over the power-law and linear interpolants between timed rows, each kernel's "
+        "timings at their low, middle or high value (a sweep's p20/median/p80), and calls at their bucket's mean "
+        "rows or spread to its edges; the estimate is power-law, middle, mean")
+BEST_KINDS = ("gate", "counterfactual")
+
+
+class BandOut(BaseModel):
+    mid: float = Field(description="the estimate")
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, band: Band | None, factor: float | None = 1.0) -> BandOut | None:
+        if band is None or factor is None:
+            return None
+        b = band.scaled(factor)
+        return cls(mid=b.mid, low=b.low, high=b.high)
+
+
+class TableOut(BaseModel):
+    name: str
+    device: str
+    arch: str
+    date: str
+    provenance: Literal["measured here", "published, not measured here"]
+    source: str
+    file: str
+    command: str | None = None
+    commit: str | None = None
+    notes: list[str] = []
+
+    @classmethod
+    def of(cls, m: TableMeta) -> TableOut:
+        return cls(name=m.name, device=m.device, arch=m.arch, date=m.date, provenance=m.provenance, source=m.source,
+                   file=m.file, command=m.command, commit=m.commit, notes=list(m.notes))
+
+
+class Unpriced(BaseModel):
+    reason: str
+    calls: int
+
+
+class CandidateOut(BaseModel):
+    """One policy's predicted kernel time on the traffic, and its saving against the active policy."""
+
+    name: str
+    kind: Literal["active", "counterfactual", "gate", "guard", "fix"]
+    label: str
+    gate: int | None = Field(None, description="the gate (rows) it stands for")
+    calls: int
+    covered_calls: int = Field(description="calls a table prices; the totals cover these only")
+    seconds: BandOut | None = Field(None, description="predicted kernel seconds of the covered calls")
+    seconds_per_hour: BandOut | None = Field(None, description="the same per hour of traffic; null: span unknown")
+    uncovered: list[Unpriced] = []
+    moved_calls: int = Field(0, description="calls it sends to another kernel than the active policy does")
+    saving: BandOut | None = Field(None, description="kernel seconds saved against the active policy (negative: "
+                                                     "a cost); null when a moved call is outside the table")
+    saving_per_hour: BandOut | None = None
+    saving_share: BandOut | None = Field(None, description="saving / the active policy's predicted kernel time")
+    saving_note: str | None = None
+    tables: list[str] = []
+
+
+class DecodeCostOut(BaseModel):
+    """What the decode rows that reached a prefill kernel cost, against sending them to the decode entry."""
+
+    calls: int = 0
+    decode_rows: int = 0
+    cost: BandOut | None = None
+    cost_per_hour: BandOut | None = None
+    pure_decode: BandOut | None = Field(None, description="of it, pure-decode calls (what the guard's reroute fixes)")
+    mixed: BandOut | None = Field(None, description="of it, decode rows inside mixed batches")
+    note: str = ""
+
+
+class ModelAdviceOut(BaseModel):
+    model: str
+    calls: int
+    rows: int
+    shapes: list[str] = Field(description="top-k, layout and dtypes seen, as priced")
+    candidates: list[CandidateOut] = Field(description="the active policy first")
+    best: str | None = Field(None, description="the gate or counterfactual predicted to save the most; null: keep")
+    headline: str
+    decode_in_prefill: DecodeCostOut
+
+
+class TargetOut(BaseModel):
+    arch: str = Field(description="the arch whose routing is priced (the tables')")
+    platform_arch: str = Field(description="where the traffic ran")
+    what_if: bool = Field(description="true when the traffic is priced as if on another device")
+    note: str = ""
+
+
+class SourceOut(BaseModel):
+    kind: str = Field(description="routing, multiproc, prometheus, replay")
+    where: str
+    span_s: float | None = Field(None, description="seconds of traffic; null: unknown (no per-hour figures)")
+    span_note: str = ""
+
+
+class AdviceOut(BaseModel):
+    """`routescope advise --json`, and /routing's `advice`."""
+
+    status: Literal["ok", "no_table", "no_traffic", "error"]
+    message: str = ""
+    prediction: str = PREDICTION
+    band: str = BAND
+    target: TargetOut | None = None
+    tables: list[TableOut] = []
+    source: SourceOut
+    notes: list[str] = []
+    models: list[ModelAdviceOut] = []
+
+
+def fmt_seconds(s: float) -> str:
+    a = abs(s)
+    if a >= 100:
+        return f"{s:.0f} s"
+    if a >= 1:
+        return f"{s:.3g} s"
+    if a >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} µs"
+
+
+def fmt_share(x: float, *, sign: bool = False) -> str:
+    """A share as a percentage with the digits it needs: 1.5%, 0.0016%."""
+    p = x * 100
+    text = f"{p:+.2g}%" if sign else f"{p:.2g}%"
+    if abs(p) >= 1:
+        text = f"{p:+.1f}%" if sign else f"{p:.1f}%"
+    return text
+
+
+def fmt_band(b: BandOut, hourly: bool) -> str:
+    span = "an hour" if hourly else "over the traffic"
+    return f"{fmt_seconds(b.mid)} of kernel time {span} (band {fmt_seconds(b.low)} to {fmt_seconds(b.high)})"
+
+
+def _candidate(p: Priced, active: Priced, per_hour: float | None) -> CandidateOut:
+    c = p.candidate
+    saving = None if p is active else p.saving
+    note = None
+    if p is not active and saving is None:
+        reason, calls = p.delta_unknown.most_common(1)[0]
+        note = f"unknown: {calls} moved calls have no price ({reason})"
+    share = None
+    base = active.seconds
+    if saving is not None and base is not None and base.mid > 0 and not active.uncovered:
+        share = BandOut.of(saving, 1.0 / base.mid)
+    return CandidateOut(
+        name=c.name, kind=c.kind, label=c.label, gate=c.gate, calls=p.calls, covered_calls=p.covered_calls,
+        seconds=BandOut.of(p.seconds), seconds_per_hour=BandOut.of(p.seconds, per_hour),
+        uncovered=[Unpriced(reason=r, calls=n) for r, n in p.uncovered.most_common()],
+        moved_calls=p.moved_calls, saving=BandOut.of(saving), saving_per_hour=BandOut.of(saving, per_hour),
+        saving_share=share, saving_note=note, tables=sorted(p.tables),
+    )
+
+
+def _best(outs: Sequence[CandidateOut]) -> tuple[CandidateOut | None, list[int]]:
+    """The candidate saving the most, and every gate that saves as much (no calls fall between them).
+
+    Among gates that save as much, the one nearest the active gate: the smallest change that gets it.
+    """
+    pool = [c for c in outs if c.kind in BEST_KINDS and c.saving is not None and c.saving.mid > 0]
+    if not pool:
+        return None, []
+    top = max(c.saving.mid for c in pool)
+    tied = [c for c in pool if abs(c.saving.mid - top) <= 1e-9 * abs(top)]
+    here = math.log(max(outs[0].gate or 1, 1))
+    best = min(tied, key=lambda c: abs(math.log(max(c.gate or 1, 1)) - here) if c.kind == "gate" else -1.0)
+    return best, sorted(c.gate for c in tied if c.kind == "gate" and c.gate is not None)
+
+
+def _what(best: CandidateOut, active: CandidateOut, target: Target) -> str:
+    if best.kind == "counterfactual":
+        return f"the {best.name} policy ({best.label})"
+    if target.gate_field:
+        return f"moving the {target.gate_prefix} gate from {active.gate or 0} to {best.gate} rows"
+    return f"sending prefill-entry calls under {best.gate} rows to the split-K kernel"
+
+
+def _headline(model: str, outs: list[CandidateOut], best: CandidateOut | None, ties: list[int],
+              dip: DecodeCostOut, target: Target, tables: str) -> str:
+    active = outs[0]
+    hourly = active.seconds_per_hour is not None
+    if best is None:
+        text = f"{model}: no scanned gate is predicted to save time against the active policy ({active.label})"
+    else:
+        saving = best.saving_per_hour if hourly else best.saving
+        share = f"{fmt_share(best.saving_share.mid)} of the predicted sparse-attention kernel time, " if best.saving_share else ""
+        text = f"{model}: {_what(best, active, target)} would have saved {share}{fmt_band(saving, hourly)}"
+        if len(ties) > 1:
+            text += f" (any gate from {ties[0]} to {ties[-1]} rows saves as much: no calls fall between them)"
+    if dip.calls:
+        cost = dip.cost_per_hour if hourly else dip.cost
+        text += ("; the decode rows that reached a prefill kernel cost "
+                 + (fmt_band(cost, hourly) if cost else "an unknown amount (" + dip.note + ")"))
+    return f"{text}. Predicted from {tables}."
+
+
+def _decode_cost(by_name: dict[str, Priced], per_hour: float | None) -> DecodeCostOut:
+    fix = by_name["fix_all"]
+    if not fix.moved_calls:
+        return DecodeCostOut(note="no decode rows reached a prefill kernel")
+    out = DecodeCostOut(calls=fix.moved_calls, decode_rows=fix.moved_decode_rows,
+                        cost=BandOut.of(fix.saving), cost_per_hour=BandOut.of(fix.saving, per_hour),
+                        pure_decode=BandOut.of(by_name["fix_pure"].saving), mixed=BandOut.of(by_name["fix_mixed"].saving))
+    if fix.saving is None:
+        reason, calls = fix.delta_unknown.most_common(1)[0]
+        out.note = f"{calls} of these calls have no price: {reason}"
+    else:
+        out.note = ("against the same rows with decode rows on the split-K decode kernel: pure decodes whole, "
+                    "mixed batches as a prefill call and a decode call")
+    return out
+
+
+def advise_model(model: str, traffic: Traffic, cands: list[Candidate], target: Target, lm: LatencyModel,
+                 per_hour: float | None, recorded: bool) -> ModelAdviceOut:
+    entries = [e for e in traffic.entries if e.model == model]
+    priced = price_model(entries, cands, target, lm, recorded=recorded)
+    active = priced[0]
+    outs = [_candidate(p, active, per_hour) for p in priced]
+    best, ties = _best(outs)
+    dip = _decode_cost({p.candidate.name: p for p in priced}, per_hour)
+    names = ", ".join(m.describe() for m in lm.metas if m.name in set().union(*(p.tables for p in priced)))
+    shapes = sorted({f"top-k {e.topk}, {e.layout}, q/kv {e.q_dtype}/{e.kv_dtype}" for e in entries})
+    return ModelAdviceOut(
+        model=model, calls=sum(e.calls for e in entries), rows=sum(e.rows for e in entries), shapes=shapes,
+        candidates=outs, best=best.name if best else None,
+        headline=_headline(model, outs, best, ties, dip, target, names or "no table (nothing priced)"),
+        decode_in_prefill=dip,
+    )
+
+
+def advise(traffic: Traffic, tables: Sequence[LatencyTable], *, gates: Iterable[int] = DEFAULT_GATES,
+           source_kind: str = "routing", target_note: str = "") -> AdviceOut:
+    """The advice for ``traffic`` priced with ``tables`` (all of one arch); no tables: say so, no figures."""
+    source = SourceOut(kind=source_kind, where=traffic.source, span_s=traffic.span_s, span_note=traffic.span_note)
+    notes = list(traffic.notes)
+    if not tables:
+        return AdviceOut(status="no_table", message=target_note or f"no latency table covers {traffic.platform_arch}",
+                         source=source, notes=notes)
+    lm = LatencyModel(tables)
+    target = target_for(lm.arch)
+    what_if = traffic.platform_arch != target.arch
+    out_target = TargetOut(arch=target.arch, platform_arch=traffic.platform_arch, what_if=what_if, note=target_note)
+    table_outs = [TableOut.of(t.meta) for t in tables]
+    if not traffic.entries:
+        return AdviceOut(status="no_traffic", message="no prefill-entry calls seen yet", target=out_target,
+                         tables=table_outs, source=source, notes=notes)
+    shapes = demo_shapes(traffic.demo, traffic.models)
+    if shapes is not None and shapes.by_model:
+        traffic = replace(traffic, entries=shapes.apply(traffic.entries))
+        notes.append(shapes.note())
+    cands = candidates(traffic, target, gates)
+    if traffic.counterfactuals and not target.gate_field:
+        names = ", ".join(p.name for p in traffic.counterfactuals)
+        notes.append(f"counterfactuals {names} move gfx942/gfx950 gates, which do nothing on {target.arch}: left out")
+    if not what_if:
+        off = sum(e.calls for e in traffic.entries
+                  if launches(e, cands[0], target, recorded=False)[0].kernel != e.kernel)
+        if off:
+            notes.append(f"{off} calls ran on another kernel than the active policy picks on a {target.arch} with "
+                         "AITER enabled (AITER off or not importable there?); the other candidates assume it enabled")
+    per_hour = 3600.0 / traffic.span_s if traffic.span_s else None
+    models = [advise_model(m, traffic, cands, target, lm, per_hour, recorded=not what_if) for m in traffic.models]
+    return AdviceOut(status="ok", target=out_target, tables=table_outs, source=source, notes=notes, models=models)

@@ -1,0 +1,96 @@
+"""`routescope advise` through typer: a /routing URL to JSON and a table; bad options exit 2 naming the option."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from advise.report import AdviceOut
+from routescope.cli import build_app
+
+from .fixtures import demo_entries, routing_doc
+from .standin import RoutingStandIn
+
+GLM = "GLM-5.3-Flash"
+
+
+@pytest.fixture(scope="module")
+def demo_url():
+    with RoutingStandIn(routing_doc(demo_entries(steps=1500))) as server:
+        yield server.url
+
+
+def run(*args: str):
+    return CliRunner().invoke(build_app(), ["advise", *args])
+
+
+def test_json_from_a_routing_url(demo_url):
+    res = run("--url", demo_url, "--json")
+    assert res.exit_code == 0, res.output
+    out = AdviceOut.model_validate(json.loads(res.output))
+    assert out.status == "ok" and out.source.where == demo_url + "/routing" and out.source.span_s == 600.0
+    glm = next(m for m in out.models if m.model == GLM)
+    assert glm.decode_in_prefill.cost.mid > 0
+    assert out.tables[0].provenance == "measured here" and out.target.what_if
+
+
+def test_a_table_for_people(demo_url):
+    res = run("--url", demo_url, "--model", GLM)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "predicted" in text and "nothing here was measured" in text and "h200-sweep-cupti" in text
+    assert "measured here" in text and "demo on cpu" in text and GLM in text and "DeepSeek" not in text
+    assert "decode-in-prefill" in text and "--all shows every gate" in text
+
+
+def test_a_published_table_on_request(demo_url):
+    res = run("--url", demo_url, "--table", "gfx942", "--json", "--gates", "256,1024")
+    out = AdviceOut.model_validate(json.loads(res.output))
+    assert out.tables[0].provenance == "published, not measured here" and out.target.arch == "gfx942"
+    names = {c.name for c in out.models[0].candidates}
+    assert {"gfx942_256", "gfx942_1024"} <= names and "gfx942_64" not in names
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], "give exactly one source"),
+    (["--url", "http://x", "--multiproc-dir", "/tmp"], "give exactly one source"),
+    (["--prometheus", "http://x"], "--prometheus needs --range"),
+    (["--prometheus", "http://x", "--range", "5x"], "--range: '5x' is not a Prometheus duration"),
+    (["--url", "http://x", "--range", "1h"], "--range, --at and --selector go with --prometheus"),
+    (["--url", "http://x", "--span", "1h"], "--span goes with --multiproc-dir"),
+    (["--url", "x:1"], "--url: 'x:1' is not an http(s) URL"),
+    (["--url", "http://x", "--gates", "a,b"], "--gates takes comma-separated row counts"),
+    (["--multiproc-dir", "/tmp", "--span", "2"], "--span: '2' is not a Prometheus duration"),
+])
+def test_bad_options_exit_2_naming_the_option(args, words):
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert words in res.output
+
+
+def test_a_bad_table_exits_2_naming_file_and_field(demo_url, tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps({"device": "NVIDIA H200", "results": [{"kernel": "intree.ragged_prefill"}]}))
+    res = run("--url", demo_url, "--table", str(bad))
+    assert res.exit_code == 2
+    assert f"--table: {bad}: results[0].layout: Field required" in res.output
+
+
+def test_an_unreachable_source_exits_1():
+    res = run("--url", "http://127.0.0.1:9", "--json")
+    assert res.exit_code == 1 and "GET http://127.0.0.1:9/routing" in res.output
+
+
+def test_the_demo_generator_without_a_server():
+    res = run("--demo-traffic", "600", "--demo-glm-bug", "--json")
+    assert res.exit_code == 0, res.output
+    out = AdviceOut.model_validate(json.loads(res.output))
+    assert out.source.kind == "demo" and out.source.span_s is None and "generated" in out.target.note
+    glm = next(m for m in out.models if m.model == GLM)
+    assert glm.decode_in_prefill.cost.mid > 0 and glm.candidates[0].seconds_per_hour is None
+    off = AdviceOut.model_validate(json.loads(run("--demo-traffic", "600", "--json").output))
+    assert all(m.decode_in_prefill.calls == 0 for m in off.models)  # without the bug GLM decodes use the decode entry
+    bad = run("--url", "http://x", "--demo-glm-bug")
+    assert bad.exit_code == 2 and "--demo-glm-bug goes with --demo-traffic" in bad.output
