@@ -75,7 +75,7 @@ class TrafficExporter:
         gate.labels("gfx942_min_rows", "active").set(512)
         gate.labels("gfx950_min_rows", "active").set(1024)
         Gauge("routescope_build_info", "build", ["version", "arch", "vendor", "aiter", "timing"],
-              registry=r).labels("0.1.0", arch, "cuda", "false", "gpu_events").set(1)
+              registry=r).labels("0.1.0", arch, "cuda", "false", "gpu").set(1)
         self.entries, self.rank = entries, rank
         self._server = None
 

@@ -85,7 +85,7 @@ def test_a_multiprocess_directory_through_telemetry_readers(tmp_path):
         t = Totals(thresholds={("gfx942_min_rows", "active"): 256.0, ("gfx950_min_rows", "active"): 1024.0,
                                ("gfx942_min_rows", "gfx942_1024"): 1024.0, ("gfx950_min_rows", "gfx942_1024"): 1024.0},
                    cf_info={("gfx942_1024", "gfx942"): 1.0},
-                   build_info={("0.1.0", "sm90", "cuda", "false", "gpu_events"): 1.0},
+                   build_info={("0.1.0", "sm90", "cuda", "false", "gpu"): 1.0},
                    dip_rows={(RAGGED, GLM, "mixed"): 64.0, (RAGGED, GLM, "pure_decode"): 25.0},
                    calls={(RAGGED, "torch", "2-3", GLM, "pure_decode", "sm90"): 10}, ts=1.0)
         w = MultiprocWriter(str(tmp_path), f"id.rank{rank}")
