@@ -44,7 +44,7 @@ ARCHIVE = "archive"
 LOCK_NAME = ".routescope.lock"
 _PROCESS_ID_RE = re.compile(r"^[A-Za-z0-9.\-]+$")
 MIN_CAPACITY = 16384  # bytes a new file is given (real zeros): room for new series while the disk is full
-FREE_MARGIN = 65536  # growth needs this much free space beyond itself
+FREE_MARGIN = 4096  # a new file or growth leaves at least a page free
 _CLEAN = 1 << 62
 
 
@@ -370,6 +370,7 @@ class RoutescopeMultiProcessCollector(MultiProcessCollector):
         return {n: e for n, e in parsed.items() if n not in merged}
 
     def collect(self):  # type: ignore[override]
+        """As prometheus_client's ``_read_metrics`` builds families, from entries already parsed and checked."""
         metrics: dict[str, Metric] = {}
         for name, entries in self.read().items():
             parts = name.split("_")
@@ -384,7 +385,11 @@ class RoutescopeMultiProcessCollector(MultiProcessCollector):
                     metric.add_sample(sample, labels_key + (("pid", parts[2][:-3]),), value, ts)  # type: ignore[arg-type]
                 else:
                     metric.add_sample(sample, labels_key, value)  # type: ignore[arg-type]
-        return list(MultiProcessCollector._accumulate_metrics(metrics, True))
+        try:
+            return list(MultiProcessCollector._accumulate_metrics(metrics, True))
+        except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() makes
+            self._problems.report("read", self._path, exc.__class__.__name__, f"merging the files failed: {exc}")
+            return []
 
 
 def multiprocess_registry(path: str, problems: Problems | None = None,
