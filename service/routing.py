@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dispatcher.types import PREFILL_KERNELS
 
-from .models import PlatformOut, PolicyOut
+from .models import HealthProblem, PlatformOut, PolicyOut
 from .settings import ServiceSettings
 
 _PREFILL = frozenset(k.value for k in PREFILL_KERNELS)
@@ -117,6 +117,8 @@ class TelemetryHealth(_Open):
     last_flush_ts: float | None = None
     flush_lag_s: float | None = None
     probe_failures: int = 0
+    problems: list[HealthProblem] = Field([], description="multiprocess directory: conditions now, then the files "
+                                                          "skipped and quarantined (most recent 32), with why")
 
 
 class DemoShape(_Open):
@@ -231,6 +233,7 @@ def routing_view(
     started_ts: float,
     version: str = "",
     now: float | None = None,
+    problems: list[dict] | None = None,
 ) -> dict:
     """Telemetry's snapshot, trimmed (last N decisions, newest first) and joined with service facts."""
     now = time.time() if now is None else now
@@ -251,4 +254,6 @@ def routing_view(
         "refresh_s": 2.0,
     }
     out["demo"] = demo
+    if problems is not None:
+        out["health"] = {**snapshot.get("health", {}), "problems": problems}
     return out

@@ -11,6 +11,7 @@ reads an archive as any other file. Pure: bytes in, entries out, or ``CorruptFil
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 HEADER = 8
@@ -18,6 +19,8 @@ _INT = struct.Struct("i")  # native, as prometheus_client packs them
 _DD = struct.Struct("dd")
 MANIFEST_MAGIC = b"RSMERGED"  # 8 bytes, then a 4-byte length and a JSON list of file names
 MAX_KEY = 1 << 16  # a key longer than this is no key routescope wrote
+_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")  # what prometheus_client's Metric accepts
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 class CorruptFile(ValueError):
@@ -66,6 +69,13 @@ def key_parts(key: str) -> list:
             and isinstance(parts[2], dict) and isinstance(parts[3], str)
             and all(isinstance(v, str) for v in parts[2].values())):
         raise CorruptFile("a key is not [metric, sample, labels, help]")
+    if not (_NAME.match(parts[0]) and _NAME.match(parts[1]) and all(_LABEL.match(k) for k in parts[2])):
+        raise CorruptFile("a key has an invalid metric or label name")
+    if "le" in parts[2]:
+        try:
+            float(parts[2]["le"])
+        except ValueError:
+            raise CorruptFile("a bucket bound is not a number") from None
     return parts
 
 
