@@ -1,7 +1,7 @@
 """Kill -9 loses at most the calls since the victim's last flush (1 s by default) and never counts one twice;
 SIGTERM and a normal exit lose nothing; the host's own SIGTERM behaviour is kept.
 
-Real worker processes (``kill_worker.py``: a real Dispatcher with the torch kernels and a real
+Real worker processes (``telemetry/bench/kill_worker.py``: a real Dispatcher with the torch kernels and a real
 Telemetry with its defaults) share one multiprocess directory with the test; each counts the calls
 it starts in a mapped file that survives the kill.
 """
@@ -21,7 +21,7 @@ from telemetry import exithooks
 from telemetry.config import TelemetryConfig
 
 from .conftest import ROOT, calls_in, make_tel
-from .kill_worker import read_slot
+from telemetry.bench.kill_worker import read_slot
 
 INTERVAL = TelemetryConfig().flush_interval_s
 WINDOW = INTERVAL + 0.5  # the documented loss: one flush interval, plus a flush's own time and scheduling slack
@@ -30,7 +30,7 @@ WINDOW = INTERVAL + 0.5  # the documented loss: one flush interval, plus a flush
 def spawn(tmp: Path, rank: int, *extra: str) -> tuple[subprocess.Popen, str]:
     slot = str(tmp / f"slot{rank}")
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    p = subprocess.Popen([sys.executable, "-m", "tests.reliability.kill_worker", "--dir", str(tmp / "mp"), "--slot", slot,
+    p = subprocess.Popen([sys.executable, "-m", "telemetry.bench.kill_worker", "--dir", str(tmp / "mp"), "--slot", slot,
                           "--rank", str(rank), *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     return p, slot

@@ -1,4 +1,4 @@
-"""A worker for the kill tests: real Dispatcher + Telemetry on a shared directory, calling until it is stopped.
+"""A worker for the kill tests and ``routescope bench multiproc``: real Dispatcher + Telemetry, calling until stopped.
 
 Before each call it counts the call in a file it shares with the test (a mapped file survives
 a kill -9): ``started`` at offset 0, and every 10 ms a (monotonic time, started) checkpoint in
@@ -16,6 +16,8 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 RING = 1024
 SLOT_BYTES = 8 + RING * 16
@@ -38,6 +40,38 @@ def read_slot(path: str) -> tuple[int, list[tuple[float, int]]]:
     return started, sorted((t, int(n)) for t, n in ring if t > 0)
 
 
+def real_dispatcher() -> Any:
+    """The real dispatcher and torch kernels (CPU), as a what-if cpu platform."""
+    from dispatcher import Dispatcher, Policy, what_if
+    from dispatcher.kernels import default_registry
+
+    return Dispatcher(platform=what_if("cpu"), policy=Policy(), registry=default_registry(triton=False))
+
+
+def make_tel(path: str | None, **cfg: Any) -> Any:
+    from dispatcher import Policy, what_if
+    from telemetry import Telemetry, TelemetryConfig
+
+    cfg.setdefault("models", ("glm",))
+    cfg.setdefault("log_first_decode_in_prefill", False)
+    return Telemetry(TelemetryConfig(multiproc_dir=path, **cfg), platform=what_if("cpu"), policy=Policy())
+
+
+def make_call() -> Callable[..., None]:
+    """``call(dispatcher, model="glm")``: one real 3-row mixed call (1 decode row, a 2-row prefill)."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    q, kv = torch.randn(3, 2, 64, generator=g), torch.randn(20, 1, 64, generator=g)
+    idx = torch.randint(-1, 20, (3, 8), generator=g, dtype=torch.int32)
+
+    def call(d: Any, model: str | None = "glm") -> None:
+        out = torch.empty(3, 2, 48)
+        d(q, kv, idx, None, 0.3, 64, 48, 16, None, out, model=model, query_lens=[1, 2])
+
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
@@ -56,13 +90,12 @@ def main() -> None:
 
     import torch
 
-    from tests.reliability.conftest import call, make_tel, real_dispatcher
-
     torch.set_num_threads(1)  # several workers share two cores
 
     slot = open_slot(a.slot, create=True)
     tel = make_tel(a.dir, rank=a.rank)  # the defaults: flush every 1 s, flush at exit and on SIGTERM
     d = tel.instrument(real_dispatcher())
+    call = make_call()
     tel.start()
     print("ready", flush=True)
     started, last_mark = 0, 0
