@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from . import mpfile
 from .mphealth import Problems
-from .multiproc import ARCHIVE, FILE_RE, dir_lock, ident_pid, our_files, pid_alive, quarantine
+from .multiproc import ARCHIVE, FILE_RE, TMP_RE, dir_lock, ident_pid, our_files, pid_alive, quarantine
 
 LOCK_TIMEOUT_S = 5.0
 
@@ -45,6 +45,10 @@ def compact(path: str, *, alive: Callable[[int], bool] = pid_alive, dead_idents:
             tmp = os.path.join(path, archive_name(kind) + ".tmp")
             if os.path.exists(tmp):  # a compactor died while writing it
                 os.remove(tmp)
+        for f in os.listdir(path):  # a process died while creating one of its files
+            m = TMP_RE.match(f)
+            if m and not alive(int(m.group(1))):
+                _remove(os.path.join(path, f))
         if not dead:
             return []
         files = [f for fs in dead.values() for f in fs]

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.mmap_dict import mmap_key  # the key format only: nothing here maps a file
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -39,6 +40,7 @@ from .spec import COUNTERS, GAUGES, HISTOGRAM
 from .view import Totals
 
 FILE_RE = re.compile(r"^(counter|histogram|gauge_[a-z]+)_routescope-([A-Za-z0-9.\-]+)\.db$")
+TMP_RE = re.compile(r"^\..*_routescope-.*\.db\.tmp-(\d+)$")  # a file being created by process <pid>
 KINDS = ("counter", "histogram", "gauge_livemax")
 ARCHIVE = "archive"
 LOCK_NAME = ".routescope.lock"
@@ -246,8 +248,6 @@ class MultiprocWriter:
         ck = (sample, values)
         k = self._keys.get(ck)
         if k is None:
-            from prometheus_client.mmap_dict import mmap_key
-
             k = self._keys[ck] = mmap_key(metric, sample, list(labels), list(values), help_text)
         return k
 
