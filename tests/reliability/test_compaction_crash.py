@@ -157,3 +157,13 @@ def test_crash_during_recovery_too(pristine, tmp_path):
             except Crash:
                 pass
             check_recovers(path, total)
+
+
+def test_half_created_files_of_dead_processes_are_removed(tmp_path):
+    """A process killed while creating a file leaves ``.<name>.tmp-<pid>`` (never read): the next compaction removes it."""
+    dead_tmp = tmp_path / ".counter_routescope-999991-aaaaaa.db.tmp-999991"
+    live_tmp = tmp_path / f".counter_routescope-{LIVE}-aaaaaa.db.tmp-{LIVE}"
+    dead_tmp.write_bytes(b"\0" * 8)
+    live_tmp.write_bytes(b"\0" * 8)
+    compact(str(tmp_path), alive=alive)
+    assert not dead_tmp.exists() and live_tmp.exists()
