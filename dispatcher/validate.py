@@ -65,7 +65,7 @@ def validate(
     kv = _is_tensor("kv", kv)
     output = _is_tensor("output", output)
     if q.device.type == "meta":
-        raise ValueError("q is on the meta device: it holds no data, so no kernel can compute on it")
+        raise ValueError("q is on meta: the meta device holds no data, so no kernel can compute on it")
     for name, v in (("head_dim", head_dim), ("nope_head_dim", nope_head_dim), ("rope_head_dim", rope_head_dim)):
         if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             raise ValueError(f"{name} must be a non-negative int; got {v!r}")
@@ -136,8 +136,8 @@ def validate(
               ("attn_sink", attn_sink), ("ragged_indices", ragged_indices), ("ragged_indptr", ragged_indptr)]
     for name, t in others:
         if t is not None and t.device != device:  # type: ignore[union-attr]
-            where = "the meta device (no data)" if t.device.type == "meta" else str(t.device)  # type: ignore[union-attr]
-            raise ValueError(f"{name} is on {where} but q is on {device}")  # type: ignore[union-attr]
+            why = " (the meta device holds no data)" if t.device.type == "meta" else ""  # type: ignore[union-attr]
+            raise ValueError(f"{name} is on {t.device} but q is on {device}{why}")  # type: ignore[union-attr]
 
     return CallShape(
         rows,
