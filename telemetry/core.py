@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry
 from dispatcher.platform import Platform, detect, what_if
 from dispatcher.policy import Policy, PolicySettings
 
-from .aggregates import STAGE, Aggregates
 from . import exithooks
-from .config import TelemetryConfig, counterfactual_policy
+from .aggregates import STAGE, Aggregates
 from .compact import compact
+from .config import TelemetryConfig, counterfactual_policy
 from .merge import totals_from_families
 from .mphealth import Problems, os_problem
 from .multiproc import MultiprocWriter, ident_for, ident_pid, multiprocess_registry
