@@ -50,10 +50,22 @@ def validate(
     ragged_indices: object = None,
     ragged_indptr: object = None,
 ) -> CallShape:
-    """Raise ValueError on anything a kernel would choke on; return the facts the policy reads."""
+    """Raise ValueError on anything a kernel would choke on; return the facts the policy reads.
+
+    Rejected, naming the argument: a non-tensor, a wrong shape or dtype, an empty kv pool
+    (``kv`` of shape [0, 1, D]: no slot to attend to), a tensor on the ``meta`` device (no data:
+    nothing would be computed), tensors on different devices. Index values are not checked (that
+    would read device memory on every call); their contract is vLLM's
+    ``build_ragged_indices_from_dense``: positions at or past ``topk_length[i]`` (or, when it is
+    None, past the count of entries >= 0 in row i) are ignored, and entries inside a row's length
+    that are negative or >= skv are skipped; a row with no valid slot outputs 0. NaN in ``q``
+    is not checked either: it propagates to that row's output as NaN, as in the float64 reference.
+    """
     q = _is_tensor("q", q)
     kv = _is_tensor("kv", kv)
     output = _is_tensor("output", output)
+    if q.device.type == "meta":
+        raise ValueError("q is on meta: the meta device holds no data, so no kernel can compute on it")
     for name, v in (("head_dim", head_dim), ("nope_head_dim", nope_head_dim), ("rope_head_dim", rope_head_dim)):
         if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             raise ValueError(f"{name} must be a non-negative int; got {v!r}")
@@ -74,6 +86,8 @@ def validate(
         raise ValueError(f"kv must be [skv, 1, D]; got shape {_shape(kv)}")
     if not (kv.shape[2] == head_dim):
         raise ValueError(f"kv's last dim {kv.shape[2]} != head_dim {head_dim} (kv shape {_shape(kv)})")
+    if not (kv.shape[0] > 0):
+        raise ValueError(f"kv is an empty pool (shape {_shape(kv)}): at least one slot is needed")
     if not (kv.dtype in FLOAT_DTYPES):
         raise ValueError(f"kv dtype must be a float type; got {kv.dtype}")
     if not (output.dim() == 3):
@@ -122,7 +136,8 @@ def validate(
               ("attn_sink", attn_sink), ("ragged_indices", ragged_indices), ("ragged_indptr", ragged_indptr)]
     for name, t in others:
         if t is not None and t.device != device:  # type: ignore[union-attr]
-            raise ValueError(f"{name} is on {t.device} but q is on {device}")  # type: ignore[union-attr]
+            why = " (the meta device holds no data)" if t.device.type == "meta" else ""  # type: ignore[union-attr]
+            raise ValueError(f"{name} is on {t.device} but q is on {device}{why}")  # type: ignore[union-attr]
 
     return CallShape(
         rows,

@@ -17,14 +17,16 @@ from prometheus_fastapi_instrumentator import Instrumentator
 
 from advise.service import AdviceCollector, Cached
 from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
-from dispatcher.explain import ExplainRequest
 from telemetry import Telemetry, TelemetryConfig
 from telemetry.config import DEFAULT_COUNTERFACTUALS
 
 from . import __version__
 from .demo.runner import DemoRunner
 from .errors import unexpected_handler, validation_handler
+from .docs import docs_router, swagger_ui_dir
 from .metrics import ChainedCollector
+from .middleware import HeadAsGet, TrustedHostMiddleware, UrlTooLong, default_hosts
+from .models import ExplainQuery
 from .routes import router, static_dir
 from .routing import routing_of
 from .settings import ServiceSettings
@@ -111,7 +113,7 @@ def create_app(
         telemetry=telemetry,
         demo=demo,
         http_registry=http_registry,
-        metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry)),
+        metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry), on_error=telemetry.count_error),
     )
 
     @asynccontextmanager
@@ -138,14 +140,21 @@ def create_app(
         version=__version__,
         summary="How sparse MLA prefill calls are routed to attention kernels.",
         lifespan=lifespan,
+        docs_url=None,  # served below from the package's Swagger UI files: no CDN, so /docs works offline
+        redoc_url=None,
     )
     app.state.routescope = state
     app.include_router(router)
+    app.include_router(docs_router)
+    app.mount("/static/swagger-ui", StaticFiles(directory=swagger_ui_dir()), name="swagger-ui")
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
-    app.add_exception_handler(RequestValidationError, validation_handler(ExplainRequest.model_fields))
+    app.add_exception_handler(RequestValidationError, validation_handler(ExplainQuery.model_fields))
     app.add_exception_handler(Exception, unexpected_handler)
     Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(
         app, metric_namespace="routescope"
     )
     http_registry.register(AdviceCollector(Cached(lambda: routing_of(state)["advice"])))  # docs/advise.md
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=default_hosts(settings.host, settings.allowed_hosts))
+    app.add_middleware(UrlTooLong)  # outermost: before any other work
     return app

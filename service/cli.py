@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from dispatcher.cli import validation_message
 from dispatcher.types import GuardMode
 
+from .middleware import MAX_HEAD_BYTES
 from .settings import DEFAULT_PORT, ServiceSettings
 
 
@@ -88,12 +89,16 @@ def serve_command(
     gfx950_min_rows: Annotated[Optional[int], typer.Option(help="gfx950 gate in rows (default 1024)")] = None,
     guard: Annotated[Optional[GuardMode], typer.Option(help="decode guard mode (default observe)")] = None,
     log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug (default info)")] = None,
+    allowed_hosts: Annotated[
+        Optional[str], typer.Option(help="Host header names accepted, comma-separated ('*': any); default: the "
+                                         "loopback names when bound to loopback, else any")
+    ] = None,
 ) -> None:
     """Serve /metrics, /routing and the page at /; --demo drives the real dispatcher with model-shaped traffic."""
     flags = dict(
         host=host, port=port, multiproc_dir=str(multiproc_dir) if multiproc_dir else None, rank=rank, models=model,
         gfx942_min_rows=gfx942_min_rows, gfx950_min_rows=gfx950_min_rows, guard=guard,
-        log_level=log_level.lower() if log_level else None,
+        log_level=log_level.lower() if log_level else None, allowed_hosts=allowed_hosts,
     )
     if demo or demo_glm_bug:
         flags["demo"] = True
@@ -143,6 +148,8 @@ def run(settings: ServiceSettings) -> None:
         access_log=settings.log_level in ("debug", "trace"),
         lifespan="on",
         timeout_graceful_shutdown=5,
+        http="h11",  # the request-head limit below is h11's; the app answers 414 past MAX_URL_BYTES
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )
     server = uvicorn.Server(config)
     try:

@@ -9,10 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from dispatcher.explain import ExplainRequest, explain
+from dispatcher.explain import explain
 
 from .metrics import render
-from .models import ExplainResponse, HealthOut, ReadyCheck, ReadyOut, ValidationErrorOut
+from .models import ExplainQuery, ExplainResponse, HealthOut, ReadyCheck, ReadyOut, ValidationErrorOut
 from .routing import RoutingOut, routing_view
 
 router = APIRouter()
@@ -56,6 +56,8 @@ def readyz(request: Request) -> ReadyOut | JSONResponse:
         checks.append(ReadyCheck(name="telemetry", ok=ok, detail=detail))
     except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
         checks.append(ReadyCheck(name="telemetry", ok=False, detail=f"snapshot failed: {exc.__class__.__name__}"))
+    if st.telemetry.config.multiproc_dir:
+        checks.append(_directory_check(st.telemetry))
     if st.settings.demo:
         state = st.demo.state if st.demo is not None else "absent"
         checks.append(ReadyCheck(name="demo", ok=state in ("running", "finished"), detail=state))
@@ -63,6 +65,18 @@ def readyz(request: Request) -> ReadyOut | JSONResponse:
     if not out.ready:
         return JSONResponse(status_code=503, content=out.model_dump())
     return out
+
+
+def _directory_check(telemetry) -> ReadyCheck:
+    """The multiprocess directory: readable by this service, and writable by its telemetry."""
+    try:
+        problems = [p for p in telemetry.health_problems(check=True) if p.get("blocking")]
+    except Exception as exc:  # noqa: BLE001
+        return ReadyCheck(name="multiprocess", ok=False, detail=f"health failed: {exc.__class__.__name__}")
+    if problems:
+        return ReadyCheck(name="multiprocess", ok=False, detail="; ".join(
+            f"cannot {'write' if p['stage'] == 'write' else p['stage']} {p['path']}: {p['problem']}" for p in problems))
+    return ReadyCheck(name="multiprocess", ok=True, detail=f"{telemetry.config.multiproc_dir} readable and writable")
 
 
 @router.get(
@@ -91,18 +105,20 @@ def routing(request: Request) -> dict:
         demo=st.demo.info() if st.demo is not None else None,
         settings=st.settings,
         started_ts=st.started_ts,
+        problems=st.telemetry.health_problems(),
     )
 
 
 @router.get("/routing/explain", response_model=ExplainResponse, responses=_BAD_PARAMS, tags=["routing"])
-def routing_explain(request: Request, req: Annotated[ExplainRequest, Query()]) -> dict:
+def routing_explain(request: Request, req: Annotated[ExplainQuery, Query()]) -> dict:
     """The routing decision for a what-if call: the same JSON as `routescope explain --json`.
 
     Thresholds not given default to this server's active policy, as the CLI's default to
-    ROUTESCOPE_GFX942_MIN_ROWS / ROUTESCOPE_GFX950_MIN_ROWS.
+    ROUTESCOPE_GFX942_MIN_ROWS / ROUTESCOPE_GFX950_MIN_ROWS. Every number is bounded (422
+    past it), and an arch outside the known ones needs `allow_unknown_arch=true`.
     """
     policy = _state(request).dispatcher.policy
     unset = {f: getattr(policy, f) for f in _POLICY_FIELDS if f not in req.model_fields_set}
     if unset:
         req = req.model_copy(update=unset)
-    return explain(req)
+    return explain(req.request())

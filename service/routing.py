@@ -14,7 +14,7 @@ from advise.report import AdviceOut
 from advise.service import advice_for_routing
 from dispatcher.types import PREFILL_KERNELS
 
-from .models import PlatformOut, PolicyOut
+from .models import HealthProblem, PlatformOut, PolicyOut
 from .settings import ServiceSettings
 
 _PREFILL = frozenset(k.value for k in PREFILL_KERNELS)
@@ -119,6 +119,8 @@ class TelemetryHealth(_Open):
     last_flush_ts: float | None = None
     flush_lag_s: float | None = None
     probe_failures: int = 0
+    problems: list[HealthProblem] = Field([], description="multiprocess directory: conditions now, then the files "
+                                                          "skipped and quarantined (most recent 32), with why")
 
 
 class DemoShape(_Open):
@@ -236,6 +238,7 @@ def routing_view(
     started_ts: float,
     version: str = "",
     now: float | None = None,
+    problems: list[dict] | None = None,
 ) -> dict:
     """Telemetry's snapshot, trimmed (last N decisions, newest first) and joined with service facts."""
     now = time.time() if now is None else now
@@ -257,6 +260,8 @@ def routing_view(
     }
     out["demo"] = demo
     out["advice"] = advice_for_routing(out)
+    if problems is not None:
+        out["health"] = {**snapshot.get("health", {}), "problems": problems}
     return out
 
 

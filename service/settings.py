@@ -42,6 +42,27 @@ class ServiceSettings(BaseSettings):
     decisions: int = Field(50, ge=1, le=1000, description="how many recent decisions /routing returns")
     flush_interval_s: float = Field(1.0, gt=0.0, le=60.0)
     log_level: LogLevel = "info"
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="Host header names accepted (e.g. metrics.example.com,10.0.0.5; * for any); default: "
+        "the loopback names when bound to loopback, else any")
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, v: object) -> object:
+        """"a,b" as well as a list; blanks dropped; an empty list means the default."""
+        if isinstance(v, str):
+            v = [p.strip() for p in v.split(",")]
+        if isinstance(v, (list, tuple)):
+            v = [str(p).strip().lower() for p in v if str(p).strip()] or None
+        return v
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_patterns(cls, v: list[str] | None) -> list[str] | None:
+        for p in v or ():
+            if "*" in p[1:] or (p.startswith("*") and p != "*" and not p.startswith("*.")):
+                raise ValueError(f"allowed host {p!r}: a wildcard must be '*' or lead like '*.example.com'")
+        return v
 
     @field_validator("models", mode="before")
     @classmethod

@@ -53,8 +53,9 @@ class TelemetryConfig:
     otel: bool = False  # OpenTelemetry metrics (in-process MeterProvider)
     otel_span_every: int = 0  # a span for one sampled call in N (0: no spans)
     otlp: bool = False  # add OTLP exporters (configured by the standard OTEL_* variables)
-    flush_interval_s: float = 5.0
+    flush_interval_s: float = 1.0  # bounds what a kill -9 loses: the calls since the last flush
     compact_interval_s: float = 60.0  # how often a flush looks for dead processes' files
+    flush_on_exit: bool = True  # flush at interpreter exit and on SIGTERM (main-thread handler, chained)
     log_first_decode_in_prefill: bool = True
 
     def __post_init__(self) -> None:
@@ -109,7 +110,7 @@ class TelemetryConfig:
 def _parse(name: str, raw: str) -> Any:
     if name in ("models", "counterfactuals"):
         return tuple(p.strip() for p in raw.split(",") if p.strip())
-    if name in ("otel", "otlp", "log_first_decode_in_prefill", "keep_samples"):
+    if name in ("otel", "otlp", "log_first_decode_in_prefill", "keep_samples", "flush_on_exit"):
         return raw.lower() in ("1", "true", "yes", "on")
     if name in ("flush_interval_s", "compact_interval_s"):
         return float(raw)

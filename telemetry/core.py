@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -15,11 +16,14 @@ from prometheus_client import CollectorRegistry
 from dispatcher.platform import Platform, detect, what_if
 from dispatcher.policy import Policy, PolicySettings
 
+from . import exithooks
 from .aggregates import STAGE, Aggregates
+from .compact import compact
 from .config import TelemetryConfig, TimingMode, counterfactual_policy
 from .graphs import graph_hooks
 from .merge import totals_from_families
-from .multiproc import MultiprocWriter, compact, ident_for, ident_pid, multiprocess_registry
+from .mphealth import Problems, os_problem
+from .multiproc import MultiprocWriter, ident_for, ident_pid, multiprocess_registry
 from .probe import TelemetryProbe, build_probe
 from .prom import TelemetryCollector, make_registry
 from .snapshot import build_snapshot, empty_snapshot
@@ -73,15 +77,13 @@ class Telemetry:
         self.registry: CollectorRegistry = make_registry(self._collector)
         self._writer: MultiprocWriter | None = None
         self._mp_path: str | None = None
+        self._problems = Problems(self.count_error)
+        self._key_cache: dict[str, list] = {}
         self._last_compact = time.monotonic()
         if cfg.multiproc_dir:
-            try:
-                compact(cfg.multiproc_dir)
-                self._writer = MultiprocWriter(cfg.multiproc_dir, ident_for(cfg.process_id))
-                self._mp_path = cfg.multiproc_dir
-            except Exception:  # noqa: BLE001 - a bad directory disables the exporter, not the service
-                log.exception("routescope telemetry: multiprocess directory %r unusable", cfg.multiproc_dir)
-                self.count_error("export")
+            self._open_multiprocess(cfg.multiproc_dir)
+        if cfg.flush_on_exit:
+            exithooks.register(self)
         self._otel = None
         if self._otel_on:
             try:
@@ -216,16 +218,58 @@ class Telemetry:
 
     def _export_multiprocess(self, totals: Totals) -> None:
         try:
-            self._writer.write(totals, self.config.rank)  # type: ignore[union-attr]
+            self._writer.write(totals, self.config.rank)  # type: ignore[union-attr]  # reports its own failures
         except Exception:  # noqa: BLE001
-            self.count_error("export")
+            self.count_error("write")
         now = time.monotonic()
         if now - self._last_compact >= self.config.compact_interval_s:
             self._last_compact = now
+            self._compact()
+
+    # -- multiprocess directory: writer, compaction and reading apart, so one failing never stops another --
+    def _open_multiprocess(self, path: str) -> None:
+        """The writer (it reports, never raises, when the directory cannot be written), then a compaction."""
+        self._mp_path = path
+        try:
+            self._writer = MultiprocWriter(path, ident_for(self.config.process_id), self._problems)
+        except Exception as exc:  # noqa: BLE001 - a bad process_id: no files of ours, the rest still works
+            self._problems.report("write", path, exc.__class__.__name__, str(exc), blocking=True)
+        self._compact()
+
+    def _compact(self, dead_idents: tuple[str, ...] = ()) -> None:
+        try:
+            compact(self._mp_path, dead_idents=dead_idents, problems=self._problems)  # type: ignore[arg-type]
+            self._problems.clear("compact", self._mp_path)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - retried at the next interval; files stay until then
+            self._problems.report("compact", self._mp_path, os_problem(exc), str(exc))  # type: ignore[arg-type]
+
+    def _mp_registry(self) -> CollectorRegistry | None:
+        """Every process's files; None (this process's series only, the problem reported) if the directory is gone."""
+        path = self._mp_path
+        if not os.path.isdir(path):  # type: ignore[arg-type]
+            self._problems.report("read", path, "missing", f"multiprocess directory {path} is gone",  # type: ignore[arg-type]
+                                  blocking=True)
+            return None
+        return multiprocess_registry(path, self._problems, self._key_cache)  # type: ignore[arg-type]
+
+    def health_problems(self, *, check: bool = False) -> list[dict[str, Any]]:
+        """Multiprocess directory problems: active conditions (``blocking`` ones make /readyz 503), then quarantined
+        files. ``check`` lists the directory first, so a reader learns now that it cannot read it."""
+        if check and self._mp_path is not None:
             try:
-                compact(self._writer.path)  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001
-                self.count_error("export")
+                os.listdir(self._mp_path)
+                self._problems.clear("read", self._mp_path)
+            except OSError as exc:
+                self._problems.report("read", self._mp_path, os_problem(exc), f"cannot list {self._mp_path}: {exc}",
+                                      blocking=True)
+        return self._problems.conditions() + self._problems.files()
+
+    def _flush_for_exit(self) -> None:
+        """SIGTERM: one flush, if the flush lock frees within 1 s (the interrupted thread may hold it)."""
+        if self._closed or not self._flush_lock.acquire(timeout=1.0):
+            return
+        self._flush_lock.release()
+        self.flush()
 
     def drain_samples(self) -> list[dict[str, Any]]:
         """Raw sampled latencies since the last drain, in resolution order (needs ``keep_samples``); flushes first."""
@@ -251,7 +295,7 @@ class Telemetry:
             return self.registry
         self.flush()
         try:
-            return multiprocess_registry(self._mp_path)
+            return self._mp_registry() or self.registry
         except Exception:  # noqa: BLE001
             self.count_error("export")
             return self.registry
@@ -268,7 +312,8 @@ class Telemetry:
             merged = None
             if self._mp_path is not None and all_processes:
                 try:
-                    merged = totals_from_families(multiprocess_registry(self._mp_path).collect())
+                    reg = self._mp_registry()
+                    merged = totals_from_families(reg.collect()) if reg is not None else None
                 except Exception:  # noqa: BLE001 - this process's series, and the error counted
                     self.count_error("export")
             return build_snapshot(self, own, merged=merged)
@@ -333,14 +378,12 @@ class Telemetry:
             self._thread = None
         self.flush()
         self._closed = True
+        exithooks.unregister(self)
         writer, self._writer = self._writer, None
         if writer is not None:
-            try:
-                writer.close()
-                if ident_pid(writer.ident) is not None:
-                    compact(writer.path, dead_idents=(writer.ident,))
-            except Exception:  # noqa: BLE001
-                self.count_error("export")
+            writer.close()
+            if ident_pid(writer.ident) is not None:
+                self._compact((writer.ident,))
         if self._otel is not None:
             try:
                 self._otel.shutdown()

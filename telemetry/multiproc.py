@@ -1,12 +1,21 @@
-"""Prometheus multiprocess mode (TP ranks, as vLLM runs it): mmap files fed at flush, compacted when processes die.
+"""Prometheus multiprocess mode (TP ranks, as vLLM runs it): files written at flush, read at scrape, never fatal.
 
-Each Telemetry writes its own files, named like prometheus_client's so its
-MultiProcessCollector (and vLLM's /metrics) reads them: ``counter_routescope-<id>.db``,
-``histogram_routescope-<id>.db``, ``gauge_livemax_routescope-<id>.db``. The id is
-``<pid>-<random>``, or ``id.<process_id>`` when configured: such a file is reopened and
-continued by the next process with that id. Files of dead pids are merged into
-``*_routescope-archive.db`` (counters and histograms; live gauges are dropped), under an
-exclusive lock on the directory, so a scrape reads one file per live process plus one.
+Each Telemetry writes its own files in prometheus_client's format (``telemetry/mpfile.py``),
+named so its MultiProcessCollector (and vLLM's /metrics) reads them:
+``counter_routescope-<id>.db``, ``histogram_routescope-<id>.db``,
+``gauge_livemax_routescope-<id>.db``. The id is ``<pid>-<random>``, or ``id.<process_id>``
+when configured: such a file is reopened and continued by the next process with that id.
+
+Writing uses ordinary file I/O (``pwrite``), never mmap, so a full disk is an ``OSError``
+(counted, reported, retried) and never a SIGBUS. A file is created complete under a
+temporary name and renamed into place, and grown with real zero bytes (not a sparse
+truncate) after a free-space check, so every ``*.db`` a reader sees parses. Each flush
+checks that the file on disk is still the one it writes (a deleted directory, a file
+quarantined by a reader) and recreates it from memory when not.
+
+Reading parses every file itself: a corrupt or truncated one is skipped and renamed aside
+(``*.db.corrupt-<unix ms>``), counted and listed, and never stops a scrape. Files of dead
+processes are merged into ``*_routescope-archive.db`` by ``telemetry/compact.py``.
 """
 
 from __future__ import annotations
@@ -15,21 +24,30 @@ import fcntl
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.mmap_dict import MmapedDict, mmap_key
+from prometheus_client.mmap_dict import mmap_key  # the key format only: nothing here maps a file
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from . import mpfile
+from .mphealth import Problems, os_problem
 from .prom import LE
 from .spec import COUNTERS, GAUGES, HISTOGRAM
 from .view import Totals
 
 FILE_RE = re.compile(r"^(counter|histogram|gauge_[a-z]+)_routescope-([A-Za-z0-9.\-]+)\.db$")
+TMP_RE = re.compile(r"^\..*_routescope-.*\.db\.tmp-(\d+)$")  # a file being created by process <pid>
+KINDS = ("counter", "histogram", "gauge_livemax")
 ARCHIVE = "archive"
 LOCK_NAME = ".routescope.lock"
 _PROCESS_ID_RE = re.compile(r"^[A-Za-z0-9.\-]+$")
+MIN_CAPACITY = 16384  # bytes a new file is given (real zeros): room for new series while the disk is full
+FREE_MARGIN = 4096  # a new file or growth leaves at least a page free
+_CLEAN = 1 << 62
 
 
 def pid_alive(pid: int) -> bool:
@@ -57,88 +75,174 @@ def ident_pid(ident: str) -> int | None:
 
 
 @contextmanager
-def dir_lock(path: str, *, exclusive: bool) -> Iterator[None]:
-    """flock on the directory's lock file: compaction is exclusive, our scrapes shared."""
+def dir_lock(path: str, *, exclusive: bool, timeout: float | None = None) -> Iterator[None]:
+    """flock on the directory's lock file (compaction is exclusive); TimeoutError past ``timeout`` seconds."""
     fd = os.open(os.path.join(path, LOCK_NAME), os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        op = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        if timeout is None:
+            fcntl.flock(fd, op)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, op | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"lock on {path} held for more than {timeout} s") from None
+                    time.sleep(0.005)
         yield
     finally:
         os.close(fd)
 
 
 def our_files(path: str) -> list[str]:
-    return sorted(f for f in os.listdir(path) if FILE_RE.match(f))
+    """Routescope's files, archives last: a reader that meets an archive after its sources can drop them."""
+    return sorted((f for f in os.listdir(path) if FILE_RE.match(f)), key=lambda f: (f"-{ARCHIVE}.db" in f, f))
 
 
-def compact(path: str, *, alive: Callable[[int], bool] = pid_alive, dead_idents: tuple[str, ...] = ()) -> list[str]:
-    """Merge dead processes' counter and histogram files into the archive and delete their files; returns their ids."""
-    with dir_lock(path, exclusive=True):
-        dead: dict[str, list[str]] = {}
-        for f in our_files(path):
-            ident = FILE_RE.match(f).group(2)  # type: ignore[union-attr]
-            if ident == ARCHIVE:
-                continue
-            pid = ident_pid(ident)
-            if ident in dead_idents or (pid is not None and not alive(pid)):
-                dead.setdefault(ident, []).append(f)
-        if not dead:
-            return []
-        files = [f for fs in dead.values() for f in fs]
-        for kind in ("counter", "histogram"):
-            srcs = [f for f in files if f.startswith(kind + "_")]
-            if srcs:
-                _merge_into_archive(path, kind, srcs)
-        for f in files:
-            try:
-                os.remove(os.path.join(path, f))
-            except FileNotFoundError:
-                pass
-        return sorted(dead)
-
-
-def _merge_into_archive(path: str, kind: str, srcs: list[str]) -> None:
-    archive = os.path.join(path, f"{kind}_routescope-{ARCHIVE}.db")
-    merged: dict[str, float] = {}
-    for f in ([archive] if os.path.exists(archive) else []) + [os.path.join(path, s) for s in srcs]:
-        for key, value, _ts, _pos in MmapedDict.read_all_values_from_file(f):
-            merged[key] = merged.get(key, 0.0) + value
-    tmp = archive + ".tmp"  # not *.db: invisible to collectors until the atomic rename
-    if os.path.exists(tmp):
-        os.remove(tmp)
-    md = MmapedDict(tmp)
+def quarantine(path: str, reason: str, problems: Problems, stage: str) -> None:
+    """Rename a corrupt file aside (not ``*.db``: no collector reads it), count it and list it."""
+    moved: str | None = f"{path}.corrupt-{int(time.time() * 1000)}"
     try:
-        for key, value in merged.items():
-            md.write_value(key, value, 0.0)
-    finally:
-        md.close()
-    os.replace(tmp, archive)
+        os.rename(path, moved)  # type: ignore[arg-type]
+    except FileNotFoundError:
+        return  # another reader moved it (and counted it) first
+    except OSError:
+        moved = None
+        if not problems.first_unmovable(path):
+            return
+    problems.quarantined(stage, path, moved, reason)
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(28, "short write")
+        view, offset = view[n:], offset + n
+
+
+def _capacity(needed: int) -> int:
+    return max(MIN_CAPACITY, -(-(needed + needed // 2) // 4096) * 4096)
+
+
+def _check_free(fd: int, nbytes: int) -> None:
+    st = os.fstatvfs(fd)
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes + FREE_MARGIN:
+        raise OSError(28, f"no space left: {free} bytes free, {nbytes} needed (+{FREE_MARGIN} margin)")
+
+
+class _File:
+    """One of this process's files: its bytes mirrored in memory, so a flush writes only what changed."""
+
+    __slots__ = ("path", "fd", "ino", "buf", "pos", "last", "capacity", "lo", "hi")
+
+    def __init__(self, path: str, fd: int, buf: bytearray, pos: dict[str, int], capacity: int) -> None:
+        st = os.fstat(fd)
+        self.path, self.fd, self.ino = path, fd, (st.st_dev, st.st_ino)
+        self.buf, self.pos, self.capacity = buf, pos, capacity
+        self.last: dict[str, tuple[float, float]] = {}
+        self.lo, self.hi = _CLEAN, 0  # dirty span not yet on disk
+
+    def on_disk(self) -> bool:
+        """Is ``path`` still this file? (No after a deleted directory, a quarantine, a replacement.)"""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (st.st_dev, st.st_ino) == self.ino
 
 
 class MultiprocWriter:
-    """Writes this process's totals into its files at flush; unchanged values are not rewritten."""
+    """Writes this process's totals into its files at flush; unchanged values are not rewritten. Raises nothing."""
 
-    def __init__(self, path: str, ident: str) -> None:
-        if not os.path.isdir(path):
-            raise ValueError(f"multiprocess directory {path!r} does not exist")
+    def __init__(self, path: str, ident: str, problems: Problems | None = None) -> None:
         self.path = path
         self.ident = ident
-        self._files: dict[str, MmapedDict] = {}
+        self.problems = problems if problems is not None else Problems(lambda stage: None)
+        self._files: dict[str, _File] = {}
         self._base: dict[str, float] = {}  # values a previous process with this id left (reuse)
-        self._last: dict[str, float] = {}
         self._keys: dict[tuple, str] = {}
+        for kind in KINDS:  # at start, so a directory that cannot be written shows before the first flush
+            self._guard(kind, self._ready)
 
     def filename(self, kind: str) -> str:
         return os.path.join(self.path, f"{kind}_routescope-{self.ident}.db")
 
-    def _file(self, kind: str) -> MmapedDict:
+    def _guard(self, kind: str, fn, *args) -> None:
+        path = self.filename(kind)
+        try:
+            fn(kind, *args)
+        except OSError as exc:
+            detail = str(exc)
+            if not os.path.isdir(self.path):
+                detail = f"multiprocess directory {self.path} is gone ({exc.strerror or exc})"
+            self.problems.report("write", path, os_problem(exc), detail, blocking=True)
+        else:
+            self.problems.clear("write", path)
+
+    def _ready(self, kind: str) -> _File:
         f = self._files.get(kind)
-        if f is None:
-            f = self._files[kind] = MmapedDict(self.filename(kind))
-            if not kind.startswith("gauge"):
-                for key, value, _ts in f.read_all_values():
-                    self._base[key] = value
+        if f is not None and f.on_disk():
+            return f
+        if f is not None:  # gone or replaced: recreate it from memory, every value rewritten
+            os.close(f.fd)
+            del self._files[kind]
+            last = f.last
+            f = self._create(kind, bytearray(f.buf), dict(f.pos))
+            f.last = last
+        else:
+            f = self._reopen(kind) or self._create(kind, bytearray(mpfile.header(mpfile.HEADER)), {})
+        self._files[kind] = f
         return f
+
+    def _reopen(self, kind: str) -> _File | None:
+        """A file this id left (process_id reuse): continue from its values; a corrupt one is quarantined."""
+        path = self.filename(kind)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        try:
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            entries, _ = mpfile.parse(data)
+        except mpfile.CorruptFile as exc:
+            os.close(fd)
+            quarantine(path, exc.reason, self.problems, "write")
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        used = mpfile.used(data)
+        f = _File(path, fd, bytearray(data[:used]), {k: off for k, _p, _v, _t, off in entries}, len(data))
+        for k, _p, v, ts, _o in entries:
+            f.last[k] = (v, ts)
+            if not kind.startswith("gauge"):
+                self._base[k] = v
+        return f
+
+    def _create(self, kind: str, buf: bytearray, pos: dict[str, int]) -> _File:
+        """Write the whole file under a temporary name (real bytes, capacity included) and rename it into place."""
+        path = self.filename(kind)
+        tmp = os.path.join(self.path, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+        capacity = _capacity(len(buf))
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_RDWR, 0o644)
+        try:
+            _check_free(fd, capacity)
+            _pwrite_all(fd, bytes(buf) + bytes(capacity - len(buf)), 0)
+            os.rename(tmp, path)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
+        return _File(path, fd, buf, pos, capacity)
 
     def _key(self, metric: str, sample: str, labels: tuple[str, ...], values: tuple, help_text: str) -> str:
         ck = (sample, values)
@@ -147,48 +251,150 @@ class MultiprocWriter:
             k = self._keys[ck] = mmap_key(metric, sample, list(labels), list(values), help_text)
         return k
 
-    def _put(self, f: MmapedDict, key: str, value: float, ts: float = 0.0) -> None:
-        value = self._base.get(key, 0.0) + value
-        if self._last.get(key) != value:
-            f.write_value(key, value, ts)
-            self._last[key] = value
-
-    def write(self, totals: Totals, rank: str) -> None:
-        cf = self._file("counter")
+    def _values(self, totals: Totals, rank: str) -> dict[str, dict[str, tuple[float, float]]]:
+        """Every series of ``totals`` as file key -> (value, timestamp), per file kind."""
+        c: dict[str, tuple[float, float]] = {}
         for spec in COUNTERS:
             for key, v in getattr(totals, spec.field).items():
-                lv = key + (rank,)
-                self._put(cf, self._key(spec.base, spec.name, spec.labels, lv, spec.help), float(v))
-        hf = self._file("histogram")
-        h = HISTOGRAM
+                c[self._key(spec.base, spec.name, spec.labels, key + (rank,), spec.help)] = (float(v), 0.0)
+        h: dict[str, tuple[float, float]] = {}
+        hs = HISTOGRAM
         for key, (counts, total) in totals.latency.items():
             lv = key + (rank,)
-            for le, c in zip(LE, counts):
-                self._put(hf, self._key(h.name, h.name + "_bucket", h.labels + ("le",), lv + (le,), h.help), float(c))
-            self._put(hf, self._key(h.name, h.name + "_sum", h.labels, lv, h.help), float(total))
-        gf = self._file("gauge_livemax")
+            for le, n in zip(LE, counts):
+                h[self._key(hs.name, hs.name + "_bucket", hs.labels + ("le",), lv + (le,), hs.help)] = (float(n), 0.0)
+            h[self._key(hs.name, hs.name + "_sum", hs.labels, lv, hs.help)] = (float(total), 0.0)
+        g: dict[str, tuple[float, float]] = {}
         for spec in GAUGES:
             for key, v in getattr(totals, spec.field).items():
                 lv = key + ((rank,) if "rank" in spec.labels else ())
-                self._put(gf, self._key(spec.base, spec.name, spec.labels, lv, spec.help), float(v), totals.ts)
+                g[self._key(spec.base, spec.name, spec.labels, lv, spec.help)] = (float(v), totals.ts)
+        return {"counter": c, "histogram": h, "gauge_livemax": g}
+
+    def write(self, totals: Totals, rank: str) -> None:
+        """Write what changed; a failure is counted and reported per file, and retried at the next flush."""
+        for kind, values in self._values(totals, rank).items():
+            self._guard(kind, self._write_kind, values)
+
+    def _write_kind(self, kind: str, values: dict[str, tuple[float, float]]) -> None:
+        f = self._ready(kind)
+        add = not kind.startswith("gauge")
+        new: list[tuple[str, bytes]] = []
+        for key, (v, ts) in values.items():
+            if add:
+                v += self._base.get(key, 0.0)
+            if f.last.get(key) == (v, ts):
+                continue
+            off = f.pos.get(key)
+            if off is None:
+                new.append((key, mpfile.entry(key, v, ts)))
+                continue
+            f.buf[off:off + 16] = mpfile.value_bytes(v, ts)
+            f.last[key] = (v, ts)
+            f.lo, f.hi = min(f.lo, off), max(f.hi, off + 16)
+        if f.hi > f.lo:  # values in place: their blocks exist, so this cannot need space
+            _pwrite_all(f.fd, memoryview(f.buf)[f.lo:f.hi], f.lo)
+            f.lo, f.hi = _CLEAN, 0
+        if new:
+            self._append(f, new)
+
+    def _append(self, f: _File, new: list[tuple[str, bytes]]) -> None:
+        """New series: entries past ``used`` first, the header last, so a reader never sees half of one."""
+        used = len(f.buf)
+        blob = b"".join(b for _k, b in new)
+        if used + len(blob) > f.capacity:
+            cap = _capacity(used + len(blob))
+            _check_free(f.fd, cap - f.capacity)
+            try:
+                _pwrite_all(f.fd, bytes(cap - f.capacity), f.capacity)
+            finally:
+                f.capacity = max(f.capacity, os.fstat(f.fd).st_size)
+        _pwrite_all(f.fd, blob, used)
+        _pwrite_all(f.fd, mpfile.header(used + len(blob)), 0)
+        f.buf[0:mpfile.HEADER] = mpfile.header(used + len(blob))
+        off = used
+        for key, b in new:
+            off += len(b)
+            f.pos[key] = off - 16
+            f.last[key] = mpfile.value_at(b, len(b) - 16)  # (value, ts) as written
+        f.buf += blob
 
     def close(self) -> None:
         for f in self._files.values():
-            f.close()
+            try:
+                os.close(f.fd)
+            except OSError:
+                pass
         self._files.clear()
 
 
 class RoutescopeMultiProcessCollector(MultiProcessCollector):
-    """Reads only routescope's files (not vLLM's, which may share the directory), under a shared lock."""
+    """Reads only routescope's files (not vLLM's, which may share the directory); never raises.
+
+    No lock: archives are read last, and a file an archive lists as merged is dropped, so a
+    compaction running meanwhile neither hides nor doubles a dead process's values."""
+
+    def __init__(self, registry: CollectorRegistry | None, path: str, problems: Problems | None = None,
+                 key_cache: dict[str, list] | None = None) -> None:
+        self._path = path
+        self._problems = problems if problems is not None else Problems(lambda stage: None)
+        self._cache = key_cache if key_cache is not None else {}
+        if registry:
+            registry.register(self)
+
+    def read(self) -> dict[str, list]:
+        """File name -> entries of every readable file not yet merged into an archive."""
+        try:
+            names = our_files(self._path)
+        except OSError as exc:
+            self._problems.report("read", self._path, os_problem(exc), f"cannot list {self._path}: {exc}",
+                                  blocking=True)
+            return {}
+        self._problems.clear("read", self._path)
+        parsed: dict[str, list] = {}
+        merged: set[str] = set()
+        for name in names:
+            full = os.path.join(self._path, name)
+            try:
+                entries, manifest = mpfile.read(full, self._cache)
+            except FileNotFoundError:
+                continue  # compacted meanwhile: its values are in the archive read after it
+            except mpfile.CorruptFile as exc:
+                quarantine(full, exc.reason, self._problems, "read")
+                continue
+            except OSError as exc:
+                self._problems.report("read", full, os_problem(exc), str(exc))
+                continue
+            parsed[name] = entries
+            merged.update(manifest or ())
+        return {n: e for n, e in parsed.items() if n not in merged}
 
     def collect(self):  # type: ignore[override]
-        with dir_lock(self._path, exclusive=False):
-            files = [os.path.join(self._path, f) for f in our_files(self._path)]
-            return list(self.merge(files, accumulate=True))
+        """As prometheus_client's ``_read_metrics`` builds families, from entries already parsed and checked."""
+        metrics: dict[str, Metric] = {}
+        for name, entries in self.read().items():
+            parts = name.split("_")
+            typ = parts[0]
+            for _key, (metric_name, sample, labels, help_text), value, ts, _off in entries:
+                metric = metrics.get(metric_name)
+                if metric is None:
+                    metric = metrics[metric_name] = Metric(metric_name, help_text, typ)
+                labels_key = tuple(sorted(labels.items()))
+                if typ == "gauge":
+                    metric._multiprocess_mode = parts[1]  # type: ignore[attr-defined]
+                    metric.add_sample(sample, labels_key + (("pid", parts[2][:-3]),), value, ts)  # type: ignore[arg-type]
+                else:
+                    metric.add_sample(sample, labels_key, value)  # type: ignore[arg-type]
+        try:
+            return list(MultiProcessCollector._accumulate_metrics(metrics, True))
+        except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() makes
+            self._problems.report("read", self._path, exc.__class__.__name__, f"merging the files failed: {exc}")
+            return []
 
 
-def multiprocess_registry(path: str) -> CollectorRegistry:
+def multiprocess_registry(path: str, problems: Problems | None = None,
+                          key_cache: dict[str, list] | None = None) -> CollectorRegistry:
     """A fresh registry that merges every process's files at each scrape."""
     reg = CollectorRegistry()
-    RoutescopeMultiProcessCollector(reg, path=path)
+    RoutescopeMultiProcessCollector(reg, path=path, problems=problems, key_cache=key_cache)
     return reg

@@ -58,7 +58,7 @@ def finish(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, sink: torch.Tens
         m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
         l = l + torch.exp(sink.float()[None, :] - m_safe)
     out = acc / l.clamp_min(torch.finfo(torch.float32).tiny)[..., None]
-    return torch.where((l > 0)[..., None], out, torch.zeros_like(out))
+    return torch.where((l == 0)[..., None], torch.zeros_like(out), out)  # NaN mass stays NaN
 
 
 def ragged_prefill(args: KernelArgs, *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> None:

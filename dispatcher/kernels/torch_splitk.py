@@ -52,11 +52,11 @@ def sparse_decode(
             big = torch.maximum(big, sink.float()[None, :])
         big_safe = torch.where(torch.isfinite(big), big, torch.zeros_like(big))
         alpha = torch.exp(m_all - big_safe[None])  # exp(-inf) = 0 for empty splits
-        alpha = torch.where(torch.isfinite(m_all), alpha, torch.zeros_like(alpha))
+        alpha = torch.where(m_all == float("-inf"), torch.zeros_like(alpha), alpha)  # a NaN split stays NaN
         l_tot = (torch.stack(ls) * alpha).sum(dim=0)
         acc_tot = (torch.stack(accs) * alpha[..., None]).sum(dim=0)
         if sink is not None:
             l_tot = l_tot + torch.exp(sink.float()[None, :] - big_safe)
         res = acc_tot / l_tot.clamp_min(torch.finfo(torch.float32).tiny)[..., None]
-        res = torch.where((l_tot > 0)[..., None], res, torch.zeros_like(res))
+        res = torch.where((l_tot == 0)[..., None], torch.zeros_like(res), res)
         out[r0:r1] = res.to(out.dtype)

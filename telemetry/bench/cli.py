@@ -97,6 +97,41 @@ def overhead_command(
     _render(result)
 
 
+@bench_app.command("multiproc")
+def multiproc_command(
+    processes: Annotated[str, typer.Option(help="process counts to scrape, comma-separated")] = "8,64,256",
+    kills: Annotated[int, typer.Option(min=1, help="workers killed with kill -9 at random instants")] = 8,
+    repeats: Annotated[int, typer.Option(min=1, help="corrupt-file recoveries timed")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Multiprocess directory: scrape cost by process count, calls lost per kill -9, time to recover a corrupt file."""
+    from .reliability import run
+
+    result = run(kills=kills, repeats=repeats, processes=tuple(int(p) for p in processes.split(",") if p.strip()))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 120))
+    table = Table("processes", "files", "on disk", "series", "/metrics (routescope)", "/metrics (prometheus_client)",
+                  "snapshot merge")
+    for r in result["scrape"]:
+        table.add_row(str(r["processes"]), str(r["files"]), f"{r['bytes_on_disk'] / 1e6:.1f} MB", str(r["series"]),
+                      f"{r['routescope_metrics_s'] * 1e3:.0f} ms", f"{r['prometheus_client_metrics_s'] * 1e3:.0f} ms",
+                      f"{r['snapshot_merge_s'] * 1e3:.0f} ms")
+    console.print(table)
+    k = result["kill_loss"]
+    console.print(f"kill -9 ({len(k['kills'])} kills, flush every {k['flush_interval_s']} s): lost calls median "
+                  f"{k['lost_calls_median']}, max {k['lost_calls_max']}; as that worker's seconds of calls: median "
+                  f"{k['lost_seconds_median']}, max {k['lost_seconds_max']}; exported more than started: "
+                  f"{k['exported_more_than_started']}")
+    r = result["recovery"]
+    console.print(f"corrupt live file to exact totals again: median {r['median_s']:.2f} s, max {r['max_s']:.2f} s "
+                  f"({r['repeats']} times)")
+
+
 def _render(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table

@@ -29,7 +29,7 @@ def client_for() -> Iterator[Callable[..., TestClient]]:
 
     def make(**kw: object) -> TestClient:
         kw.setdefault("flush_interval_s", 0.2)
-        c = TestClient(create_app(ServiceSettings(**kw)))
+        c = TestClient(create_app(ServiceSettings(**kw)), base_url="http://127.0.0.1")  # a loopback Host
         c.__enter__()
         opened.append(c)
         return c

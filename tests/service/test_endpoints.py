@@ -27,7 +27,7 @@ def test_readyz_once_started(client):
 def test_readyz_is_503_before_the_lifespan_ran():
     from fastapi.testclient import TestClient
 
-    c = TestClient(create_app(ServiceSettings()))  # no `with`: startup never ran
+    c = TestClient(create_app(ServiceSettings()), base_url="http://127.0.0.1")  # no `with`: startup never ran
     r = c.get("/readyz")
     assert r.status_code == 503
     assert r.json()["ready"] is False and r.json()["checks"][0] == {"name": "startup", "ok": False, "detail": "starting"}
@@ -45,7 +45,7 @@ def test_readyz_waits_for_the_demo_warm_up():
     from tests.service.held_demo import HeldWarmUp
 
     demo = HeldWarmUp(Dispatcher(), limit=10, duty=1.0, min_gap_s=0.0, warm_up=True)
-    with TestClient(create_app(ServiceSettings(demo=True, flush_interval_s=0.2), demo=demo)) as c:
+    with TestClient(create_app(ServiceSettings(demo=True, flush_interval_s=0.2), demo=demo), base_url="http://127.0.0.1") as c:
         try:
             r = c.get("/readyz")
             assert r.status_code == 503 and {"name": "demo", "ok": False, "detail": "warming up"} in r.json()["checks"]
@@ -240,7 +240,7 @@ def test_openapi_documents_every_endpoint_with_models(client):
     params = {p["name"] for p in paths["/routing/explain"]["get"]["parameters"]}
     from dispatcher.explain import ExplainRequest
 
-    assert params == set(ExplainRequest.model_fields)
+    assert params == set(ExplainRequest.model_fields) | {"allow_unknown_arch"}
     assert "application/openmetrics-text" in paths["/metrics"]["get"]["responses"]["200"]["content"]
 
 
@@ -255,7 +255,7 @@ def test_a_failing_snapshot_is_a_500_without_a_traceback(client):
     real = app.state.routescope.telemetry
     app.state.routescope.telemetry = Broken()
     try:
-        r = TestClient(app, raise_server_exceptions=False).get("/routing")
+        r = TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1").get("/routing")
     finally:
         app.state.routescope.telemetry = real
     assert r.status_code == 500

@@ -46,7 +46,7 @@ def test_otel_endpoint_turns_on_otlp_export(monkeypatch, receiver):
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "300")
     app = create_app(ServiceSettings(demo=True, demo_limit=60, demo_duty=1.0, flush_interval_s=0.2))
     assert app.state.routescope.telemetry.config.otlp is True
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         wait_demo(c)
         assert c.get("/metrics").status_code == 200
     # leaving the client ran the lifespan's shutdown: telemetry closed, the OTLP reader flushed

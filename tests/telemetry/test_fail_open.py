@@ -135,7 +135,7 @@ def test_multiprocess_write_and_compact_faults(make_tel, monkeypatch, tmp_path):
     real_call_checked(d)
     tel.flush()
     generate_latest(tel.collect_registry())
-    assert errors(tel)["export"] >= 2
+    assert errors(tel)["write"] >= 1 and errors(tel)["compact"] >= 1
 
 
 def test_multiprocess_directory_gone(make_tel, tmp_path):
@@ -146,14 +146,15 @@ def test_multiprocess_directory_gone(make_tel, tmp_path):
     shutil.rmtree(mp)
     real_call_checked(d)
     generate_latest(tel.collect_registry())
-    assert errors(tel)["export"] >= 1
+    assert errors(tel)["write"] >= 1 and errors(tel)["read"] >= 1
+    assert [p["problem"] for p in tel.health_problems() if p.get("blocking")] == ["missing"] * 4  # 3 files, the dir
 
 
 def test_unusable_multiprocess_directory_at_start(make_tel, tmp_path):
     tel = cpu_tel(make_tel, TelemetryConfig(models=("glm",), multiproc_dir=str(tmp_path / "missing")))
     real_call_checked(real_dispatcher(tel))
-    assert errors(tel)["export"] == 1
-    assert tel.collect_registry() is tel.registry
+    assert errors(tel)["write"] >= 3 and errors(tel)["compact"] == 1  # each file at start and at the flush
+    assert tel.collect_registry() is tel.registry  # this process's series, the directory's problem reported
 
 
 def test_otel_feed_and_callback_faults(make_tel, monkeypatch):

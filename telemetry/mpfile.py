@@ -1,0 +1,150 @@
+"""prometheus_client's multiprocess file format, read and written as plain bytes: no mmap, so no SIGBUS.
+
+A file (``prometheus_client.mmap_dict``) is a 4-byte native int ``used``, 4 zero bytes, then
+entries up to ``used``: a 4-byte key length, the UTF-8 JSON key padded to 8-byte alignment, and
+two doubles (value, timestamp). Bytes past ``used`` are preallocated space, which every reader
+ignores; routescope's archives keep there the names of the files merged into them (a
+*manifest*, see ``telemetry/compact.py``), so prometheus_client's collector (vLLM's /metrics)
+reads an archive as any other file. Pure: bytes in, entries out, or ``CorruptFile`` with why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+HEADER = 8
+_INT = struct.Struct("i")  # native, as prometheus_client packs them
+_DD = struct.Struct("dd")
+MANIFEST_MAGIC = b"RSMERGED"  # 8 bytes, then a 4-byte length and a JSON list of file names
+MAX_KEY = 1 << 16  # a key longer than this is no key routescope wrote
+_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")  # what prometheus_client's Metric accepts
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+class CorruptFile(ValueError):
+    """The bytes are not a multiprocess file (truncated, bad header, bad key); ``reason`` says how."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def padded(n: int) -> int:
+    """Key bytes plus padding, as prometheus_client pads them (4-byte length + key to 8-byte alignment)."""
+    return n + (8 - (n + 4) % 8)
+
+
+def entry(key: str, value: float, ts: float = 0.0) -> bytes:
+    """One entry's bytes; its value lies at ``len(result) - 16``."""
+    raw = key.encode("utf-8")
+    return _INT.pack(len(raw)) + raw.ljust(padded(len(raw)), b" ") + _DD.pack(value, ts)
+
+
+def header(used: int) -> bytes:
+    return _INT.pack(used) + b"\0\0\0\0"
+
+
+def value_bytes(value: float, ts: float = 0.0) -> bytes:
+    return _DD.pack(value, ts)
+
+
+def value_at(data: bytes, offset: int) -> tuple[float, float]:
+    return _DD.unpack_from(data, offset)
+
+
+def used(data: bytes) -> int:
+    """The header's used length (of bytes ``parse`` accepted)."""
+    return _INT.unpack_from(data, 0)[0]
+
+
+def key_parts(key: str) -> list:
+    """A key is JSON ``[metric, sample, {label: value}, help]`` (``mmap_key``); anything else breaks collectors."""
+    try:
+        parts = json.loads(key)
+    except ValueError:
+        raise CorruptFile("a key is not JSON") from None
+    if not (isinstance(parts, list) and len(parts) == 4 and isinstance(parts[0], str) and isinstance(parts[1], str)
+            and isinstance(parts[2], dict) and isinstance(parts[3], str)
+            and all(isinstance(v, str) for v in parts[2].values())):
+        raise CorruptFile("a key is not [metric, sample, labels, help]")
+    if not (_NAME.match(parts[0]) and _NAME.match(parts[1]) and all(_LABEL.match(k) for k in parts[2])):
+        raise CorruptFile("a key has an invalid metric or label name")
+    if "le" in parts[2]:
+        try:
+            float(parts[2]["le"])
+        except ValueError:
+            raise CorruptFile("a bucket bound is not a number") from None
+    return parts
+
+
+Entry = tuple  # (key, key parts, value, timestamp, offset of the value)
+
+
+def parse(data: bytes, cache: dict[str, list] | None = None) -> tuple[list[Entry], list[str] | None]:
+    """(entries, the manifest or None); raises CorruptFile. ``cache`` keeps decoded keys between files."""
+    if len(data) < HEADER:
+        raise CorruptFile(f"truncated: {len(data)} bytes, shorter than the 8-byte header")
+    used = _INT.unpack_from(data, 0)[0]
+    if data[4:8] != b"\0\0\0\0":
+        raise CorruptFile("bad header: bytes 4-7 are not zero")
+    if used < HEADER or used > len(data):
+        raise CorruptFile(f"bad length header: {used} bytes used of {len(data)}")
+    out = []
+    pos = HEADER
+    while pos < used:
+        if pos + 4 > used:
+            raise CorruptFile(f"entry header cut at byte {pos}")
+        n = _INT.unpack_from(data, pos)[0]
+        end = pos + 4 + (padded(n) if n >= 0 else 0) + 16
+        if n < 0 or n > MAX_KEY or end > used:
+            raise CorruptFile(f"entry at byte {pos} runs past the used length {used}")
+        try:
+            key = bytes(data[pos + 4:pos + 4 + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptFile(f"key at byte {pos} is not UTF-8") from None
+        parts = cache.get(key) if cache is not None else None
+        if parts is None:
+            parts = key_parts(key)
+            if cache is not None and len(cache) < 1 << 18:
+                cache[key] = parts
+        value, ts = _DD.unpack_from(data, end - 16)
+        out.append((key, parts, value, ts, end - 16))
+        pos = end
+    return out, _manifest(data, used)
+
+
+def _manifest(data: bytes, used: int) -> list[str] | None:
+    tail = data[used:used + len(MANIFEST_MAGIC)]
+    if tail != MANIFEST_MAGIC:
+        return None
+    start = used + len(MANIFEST_MAGIC) + 4
+    if start > len(data):
+        raise CorruptFile("manifest cut short")
+    n = _INT.unpack_from(data, used + len(MANIFEST_MAGIC))[0]
+    if n < 0 or start + n > len(data):
+        raise CorruptFile("manifest length runs past the file")
+    try:
+        names = json.loads(bytes(data[start:start + n]).decode("utf-8"))
+    except ValueError:
+        raise CorruptFile("manifest is not JSON") from None
+    if not (isinstance(names, list) and all(isinstance(x, str) for x in names)):
+        raise CorruptFile("manifest is not a list of file names")
+    return names
+
+
+def build(values: dict[str, float], manifest: list[str] | None = None) -> bytes:
+    """A whole file: entries for ``values`` (timestamps 0), then the manifest past ``used`` when given."""
+    body = b"".join(entry(k, v) for k, v in values.items())
+    out = header(HEADER + len(body)) + body
+    if manifest is not None:
+        raw = json.dumps(sorted(manifest)).encode()
+        out += MANIFEST_MAGIC + _INT.pack(len(raw)) + raw
+    return out
+
+
+def read(path: str, cache: dict[str, list] | None = None) -> tuple[list[Entry], list[str] | None]:
+    """Parse a file from disk (ordinary reads); OSError and CorruptFile pass through."""
+    with open(path, "rb") as f:
+        return parse(f.read(), cache)
