@@ -60,6 +60,23 @@ def advice_for_routing(doc: Mapping[str, Any], settings: AdviceSettings | None =
                          source=SourceOut(kind="routing", where=where)).model_dump()
 
 
+class CachedAdvice:
+    """``advice_for_routing`` at most once per ``ttl_s`` (a scan costs tens of ms; the page polls every 2 s)."""
+
+    def __init__(self, ttl_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl, self._clock = ttl_s, clock
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._value: dict[str, Any] | None = None
+
+    def __call__(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            now = self._clock()
+            if self._value is None or self._at is None or now - self._at >= self._ttl:
+                self._value, self._at = advice_for_routing(doc), now
+            return self._value
+
+
 class Cached:
     """The last value of ``compute`` for ``ttl_s`` seconds: a page poll and a scrape in the same second share it."""
 

@@ -15,7 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 from prometheus_fastapi_instrumentator import Instrumentator
 
-from advise.service import AdviceCollector, Cached
+from advise.service import AdviceCollector, Cached, CachedAdvice
 from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
 from telemetry import Telemetry, TelemetryConfig
 from telemetry.config import DEFAULT_COUNTERFACTUALS
@@ -46,6 +46,7 @@ class ServiceState:
     metrics: ChainedCollector  # telemetry's registry (all processes' files in multiprocess mode), then HTTP's
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
+    advice: CachedAdvice = field(default_factory=CachedAdvice)  # /routing's advice section, shared by the gauges
 
 
 def demo_counterfactuals(settings: ServiceSettings, platform: Platform, policy: Policy) -> dict[str, Any]:

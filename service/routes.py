@@ -11,9 +11,10 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from dispatcher.explain import explain
 
+from .demo.runner import READY as DEMO_READY
 from .metrics import render
 from .models import ExplainQuery, ExplainResponse, HealthOut, ReadyCheck, ReadyOut, ValidationErrorOut
-from .routing import RoutingOut, routing_view
+from .routing import RoutingOut, routing_of
 
 router = APIRouter()
 _BAD_PARAMS = {422: {"model": ValidationErrorOut, "description": "a query parameter is malformed; `message` names it"}}
@@ -59,8 +60,8 @@ def readyz(request: Request) -> ReadyOut | JSONResponse:
     if st.telemetry.config.multiproc_dir:
         checks.append(_directory_check(st.telemetry))
     if st.settings.demo:
-        state = st.demo.state if st.demo is not None else "absent"
-        checks.append(ReadyCheck(name="demo", ok=state in ("running", "finished"), detail=state))
+        state = st.demo.state if st.demo is not None else None
+        checks.append(ReadyCheck(name="demo", ok=state in DEMO_READY, detail=str(state or "absent")))
     out = ReadyOut(ready=all(c.ok for c in checks), checks=checks)
     if not out.ready:
         return JSONResponse(status_code=503, content=out.model_dump())
@@ -99,14 +100,7 @@ def metrics(request: Request, accept: Annotated[str | None, Header()] = None) ->
 @router.get("/routing", response_model=RoutingOut, tags=["routing"])
 def routing(request: Request) -> dict:
     """What was routed where: counts, decode-in-prefill, latency quantiles, recent decisions, demo."""
-    st = _state(request)
-    return routing_view(
-        st.telemetry.snapshot(),
-        demo=st.demo.info() if st.demo is not None else None,
-        settings=st.settings,
-        started_ts=st.started_ts,
-        problems=st.telemetry.health_problems(),
-    )
+    return routing_of(_state(request))
 
 
 @router.get("/routing/explain", response_model=ExplainResponse, responses=_BAD_PARAMS, tags=["routing"])

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -239,6 +240,7 @@ def routing_view(
     version: str = "",
     now: float | None = None,
     problems: list[dict] | None = None,
+    advice: Callable[[dict], dict] = advice_for_routing,
 ) -> dict:
     """Telemetry's snapshot, trimmed (last N decisions, newest first) and joined with service facts."""
     now = time.time() if now is None else now
@@ -259,7 +261,7 @@ def routing_view(
         "refresh_s": 2.0,
     }
     out["demo"] = demo
-    out["advice"] = advice_for_routing(out)
+    out["advice"] = advice(out)
     if problems is not None:
         out["health"] = {**snapshot.get("health", {}), "problems": problems}
     return out
@@ -272,4 +274,6 @@ def routing_of(state: Any) -> dict:
         demo=state.demo.info() if state.demo is not None else None,
         settings=state.settings,
         started_ts=state.started_ts,
+        problems=state.telemetry.health_problems(),
+        advice=state.advice,
     )

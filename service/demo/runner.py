@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import torch
 
@@ -24,6 +25,23 @@ from .traffic import DEFAULT_SCENARIOS, DEMO_MODELS, CallSpec, ModelSpec, Scenar
 log = logging.getLogger("routescope.demo")
 
 DecodePathHook = Callable[[str, int], None]
+
+
+class DemoState(str, Enum):
+    """The demo loop's life; /routing shows the value, /readyz is ready in ``READY``."""
+
+    NOT_STARTED = "not started"
+    WARMING_UP = "warming up"
+    RUNNING = "running"
+    FINISHED = "finished"  # its call limit reached
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+READY = frozenset({DemoState.RUNNING, DemoState.FINISHED})
 
 
 @dataclass(slots=True)
@@ -149,15 +167,15 @@ class DemoRunner:
         return self._thread is not None and self._thread.is_alive()
 
     @property
-    def state(self) -> str:
-        """not started, warming up, running, finished (its call limit reached), stopped, or failed."""
+    def state(self) -> DemoState:
+        """Where the demo's loop is (``DemoState``)."""
         if self._thread is None:
-            return "not started"
+            return DemoState.NOT_STARTED
         if self._thread.is_alive():
-            return "warming up" if self._warming else "running"
+            return DemoState.WARMING_UP if self._warming else DemoState.RUNNING
         if self._failed:
-            return "failed"
-        return "stopped" if self._stop.is_set() else "finished"
+            return DemoState.FAILED
+        return DemoState.STOPPED if self._stop.is_set() else DemoState.FINISHED
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Wait for the loop to end (``limit`` reached or stopped)."""
@@ -281,7 +299,7 @@ class DemoRunner:
         factors = [s.factor for s in self.shapes.values()]
         return {
             "running": self.running,
-            "state": self.state,
+            "state": self.state.value,
             "limit": self.limit,
             "glm_bug": self.glm_bug,
             "seed": self.seed,

@@ -134,3 +134,17 @@ def test_settings_read_the_environment(monkeypatch):
     s = AdviceSettings()
     assert s.table_specs() == ["gfx942", "h200"] and s.gate_values() == (64, 256)
     assert os.environ["ROUTESCOPE_ADVISE_GATES"] == "256,64"
+
+
+def test_cached_advice_scans_at_most_once_a_ttl(monkeypatch):
+    import advise.service as svc
+
+    scans = []
+    monkeypatch.setattr(svc, "advice_for_routing", lambda doc: scans.append(doc) or {"status": "ok", "n": len(scans)})
+    now = [100.0]
+    cache = svc.CachedAdvice(ttl_s=1.0, clock=lambda: now[0])
+    assert cache({"a": 1})["n"] == 1
+    now[0] += 0.5
+    assert cache({"a": 2})["n"] == 1, "a poll within the ttl reuses the last scan"
+    now[0] += 0.6
+    assert cache({"a": 3})["n"] == 2 and scans[-1] == {"a": 3}
