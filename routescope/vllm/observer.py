@@ -9,12 +9,13 @@ original function is called exactly once with the arguments it was given.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import operator
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -66,15 +67,21 @@ def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragge
 class _Call:
     """One prefill call in flight: what was predicted, what the getters saw, what launched."""
 
-    __slots__ = ("key", "decision", "token", "launched", "saw_none", "prev")
+    __slots__ = ("key", "decision", "token", "launched", "attempted", "saw_none", "prev")
 
     def __init__(self, key: tuple, decision: Decision, prev: _Call | None) -> None:
         self.key = key
         self.decision = decision
         self.token: Any = None
         self.launched: Kernel | None = None
+        self.attempted: Kernel | None = None  # an AITER getter vLLM called that did not return None
         self.saw_none: set[Kernel] = set()
         self.prev = prev
+
+    def impl(self, raised: bool = False) -> str:
+        """What vLLM ran, or (for a call it raised on) what it attempted: 'aiter' or 'triton'."""
+        k = self.launched or (self.attempted if raised else None)
+        return "aiter" if k in AITER_KERNELS else "triton"
 
 
 class Observer:
@@ -92,6 +99,7 @@ class Observer:
         make_telemetry: Callable[..., Any],
         resolve_rank: Callable[[], str],
         absent_branches: frozenset[Kernel] = frozenset(),
+        vllm_gates: Mapping[Kernel, Callable[..., Any]] | None = None,
     ) -> None:
         self.param_index = param_index
         self.param_default = param_default
@@ -108,10 +116,12 @@ class Observer:
         self.make_telemetry = make_telemetry
         self.resolve_rank = resolve_rank
         self.absent_branches = absent_branches
+        self.vllm_gates = dict(vllm_gates or {})  # kernel -> vLLM's own predicate for its branch
         self.symbol_missing: set[Kernel] = set()
         self.platform: Platform | None = None
         self.telemetry: Any = None
         self.probe: Any = None
+        self._error_takes_impl = False
         self.rank = "0"
         self.errors: Counter[str] = Counter()
         self.mismatches: Counter[tuple[str, str]] = Counter()
@@ -169,6 +179,7 @@ class Observer:
                     self.telemetry = self.make_telemetry(
                         platform=self.platform, policy=self.policy, model=self.model.get(), rank=self.rank)
                     self.probe = self.telemetry.probe
+                    self._error_takes_impl = _takes_three(self.probe.error)
                     self._decisions.clear()
                 except Exception as exc:  # noqa: BLE001 - no telemetry: vLLM runs on, unobserved
                     self.failed("setup", exc)
@@ -177,20 +188,32 @@ class Observer:
         return self.probe is not None
 
     # ---- decisions ----------------------------------------------------------------------
-    def decide(self, shape: CallShape, batch: Batch) -> tuple[tuple, Decision]:
+    def decide(self, shape: CallShape, batch: Batch, gate_args: tuple = ()) -> tuple[tuple, Decision]:
         rows = shape[0]
         policy = self.policy
         key = (shape[1:], rows >= policy.gfx950_min_rows, rows >= policy.gfx942_min_rows, batch.call_class)
         hit = self._decisions.get(key)
         if hit is None:
             assert self.platform is not None
-            hit = self._adjust(decide(shape, self.platform, policy, Batch(batch.call_class)))
+            hit = self._adjust(decide(shape, self.platform, policy, Batch(batch.call_class)), gate_args)
             if len(self._decisions) < MAX_DECISIONS:
                 self._decisions[key] = hit
         return key, hit
 
-    def _adjust(self, d: Decision) -> Decision:
-        """Predict what this vLLM build does: a branch it lacks, or an AITER symbol its getter lacked."""
+    def _vllm_declines(self, k: Kernel, gate_args: tuple) -> bool:
+        """vLLM's own predicate for the branch (0.33.0: _can_use_aiter_sparse_prefill_opus), where it has one.
+
+        Read on a decision-cache miss only: the predicate reads what the cache key holds (rows
+        against the threshold, dtypes, strides, devices, the sink), plus vLLM's own arch flag.
+        """
+        gate = self.vllm_gates.get(k)
+        if gate is None or not gate_args:
+            return False
+        q, kv, sink, output = gate_args
+        return not gate(q, kv.squeeze(1) if kv.dim() == 3 else kv, None if sink is None else sink[: q.shape[1]], output)
+
+    def _adjust(self, d: Decision, gate_args: tuple = ()) -> Decision:
+        """Predict what this vLLM build does: a branch it lacks, a call its gate declines, a missing symbol."""
         k = d.kernel
         if k not in AITER_KERNELS:
             return d
@@ -201,6 +224,9 @@ class Observer:
         elif k in self.symbol_missing:
             gate = Gate(f"{branch}.symbol", False, f"vLLM's getter for {k} returned None")
             code, reason = f"{branch}_symbol", f"in-tree: {k} is not importable here"
+        elif self._vllm_declines(k, gate_args):
+            gate = Gate(f"vllm.{branch}_gate", False, f"vLLM's own gate for {k} declines this call")
+            code, reason = f"{branch}_declined", f"in-tree: vLLM's gate declines {k} for this call"
         else:
             return d
         return Decision(Kernel.INTREE_RAGGED_PREFILL, reason, code, d.gates + (gate,), "intree", d.call_class)
@@ -259,7 +285,7 @@ class Observer:
         except Exception as exc:  # noqa: BLE001 - an odd metadata object reads as unknown
             self.failed("metadata", exc)
             batch = Batch()
-        key, decision = self.decide(shape, batch)
+        key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
         call = _Call(key, decision, getattr(self._local, "call", None))
         try:
             call.token = self.probe.start(decision, shape, batch, self.model.get(), q, None)
@@ -272,13 +298,16 @@ class Observer:
     def after(self, call: _Call, exc: BaseException | None) -> None:
         """Never raises; restores the enclosing call (if any) for the getters to see."""
         try:
-            if exc is not None:
-                self.probe.error(call.token, exc)
+            if exc is not None:  # the impl label says what vLLM attempted (aiter or triton)
+                if self._error_takes_impl:
+                    self.probe.error(call.token, exc, call.impl(raised=True))
+                else:
+                    self.probe.error(call.token, exc)
                 return
             launched = call.launched or Kernel.INTREE_RAGGED_PREFILL
             if launched is not call.decision.kernel:
                 self._observed(call, launched)
-            self.probe.stop(call.token, "aiter" if launched in AITER_KERNELS else "triton")
+            self.probe.stop(call.token, call.impl())
         except Exception as e:  # noqa: BLE001
             self.failed("probe", e)
         finally:
@@ -324,12 +353,15 @@ class Observer:
             return _mark(launch, fn)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            call = getattr(obs._local, "call", None)
+            if call is not None:
+                call.attempted = kernel  # vLLM is trying this kernel (its getter may also raise)
             fn = getter(*args, **kwargs)
             try:
                 if fn is None:
-                    call = getattr(obs._local, "call", None)
                     if call is not None:
                         call.saw_none.add(kernel)
+                        call.attempted = None
                     return None
                 hit = wrapped.get(id(fn))
                 if hit is None or hit[0] is not fn:
@@ -369,6 +401,17 @@ class Observer:
                 local.decode_depth = depth
 
         return _mark(wrapper, original)
+
+
+def _takes_three(fn: Callable[..., Any]) -> bool:
+    """Whether the probe's ``error`` accepts the attempted impl as a third argument."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3
 
 
 def _is_compiling() -> Callable[[], bool]:
