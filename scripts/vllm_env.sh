@@ -15,7 +15,7 @@ if [ "$(cat "$VENV/routescope-stamp" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi
 fail() {
-  { echo "stamp $want"; echo "$1"; tail -n 25 "$LOG" 2>/dev/null; } > "$VENV.failed"
+  { echo "$1"; echo "stamp $want"; tail -n 25 "$LOG" 2>/dev/null; } > "$VENV.failed"
   echo "vllm_env: FAILED: $1 (see $VENV.failed; tests/vllm_real will not run)" >&2
   exit 1
 }

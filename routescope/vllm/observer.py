@@ -8,8 +8,6 @@ original function is called exactly once with the arguments it was given.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import operator
 import os
@@ -18,70 +16,21 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
-
 from dispatcher.platform import Platform
 from dispatcher.policy import Policy, decide
 from dispatcher.types import Batch, CallShape, Decision, Gate, Kernel
-from dispatcher.validate import _DTYPE_NAMES as _NAMES
-from dispatcher.validate import dtype_name
 
+from .calls import AITER_KERNELS, Call, call_shape, is_compiling, mark, takes_three
 from .context import ForwardBatch, ModelName
 
 log = logging.getLogger("vllm.routescope")
 
-AITER_KERNELS = frozenset({Kernel.AITER_PA_PREFILL_SPARSE, Kernel.AITER_OPUS})
 _BRANCH = {Kernel.AITER_PA_PREFILL_SPARSE: "gfx942", Kernel.AITER_OPUS: "gfx950"}
 _OBSERVED_CODE = {Kernel.AITER_PA_PREFILL_SPARSE: ("gfx942_pa_prefill_sparse", "gfx942_pa"),
                   Kernel.AITER_OPUS: ("gfx950_opus", "gfx950_opus")}
 MAX_DECISIONS = 4096
-_FP32 = torch.float32
 _READ = ("q", "kv", "indices", "attn_sink", "output", "head_dim", "nope_head_dim", "rope_head_dim",
          "ragged_indices", "ragged_indptr")
-
-
-def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragged: bool,
-               head_dim: Any, nope_head_dim: Any, rope_head_dim: Any) -> CallShape:
-    """The facts vLLM's gates read, without validation (vLLM validates its own arguments)."""
-    qs = q.shape
-    heads = qs[1]
-    sink_ok = False
-    if attn_sink is not None:  # vLLM slices the sink to q's heads before its gate
-        sink_ok = attn_sink.dim() == 1 and attn_sink.shape[0] >= heads and attn_sink.dtype is _FP32
-    names = _NAMES
-    q_dt, kv_dt, out_dt = q.dtype, kv.dtype, output.dtype
-    q_stride, out_stride = q.stride(), output.stride()
-    return CallShape(
-        qs[0], heads, head_dim, nope_head_dim, rope_head_dim,
-        names.get(q_dt) or dtype_name(q_dt), names.get(kv_dt) or dtype_name(kv_dt),
-        names.get(out_dt) or dtype_name(out_dt), output.shape[-1],
-        indices.shape[-1] if indices is not None else 0,
-        attn_sink is not None, sink_ok,
-        q.get_device() == kv.get_device() == output.get_device(),
-        q_stride[-1] == 1 and kv.stride()[-1] == 1 and out_stride[-1] == 1,
-        out_stride == q_stride,
-        ragged,
-    )
-
-
-class _Call:
-    """One prefill call in flight: what was predicted, what the getters saw, what launched."""
-
-    __slots__ = ("key", "decision", "token", "launched", "attempted", "saw_none", "prev")
-
-    def __init__(self, key: tuple, decision: Decision, prev: _Call | None) -> None:
-        self.key = key
-        self.decision = decision
-        self.token: Any = None
-        self.launched: Kernel | None = None
-        self.attempted: Kernel | None = None  # an AITER getter vLLM called that did not return None
-        self.saw_none: set[Kernel] = set()
-        self.prev = prev
-
-    def impl(self, raised: bool = False) -> str:
-        """What vLLM ran, or (for a call it raised on) what it attempted: 'aiter' or 'triton'."""
-        k = self.launched or (self.attempted if raised else None)
-        return "aiter" if k in AITER_KERNELS else "triton"
 
 
 class Observer:
@@ -179,7 +128,7 @@ class Observer:
                     self.telemetry = self.make_telemetry(
                         platform=self.platform, policy=self.policy, model=self.model.get(), rank=self.rank)
                     self.probe = self.telemetry.probe
-                    self._error_takes_impl = _takes_three(self.probe.error)
+                    self._error_takes_impl = takes_three(self.probe.error)
                     self._decisions.clear()
                 except Exception as exc:  # noqa: BLE001 - no telemetry: vLLM runs on, unobserved
                     self.failed("setup", exc)
@@ -231,7 +180,7 @@ class Observer:
             return d
         return Decision(Kernel.INTREE_RAGGED_PREFILL, reason, code, d.gates + (gate,), "intree", d.call_class)
 
-    def _observed(self, call: _Call, launched: Kernel) -> None:
+    def _observed(self, call: Call, launched: Kernel) -> None:
         """vLLM launched something else than predicted: learn it for this call class and log once."""
         pred = call.decision
         self.mismatches[(pred.kernel.value, launched.value)] += 1
@@ -273,7 +222,7 @@ class Observer:
         arg = self._arg
         return tuple(arg(args, kwargs, name) for name in _READ)
 
-    def before(self, args: tuple, kwargs: dict) -> _Call | None:
+    def before(self, args: tuple, kwargs: dict) -> Call | None:
         q, kv, indices, attn_sink, output, hd, nope, rope, r_indices, r_indptr = self._read(args, kwargs)
         if not self.ready(q):
             return None
@@ -286,7 +235,7 @@ class Observer:
             self.failed("metadata", exc)
             batch = Batch()
         key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
-        call = _Call(key, decision, getattr(self._local, "call", None))
+        call = Call(key, decision, getattr(self._local, "call", None))
         try:
             call.token = self.probe.start(decision, shape, batch, self.model.get(), q, None)
         except Exception as exc:  # noqa: BLE001
@@ -295,7 +244,7 @@ class Observer:
         self._local.call = call
         return call
 
-    def after(self, call: _Call, exc: BaseException | None) -> None:
+    def after(self, call: Call, exc: BaseException | None) -> None:
         """Never raises; restores the enclosing call (if any) for the getters to see."""
         try:
             if exc is not None:  # the impl label says what vLLM attempted (aiter or triton)
@@ -315,7 +264,7 @@ class Observer:
 
     def wrap_prefill(self, original: Callable[..., Any]) -> Callable[..., Any]:
         obs = self
-        compiling = _is_compiling()
+        compiling = is_compiling()
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compiling():  # inside a torch.compile trace: stay out of the graph
@@ -335,7 +284,7 @@ class Observer:
             obs.after(call, None)
             return result
 
-        return _mark(wrapper, original)
+        return mark(wrapper, original)
 
     # ---- getters and decode entries -----------------------------------------------------
     def wrap_getter(self, getter: Callable[..., Any], kernel: Kernel) -> Callable[..., Any]:
@@ -350,7 +299,7 @@ class Observer:
                     call.launched = kernel
                 return fn(*args, **kwargs)
 
-            return _mark(launch, fn)
+            return mark(launch, fn)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             call = getattr(obs._local, "call", None)
@@ -374,13 +323,13 @@ class Observer:
         for name in ("cache_clear", "cache_info", "cache_parameters"):  # functools.cache getters
             if hasattr(getter, name):
                 setattr(wrapper, name, getattr(getter, name))
-        return _mark(wrapper, getter)
+        return mark(wrapper, getter)
 
     def wrap_decode(self, original: Callable[..., Any], q_index: int) -> Callable[..., Any]:
         """Counts the outermost decode-entry call (a decode variant may call another)."""
         obs = self
         local = self._local
-        compiling = _is_compiling()
+        compiling = is_compiling()
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compiling():
@@ -400,34 +349,4 @@ class Observer:
             finally:
                 local.decode_depth = depth
 
-        return _mark(wrapper, original)
-
-
-def _takes_three(fn: Callable[..., Any]) -> bool:
-    """Whether the probe's ``error`` accepts the attempted impl as a third argument."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return True
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3
-
-
-def _is_compiling() -> Callable[[], bool]:
-    """torch.compiler.is_compiling where torch has it: a traced call is passed straight through."""
-    try:
-        import torch
-
-        fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-        return fn if callable(fn) else (lambda: False)
-    except Exception:  # noqa: BLE001
-        return lambda: False
-
-
-def _mark(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
-    """Look like the original (name, doc, signature via __wrapped__) and say whose wrapper it is."""
-    functools.update_wrapper(wrapper, original, updated=())
-    wrapper.__routescope__ = True  # type: ignore[attr-defined]
-    wrapper.__routescope_original__ = original  # type: ignore[attr-defined]
-    return wrapper
+        return mark(wrapper, original)

@@ -37,19 +37,18 @@ step(3, 1, 3, decodes=3, decode_tokens=3, prefills=0, tokens=3, max_query_len=1,
 step(2, 1, 4, decodes=2, decode_tokens=2, prefills=0, tokens=2, max_query_len=1, max_seq_len=4096)
 # a prefill-only step of 5 tokens
 step(5, 1, 5, decodes=0, decode_tokens=0, prefills=1, tokens=5, max_query_len=5, max_seq_len=64)
-# DeepSeek-V4's shape: the model module sends only the prefill rows (decode rows split off), by keyword,
-# ragged, with a dense `indices` of shape [rows, 1, 0], 448+64, and a sink
+# DeepSeek-V4's shape (vllm/models/deepseek_v4/amd/rocm.py, _forward_prefill): only the prefill rows after
+# the decode rows, by keyword, dense top-k indices with their lengths, 448+64, the layer's sink
 from vllm.forward_context import ForwardContext, override_forward_context  # noqa: E402
 
 q, kv, g = batch.inputs(6, 8, 512, 32, torch.float16, 6)
 meta = batch.metadata(decodes=2, decode_tokens=2, prefills=1, tokens=6, max_query_len=4, max_seq_len=64)
-index, indptr = batch.ragged(4, 32, 4, g)
+indices = torch.randint(0, 32, (4, 8), generator=g, dtype=torch.int32)
 out = torch.zeros(4, 8, 448, dtype=torch.float16)
 with override_forward_context(ForwardContext(no_compile_layers={}, attn_metadata={"swa": meta}, slot_mapping={})):
     modules[MODELS[0]].rocm_sparse_attn_prefill(
-        q=q[2:], kv=kv, indices=torch.zeros(4, 1, 0, dtype=torch.int32), topk_length=None, scale=512 ** -0.5,
-        head_dim=512, nope_head_dim=448, rope_head_dim=64, attn_sink=torch.zeros(8), output=out,
-        ragged_indices=index, ragged_indptr=indptr)
+        q=q[2:], kv=kv, indices=indices, topk_length=torch.tensor([8, 5, 8, 3], dtype=torch.int32),
+        scale=512 ** -0.5, head_dim=512, nope_head_dim=448, rope_head_dim=64, attn_sink=torch.zeros(8), output=out)
 
 obs = observer()
 emit(state_before_import=state_before_import, state=plugin.current().state, sites=sites, samples=flushed_samples(),
