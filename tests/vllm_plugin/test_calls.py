@@ -381,14 +381,21 @@ class _ImplProbe:
         self.errors.append((type(exc).__name__, impl))
 
 
-@pytest.mark.parametrize(("rows", "expected"), [(4, "triton"), (600, "aiter")])
-def test_a_call_vllm_raised_on_reports_the_impl_it_attempted(vllm_doubles, rows, expected):
+@pytest.fixture
+def impl_probe(vllm_doubles):
+    """Doubles on a what-if gfx942, telemetry whose probe records what ``error`` is given: (ops, backend, probe)."""
     d = vllm_doubles()
     ops, backend = d.ops(), d.backend()
     ops._ON_GFX942 = True
     fake = _FakeTelemetry("none")
     fake.probe = _ImplProbe()
     plugin.install(env=ON, platform=what_if("gfx942"), telemetry_factory=lambda **kw: fake)
+    return ops, backend, fake.probe
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(4, "triton"), (600, "aiter")])
+def test_a_call_vllm_raised_on_reports_the_impl_it_attempted(impl_probe, rows, expected):
+    ops, backend, probe = impl_probe
 
     def broken(*a, **kw):
         raise RuntimeError("the kernel failed")
@@ -398,23 +405,18 @@ def test_a_call_vllm_raised_on_reports_the_impl_it_attempted(vllm_doubles, rows,
     args, _ = prefill_args(rows)
     with pytest.raises(RuntimeError, match="the kernel failed"):
         backend.forward_prefill(*args)
-    assert fake.probe.errors == [("RuntimeError", expected)]
+    assert probe.errors == [("RuntimeError", expected)]
 
 
-def test_a_getter_that_raises_counts_as_an_aiter_attempt(vllm_doubles):
+def test_a_getter_that_raises_counts_as_an_aiter_attempt(impl_probe):
     """The seed PR imports the symbol after the gate: a missing one raises from the getter."""
-    d = vllm_doubles()
-    ops, backend = d.ops(), d.backend()
-    ops._ON_GFX942 = True
-    fake = _FakeTelemetry("none")
-    fake.probe = _ImplProbe()
-    plugin.install(env=ON, platform=what_if("gfx942"), telemetry_factory=lambda **kw: fake)
+    ops, backend, probe = impl_probe
     ops._get_aiter_pa_prefill_sparse.cache_clear()
     del ops.pa_prefill_sparse  # the double's getter now raises NameError
     args, _ = prefill_args(600)
     with pytest.raises(NameError):
         backend.forward_prefill(*args)
-    assert fake.probe.errors == [("NameError", "aiter")]
+    assert probe.errors == [("NameError", "aiter")]
 
 
 def test_vllms_own_gate_declining_opus_is_labelled_declined_from_the_first_call(vllm_doubles):
