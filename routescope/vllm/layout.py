@@ -33,6 +33,8 @@ class Layout:
         ("_get_aiter_pa_prefill_sparse", Kernel.AITER_PA_PREFILL_SPARSE),
         ("_get_aiter_sparse_prefill_opus", Kernel.AITER_OPUS),
     )
+    # vLLM's own predicate for a branch, called as vLLM calls it: (q, kv [skv, d], attn_sink [H] | None, output)
+    gates: tuple[tuple[str, Kernel], ...] = (("_can_use_aiter_sparse_prefill_opus", Kernel.AITER_OPUS),)
     gfx942_min_rows_names: tuple[str, ...] = ("_GFX942_AITER_PA_PREFILL_SPARSE_MIN_QUERIES",)
     gfx950_min_rows_names: tuple[str, ...] = ("_GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES",)
     forward_context: str = "vllm.forward_context:get_forward_context"
@@ -55,6 +57,7 @@ class OpsFound:
     param_default: dict[str, Any]
     getters: dict[str, tuple[Callable[..., Any], Kernel]] = field(default_factory=dict)
     decodes: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    gates: dict[str, Kernel] = field(default_factory=dict)  # name of vLLM's predicate -> its branch's kernel
     gfx942_min_rows: int | None = None
     gfx950_min_rows: int | None = None
     absent: list[str] = field(default_factory=list)  # optional pieces not found (logged, not fatal)
@@ -89,6 +92,17 @@ def _int_constant(module: ModuleType, names: tuple[str, ...]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
+
+
+def _is_gate(fn: Any) -> bool:
+    """A Python function whose first parameters are vLLM's (q, kv, attn_sink, output)."""
+    if not inspect.isfunction(fn):
+        return False
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return names[:4] == ["q", "kv", "attn_sink", "output"]
 
 
 def inspect_ops(module: ModuleType, layout: Layout) -> OpsFound:
@@ -128,6 +142,9 @@ def inspect_ops(module: ModuleType, layout: Layout) -> OpsFound:
             found.getters[getter_name] = (getter, kernel)
         else:
             found.absent.append(f"no {getter_name} (the {kernel} branch is taken to be absent)")
+    for gate_name, kernel in layout.gates:
+        if kernel in {k for _, k in found.getters.values()} and _is_gate(getattr(module, gate_name, None)):
+            found.gates[gate_name] = kernel
     for name, value in sorted(vars(module).items()):
         if name.startswith(layout.decode_prefix) and inspect.isfunction(_unwrap(value)):
             found.decodes[name] = value

@@ -8,73 +8,29 @@ original function is called exactly once with the arguments it was given.
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
-
-import torch
 
 from dispatcher.platform import Platform
 from dispatcher.policy import Policy, decide
 from dispatcher.types import Batch, CallShape, Decision, Gate, Kernel
-from dispatcher.validate import _DTYPE_NAMES as _NAMES
-from dispatcher.validate import dtype_name
 
+from .calls import AITER_KERNELS, Call, call_shape, is_compiling, mark, takes_three
 from .context import ForwardBatch, ModelName
 
 log = logging.getLogger("vllm.routescope")
 
-AITER_KERNELS = frozenset({Kernel.AITER_PA_PREFILL_SPARSE, Kernel.AITER_OPUS})
 _BRANCH = {Kernel.AITER_PA_PREFILL_SPARSE: "gfx942", Kernel.AITER_OPUS: "gfx950"}
 _OBSERVED_CODE = {Kernel.AITER_PA_PREFILL_SPARSE: ("gfx942_pa_prefill_sparse", "gfx942_pa"),
                   Kernel.AITER_OPUS: ("gfx950_opus", "gfx950_opus")}
 MAX_DECISIONS = 4096
-_FP32 = torch.float32
 _READ = ("q", "kv", "indices", "attn_sink", "output", "head_dim", "nope_head_dim", "rope_head_dim",
          "ragged_indices", "ragged_indptr")
-
-
-def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragged: bool,
-               head_dim: Any, nope_head_dim: Any, rope_head_dim: Any) -> CallShape:
-    """The facts vLLM's gates read, without validation (vLLM validates its own arguments)."""
-    qs = q.shape
-    heads = qs[1]
-    sink_ok = False
-    if attn_sink is not None:  # vLLM slices the sink to q's heads before its gate
-        sink_ok = attn_sink.dim() == 1 and attn_sink.shape[0] >= heads and attn_sink.dtype is _FP32
-    names = _NAMES
-    q_dt, kv_dt, out_dt = q.dtype, kv.dtype, output.dtype
-    q_stride, out_stride = q.stride(), output.stride()
-    return CallShape(
-        qs[0], heads, head_dim, nope_head_dim, rope_head_dim,
-        names.get(q_dt) or dtype_name(q_dt), names.get(kv_dt) or dtype_name(kv_dt),
-        names.get(out_dt) or dtype_name(out_dt), output.shape[-1],
-        indices.shape[-1] if indices is not None else 0,
-        attn_sink is not None, sink_ok,
-        q.get_device() == kv.get_device() == output.get_device(),
-        q_stride[-1] == 1 and kv.stride()[-1] == 1 and out_stride[-1] == 1,
-        out_stride == q_stride,
-        ragged,
-    )
-
-
-class _Call:
-    """One prefill call in flight: what was predicted, what the getters saw, what launched."""
-
-    __slots__ = ("key", "decision", "token", "launched", "saw_none", "prev")
-
-    def __init__(self, key: tuple, decision: Decision, prev: _Call | None) -> None:
-        self.key = key
-        self.decision = decision
-        self.token: Any = None
-        self.launched: Kernel | None = None
-        self.saw_none: set[Kernel] = set()
-        self.prev = prev
 
 
 class Observer:
@@ -92,6 +48,7 @@ class Observer:
         make_telemetry: Callable[..., Any],
         resolve_rank: Callable[[], str],
         absent_branches: frozenset[Kernel] = frozenset(),
+        vllm_gates: Mapping[Kernel, Callable[..., Any]] | None = None,
     ) -> None:
         self.param_index = param_index
         self.param_default = param_default
@@ -108,10 +65,12 @@ class Observer:
         self.make_telemetry = make_telemetry
         self.resolve_rank = resolve_rank
         self.absent_branches = absent_branches
+        self.vllm_gates = dict(vllm_gates or {})  # kernel -> vLLM's own predicate for its branch
         self.symbol_missing: set[Kernel] = set()
         self.platform: Platform | None = None
         self.telemetry: Any = None
         self.probe: Any = None
+        self._error_takes_impl = False
         self.rank = "0"
         self.errors: Counter[str] = Counter()
         self.mismatches: Counter[tuple[str, str]] = Counter()
@@ -169,6 +128,7 @@ class Observer:
                     self.telemetry = self.make_telemetry(
                         platform=self.platform, policy=self.policy, model=self.model.get(), rank=self.rank)
                     self.probe = self.telemetry.probe
+                    self._error_takes_impl = takes_three(self.probe.error)
                     self._decisions.clear()
                 except Exception as exc:  # noqa: BLE001 - no telemetry: vLLM runs on, unobserved
                     self.failed("setup", exc)
@@ -177,20 +137,32 @@ class Observer:
         return self.probe is not None
 
     # ---- decisions ----------------------------------------------------------------------
-    def decide(self, shape: CallShape, batch: Batch) -> tuple[tuple, Decision]:
+    def decide(self, shape: CallShape, batch: Batch, gate_args: tuple = ()) -> tuple[tuple, Decision]:
         rows = shape[0]
         policy = self.policy
         key = (shape[1:], rows >= policy.gfx950_min_rows, rows >= policy.gfx942_min_rows, batch.call_class)
         hit = self._decisions.get(key)
         if hit is None:
             assert self.platform is not None
-            hit = self._adjust(decide(shape, self.platform, policy, Batch(batch.call_class)))
+            hit = self._adjust(decide(shape, self.platform, policy, Batch(batch.call_class)), gate_args)
             if len(self._decisions) < MAX_DECISIONS:
                 self._decisions[key] = hit
         return key, hit
 
-    def _adjust(self, d: Decision) -> Decision:
-        """Predict what this vLLM build does: a branch it lacks, or an AITER symbol its getter lacked."""
+    def _vllm_declines(self, k: Kernel, gate_args: tuple) -> bool:
+        """vLLM's own predicate for the branch (0.33.0: _can_use_aiter_sparse_prefill_opus), where it has one.
+
+        Read on a decision-cache miss only: the predicate reads what the cache key holds (rows
+        against the threshold, dtypes, strides, devices, the sink), plus vLLM's own arch flag.
+        """
+        gate = self.vllm_gates.get(k)
+        if gate is None or not gate_args:
+            return False
+        q, kv, sink, output = gate_args
+        return not gate(q, kv.squeeze(1) if kv.dim() == 3 else kv, None if sink is None else sink[: q.shape[1]], output)
+
+    def _adjust(self, d: Decision, gate_args: tuple = ()) -> Decision:
+        """Predict what this vLLM build does: a branch it lacks, a call its gate declines, a missing symbol."""
         k = d.kernel
         if k not in AITER_KERNELS:
             return d
@@ -201,11 +173,14 @@ class Observer:
         elif k in self.symbol_missing:
             gate = Gate(f"{branch}.symbol", False, f"vLLM's getter for {k} returned None")
             code, reason = f"{branch}_symbol", f"in-tree: {k} is not importable here"
+        elif self._vllm_declines(k, gate_args):
+            gate = Gate(f"vllm.{branch}_gate", False, f"vLLM's own gate for {k} declines this call")
+            code, reason = f"{branch}_declined", f"in-tree: vLLM's gate declines {k} for this call"
         else:
             return d
         return Decision(Kernel.INTREE_RAGGED_PREFILL, reason, code, d.gates + (gate,), "intree", d.call_class)
 
-    def _observed(self, call: _Call, launched: Kernel) -> None:
+    def _observed(self, call: Call, launched: Kernel) -> None:
         """vLLM launched something else than predicted: learn it for this call class and log once."""
         pred = call.decision
         self.mismatches[(pred.kernel.value, launched.value)] += 1
@@ -247,7 +222,7 @@ class Observer:
         arg = self._arg
         return tuple(arg(args, kwargs, name) for name in _READ)
 
-    def before(self, args: tuple, kwargs: dict) -> _Call | None:
+    def before(self, args: tuple, kwargs: dict) -> Call | None:
         q, kv, indices, attn_sink, output, hd, nope, rope, r_indices, r_indptr = self._read(args, kwargs)
         if not self.ready(q):
             return None
@@ -259,8 +234,8 @@ class Observer:
         except Exception as exc:  # noqa: BLE001 - an odd metadata object reads as unknown
             self.failed("metadata", exc)
             batch = Batch()
-        key, decision = self.decide(shape, batch)
-        call = _Call(key, decision, getattr(self._local, "call", None))
+        key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
+        call = Call(key, decision, getattr(self._local, "call", None))
         try:
             call.token = self.probe.start(decision, shape, batch, self.model.get(), q, None)
         except Exception as exc:  # noqa: BLE001
@@ -269,16 +244,19 @@ class Observer:
         self._local.call = call
         return call
 
-    def after(self, call: _Call, exc: BaseException | None) -> None:
+    def after(self, call: Call, exc: BaseException | None) -> None:
         """Never raises; restores the enclosing call (if any) for the getters to see."""
         try:
-            if exc is not None:
-                self.probe.error(call.token, exc)
+            if exc is not None:  # the impl label says what vLLM attempted (aiter or triton)
+                if self._error_takes_impl:
+                    self.probe.error(call.token, exc, call.impl(raised=True))
+                else:
+                    self.probe.error(call.token, exc)
                 return
             launched = call.launched or Kernel.INTREE_RAGGED_PREFILL
             if launched is not call.decision.kernel:
                 self._observed(call, launched)
-            self.probe.stop(call.token, "aiter" if launched in AITER_KERNELS else "triton")
+            self.probe.stop(call.token, call.impl())
         except Exception as e:  # noqa: BLE001
             self.failed("probe", e)
         finally:
@@ -286,7 +264,7 @@ class Observer:
 
     def wrap_prefill(self, original: Callable[..., Any]) -> Callable[..., Any]:
         obs = self
-        compiling = _is_compiling()
+        compiling = is_compiling()
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compiling():  # inside a torch.compile trace: stay out of the graph
@@ -306,7 +284,7 @@ class Observer:
             obs.after(call, None)
             return result
 
-        return _mark(wrapper, original)
+        return mark(wrapper, original)
 
     # ---- getters and decode entries -----------------------------------------------------
     def wrap_getter(self, getter: Callable[..., Any], kernel: Kernel) -> Callable[..., Any]:
@@ -321,15 +299,18 @@ class Observer:
                     call.launched = kernel
                 return fn(*args, **kwargs)
 
-            return _mark(launch, fn)
+            return mark(launch, fn)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            call = getattr(obs._local, "call", None)
+            if call is not None:
+                call.attempted = kernel  # vLLM is trying this kernel (its getter may also raise)
             fn = getter(*args, **kwargs)
             try:
                 if fn is None:
-                    call = getattr(obs._local, "call", None)
                     if call is not None:
                         call.saw_none.add(kernel)
+                        call.attempted = None
                     return None
                 hit = wrapped.get(id(fn))
                 if hit is None or hit[0] is not fn:
@@ -342,13 +323,13 @@ class Observer:
         for name in ("cache_clear", "cache_info", "cache_parameters"):  # functools.cache getters
             if hasattr(getter, name):
                 setattr(wrapper, name, getattr(getter, name))
-        return _mark(wrapper, getter)
+        return mark(wrapper, getter)
 
     def wrap_decode(self, original: Callable[..., Any], q_index: int) -> Callable[..., Any]:
         """Counts the outermost decode-entry call (a decode variant may call another)."""
         obs = self
         local = self._local
-        compiling = _is_compiling()
+        compiling = is_compiling()
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compiling():
@@ -368,23 +349,4 @@ class Observer:
             finally:
                 local.decode_depth = depth
 
-        return _mark(wrapper, original)
-
-
-def _is_compiling() -> Callable[[], bool]:
-    """torch.compiler.is_compiling where torch has it: a traced call is passed straight through."""
-    try:
-        import torch
-
-        fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-        return fn if callable(fn) else (lambda: False)
-    except Exception:  # noqa: BLE001
-        return lambda: False
-
-
-def _mark(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
-    """Look like the original (name, doc, signature via __wrapped__) and say whose wrapper it is."""
-    functools.update_wrapper(wrapper, original, updated=())
-    wrapper.__routescope__ = True  # type: ignore[attr-defined]
-    wrapper.__routescope_original__ = original  # type: ignore[attr-defined]
-    return wrapper
+        return mark(wrapper, original)

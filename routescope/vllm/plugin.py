@@ -21,13 +21,14 @@ from typing import Any
 
 from dispatcher.platform import Platform, detect
 from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy, PolicySettings
-from dispatcher.types import GuardMode
+from dispatcher.types import GuardMode, Kernel
 
 from . import enabled
 from .context import ForwardBatch, ModelName, resolve_rank
 from .export import make_telemetry
 from .hooks import Patcher, PostImportHook
 from .layout import Layout, LayoutMismatch, inspect_ops, resolve
+from .logs import route_to_vllm, unroute
 from .observer import Observer
 
 log = logging.getLogger("vllm.routescope")
@@ -59,8 +60,10 @@ class Plugin:
         self.observer: Observer | None = None
         self.hook: PostImportHook | None = None
         self.sites = 0
+        self.routed_logs = False
 
     def start(self) -> str:
+        self.routed_logs = route_to_vllm()
         name = self.layout.ops_module
         module = sys.modules.get(name)
         if module is not None:
@@ -131,6 +134,7 @@ class Plugin:
                           max_attempts=None if silent else 8)
         model.get()  # vLLM imports this module while it builds the model, under its config
         absent_branches = frozenset(k for name, k in layout.getters if name not in found.getters)
+        gates = {k: _module_attr_call(module, name) for name, k in found.gates.items()}
         env = self.env
         factory = self.telemetry_factory or (lambda **kw: make_telemetry(env=env, **kw))
         observer = Observer(
@@ -138,7 +142,7 @@ class Plugin:
             batch_reader=ForwardBatch(get_context, is_available if callable(is_available) else None),
             model=model, make_platform=self._make_platform, policy=self._policy(found),
             make_telemetry=factory, resolve_rank=lambda: resolve_rank(rank_getters, env),
-            absent_branches=absent_branches,
+            absent_branches=absent_branches, vllm_gates=gates,
         )
         replacements: dict[int, tuple[Any, Any]] = {
             id(found.prefill): (found.prefill, observer.wrap_prefill(found.prefill))}
@@ -154,9 +158,9 @@ class Plugin:
         self.observer = observer
         self.absent = found.absent
         self.state = "observing"
-        log.info("routescope: observing %s.%s (%d other binding sites), getters %s, decode entries %s; "
-                 "policy %s", module.__name__, layout.prefill, self.sites, sorted(found.getters) or "none",
-                 sorted(found.decodes) or "none", observer.policy.to_dict())
+        log.info("routescope: observing %s.%s (%d other binding sites), getters %s, decode entries %s; %s",
+                 module.__name__, layout.prefill, self.sites, sorted(found.getters) or "none",
+                 sorted(found.decodes) or "none", _branches(layout, found, observer.policy))
         if found.absent:
             log.info("routescope: not found in this vLLM (observed without them): %s", "; ".join(found.absent))
 
@@ -183,6 +187,8 @@ class Plugin:
         if self.hook is not None:
             self.hook.remove()
         self.patcher.undo()
+        if self.routed_logs:
+            unroute()
         self.state = "uninstalled"
 
     def status(self) -> dict:
@@ -191,6 +197,29 @@ class Plugin:
         if self.observer is not None:
             out.update(self.observer.status())
         return out
+
+
+def _module_attr_call(module: ModuleType, name: str) -> Callable[..., Any]:
+    """Call ``module.name`` as vLLM does: looked up at each call, so a replaced attribute is the one used."""
+    return lambda *args: getattr(module, name)(*args)
+
+
+def _branches(layout: Layout, found: Any, policy: Policy) -> str:
+    """The AITER branches this vLLM has, each with its row threshold and its source; absent ones named."""
+    rows = {Kernel.AITER_PA_PREFILL_SPARSE: ("gfx942", policy.gfx942_min_rows, found.gfx942_min_rows,
+                                             layout.gfx942_min_rows_names[0]),
+            Kernel.AITER_OPUS: ("gfx950", policy.gfx950_min_rows, found.gfx950_min_rows,
+                                layout.gfx950_min_rows_names[0])}
+    parts = []
+    for getter, kernel in layout.getters:
+        arch, n, own, const = rows[kernel]
+        if getter not in found.getters:
+            parts.append(f"{arch}: no {kernel} branch (no {getter})")
+            continue
+        source = f"vLLM's {const}" if own is not None else "routescope's threshold: this vLLM defines none"
+        gates = [g for g, k in found.gates.items() if k is kernel]
+        parts.append(f"{arch}: {kernel} from {n} rows ({source})" + (f", vLLM's gate {gates[0]}" if gates else ""))
+    return "branches: " + "; ".join(parts)
 
 
 def _q_index(fn: Callable[..., Any]) -> int:

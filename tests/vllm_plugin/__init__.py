@@ -1,1 +1,1 @@
-"""Tests of the vLLM general plugin, against test doubles of vLLM modules (vLLM is not installable here)."""
+"""Tests of the vLLM plugin against test doubles of vLLM modules (tests/vllm_real: against the real vLLM)."""

@@ -11,7 +11,7 @@ import torch
 
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.kernels.torch_ref import ragged_prefill
-from routescope.vllm import export, plugin
+from routescope.vllm import export, logs, plugin
 
 from . import doubles
 
@@ -31,6 +31,7 @@ def _stop_plugin() -> None:
     if hasattr(tel, "close"):
         tel.close()
     export.shutdown_servers()
+    logs.unroute()  # also after a test that forgot a plugin without undoing it
     sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "PostImportHook"]
 
 

@@ -1,7 +1,8 @@
 """TEST DOUBLES of a few vLLM modules, written as files into a temporary package named ``vllm``.
 
-vLLM is not installable on these machines. These files are NOT vLLM: each mirrors only the
-layout routescope's plugin relies on (DESIGN.md §3: the ROCm sparse MLA ops module with
+These files are NOT vLLM. tests/vllm_real runs the plugin inside the real vLLM 0.33.0 (its own
+venv); these doubles run in the main venv, fast, and reach what a CPU cannot (AITER launches on
+gfx942/gfx950, exporters, fail-open paths). Each mirrors only the layout routescope's plugin relies on (DESIGN.md §3: the ROCm sparse MLA ops module with
 ``rocm_sparse_attn_prefill`` and the AITER getters, a backend module that imported the name,
 the forward context, the config getter, the TP rank getter). The fixture in conftest.py puts
 them on sys.path under the ``vllm.*`` names and removes them afterwards. The attention math
@@ -52,15 +53,23 @@ def pa_sparse_prefill_opus(q, kv, indices, topk_length, scale, *, attn_sink=None
 {getters}
 
 
+def _can_use_aiter_sparse_prefill_opus(q, kv, attn_sink, output, on_gfx950=None):
+    """vLLM 0.33.0 factors its OPUS gate out like this (kv here is [skv, d], the sink sliced to q's heads)."""
+    return bool((_ON_GFX950 if on_gfx950 is None else on_gfx950)
+                and q.shape[0] >= _GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES and q.dtype in _HALF
+                and kv.dtype == q.dtype and output.shape == q.shape and attn_sink is not None
+                and attn_sink.dtype == torch.float32)
+
+
 def rocm_sparse_attn_prefill(
     {prefill_params}
 ) -> None:
     LOG.append(("prefill", (q, kv, indices, topk_length, scale, head_dim), output))
     rows = q.shape[0]
-    if _ON_GFX950 and rows >= _GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES:
+    sink = None if attn_sink is None else attn_sink[: q.shape[1]]
+    if _can_use_aiter_sparse_prefill_opus(q, kv.squeeze(1), sink, output):
         fn = _get_aiter_sparse_prefill_opus()
-        if (fn is not None and q.dtype in _HALF and kv.dtype == q.dtype and output.shape == q.shape
-                and attn_sink is not None and attn_sink.dtype == torch.float32):
+        if fn is not None:
             fn(q, kv, indices, topk_length, scale, attn_sink=attn_sink, out=output)
             return
     if {gfx942_branch} and _ON_GFX942 and AITER_ENABLED and q.dtype in _HALF and kv.dtype == q.dtype \\

@@ -362,3 +362,77 @@ def test_inside_a_torch_compile_trace_the_wrapper_stays_out(vllm_doubles, monkey
     torch.testing.assert_close(args[-1], expected, rtol=0, atol=0)
     obs = plugin.current().observer
     assert len(_prefills(ops)) == 1 and obs.calls == 0 and obs.decode_calls == 0
+
+
+# ---- what vLLM attempted, its own gate, the observing line, the logs -----------------------------
+class _ImplProbe:
+    """A probe whose ``error`` takes the attempted impl, as telemetry's does: records what it was given."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple] = []
+
+    def start(self, *a):
+        return "token"
+
+    def stop(self, token, impl):
+        pass
+
+    def error(self, token, exc, impl=None):
+        self.errors.append((type(exc).__name__, impl))
+
+
+@pytest.fixture
+def impl_probe(vllm_doubles):
+    """Doubles on a what-if gfx942, telemetry whose probe records what ``error`` is given: (ops, backend, probe)."""
+    d = vllm_doubles()
+    ops, backend = d.ops(), d.backend()
+    ops._ON_GFX942 = True
+    fake = _FakeTelemetry("none")
+    fake.probe = _ImplProbe()
+    plugin.install(env=ON, platform=what_if("gfx942"), telemetry_factory=lambda **kw: fake)
+    return ops, backend, fake.probe
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(4, "triton"), (600, "aiter")])
+def test_a_call_vllm_raised_on_reports_the_impl_it_attempted(impl_probe, rows, expected):
+    ops, backend, probe = impl_probe
+
+    def broken(*a, **kw):
+        raise RuntimeError("the kernel failed")
+
+    ops.pa_prefill_sparse = ops._attend = broken  # the AITER kernel (>= 512 rows) and the in-tree math
+    ops._get_aiter_pa_prefill_sparse.cache_clear()
+    args, _ = prefill_args(rows)
+    with pytest.raises(RuntimeError, match="the kernel failed"):
+        backend.forward_prefill(*args)
+    assert probe.errors == [("RuntimeError", expected)]
+
+
+def test_a_getter_that_raises_counts_as_an_aiter_attempt(impl_probe):
+    """The seed PR imports the symbol after the gate: a missing one raises from the getter."""
+    ops, backend, probe = impl_probe
+    ops._get_aiter_pa_prefill_sparse.cache_clear()
+    del ops.pa_prefill_sparse  # the double's getter now raises NameError
+    args, _ = prefill_args(600)
+    with pytest.raises(NameError):
+        backend.forward_prefill(*args)
+    assert probe.errors == [("NameError", "aiter")]
+
+
+def test_vllms_own_gate_declining_opus_is_labelled_declined_from_the_first_call(vllm_doubles):
+    """vLLM declines OPUS without calling its getter (here: its own arch flag is off): no OPUS call is
+    ever handed to telemetry, and the reason is a decline, not a missing symbol."""
+    d = vllm_doubles()
+    ops, backend = d.ops(), d.backend()
+    ops._ON_GFX950 = False
+    plugin.install(env=ON, platform=what_if("gfx950"))
+    for seed in range(2):
+        args, expected = prefill_args(1024, full_lanes=True, sink=True, seed=seed)
+        backend.forward_prefill(*args)
+        torch.testing.assert_close(args[-1], expected, rtol=0, atol=0)
+    assert [e[0] for e in ops.LOG].count("intree") == 2
+    tel = telemetry()
+    assert samples(tel, "routescope_decisions_total", kernel="intree.ragged_prefill", reason="gfx950_declined") == 2
+    assert samples(tel, "routescope_decisions_total", reason="gfx950_symbol") == 0
+    assert samples(tel, "routescope_calls_total", kernel="aiter.pa_sparse_prefill_opus") == 0
+    assert plugin.current().observer.mismatches == {}

@@ -189,6 +189,46 @@ def test_unexpected_error_while_patching_undoes_and_stands_down(vllm_doubles, mo
     assert "patching exploded" in plugin.current().missing[0]
 
 
+def test_the_observing_line_names_the_branches_this_vllm_has(vllm_doubles, caplog):
+    d = vllm_doubles(getters="opus_only")
+    d.ops()
+    with caplog.at_level(logging.INFO, logger="vllm.routescope"):
+        assert _install() == "observing"
+    (line,) = [r.getMessage() for r in caplog.records if "routescope: observing" in r.getMessage()]
+    assert "gfx942: no aiter.pa_prefill_sparse branch (no _get_aiter_pa_prefill_sparse)" in line
+    assert "gfx942_min_rows" not in line and "512" not in line
+    assert "gfx950: aiter.pa_sparse_prefill_opus from 1024 rows (vLLM's _GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES)" in line
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_telemetrys_log_records_go_through_vllms_logger(vllm_doubles, monkeypatch):
+    """vLLM's one formatted handler sits on its ``vllm`` logger (propagate off): records of routescope's own
+    loggers (telemetry's "decode rows in prefill" warning) must reach it, and not the root logger twice."""
+    vllm_doubles().ops()
+    vllm_handler, root_handler = _Records(), _Records()
+    vllm_logger = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm_logger, "propagate", False)
+    vllm_logger.addHandler(vllm_handler)
+    logging.getLogger().addHandler(root_handler)
+    try:
+        assert _install() == "observing"
+        logging.getLogger("routescope.telemetry").warning("decode rows in prefill: a test line")
+        assert [r.getMessage() for r in vllm_handler.records] == ["decode rows in prefill: a test line"]
+        assert root_handler.records == []
+        plugin.uninstall()
+        assert logging.getLogger("routescope").handlers == [] and logging.getLogger("routescope").propagate
+    finally:
+        vllm_logger.removeHandler(vllm_handler)
+        logging.getLogger().removeHandler(root_handler)
+
 
 def test_the_entry_point_line_loads_register():
     """The line for pyproject.toml's [project.entry-points."vllm.general_plugins"] resolves to register()."""
