@@ -112,7 +112,7 @@ class Dispatcher:
         except BaseException as exc:
             if probe is not None:
                 try:
-                    probe.error(token, exc, announced)
+                    probe.error(token, exc, announced, announced)
                 except Exception:  # noqa: BLE001
                     self.probe_failures += 1
             raise

@@ -44,8 +44,9 @@ class Probe(Protocol):
         ``start`` was told. Skipped by the dispatcher for an int token when ``impl`` is the announced one."""
         ...
 
-    def error(self, token: Any, exc: BaseException, impl: str | None = None) -> None:
-        """After a launch (or a guard refusal) that raised; ``impl`` is what was attempted. The exception is re-raised."""
+    def error(self, token: Any, exc: BaseException, impl: str | None = None, announced: str | None = None) -> None:
+        """After a launch (or a guard refusal) that raised; ``impl`` is what was attempted, ``announced`` what ``start``
+        was told. The exception is re-raised."""
         ...
 
     def record_decode_path(self, rows: int, model: str | None = None) -> None:

@@ -85,7 +85,7 @@ class CallShape(NamedTuple):
     kv_dtype: str = "bfloat16"
     out_dtype: str | None = None  # None: same as q
     out_lanes: int | None = None  # None: nope_head_dim
-    topk: int = 2048
+    topk: int = 2048  # dense: the index width; ragged: validate.ragged_width (mean positions a row, power of two)
     has_sink: bool = False
     sink_ok: bool = False  # the sink has shape [H] and dtype fp32
     same_device: bool = True

@@ -26,6 +26,19 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
+def ragged_width(positions: int, rows: int) -> int:
+    """A ragged call's index width class: its mean positions a row, up to a power of two (from shapes alone).
+
+    Dense indices give top-k; ragged ones have no width without reading the device, and the row
+    widths of one call differ. The class keeps latency tables usable (they are timed at top-k
+    128, 512, 2048) and the number of distinct call shapes small.
+    """
+    if positions <= 0 or rows <= 0:
+        return 0
+    mean = -(-positions // rows)
+    return 1 << (mean - 1).bit_length()
+
+
 def _shape(t: torch.Tensor) -> str:
     return str(list(t.shape))
 
@@ -109,6 +122,7 @@ def validate(
             raise ValueError(f"ragged_indices must be 1-D int32/int64; got {_shape(ri)} {ri.dtype}")
         if not (rp.dim() == 1 and rp.shape[0] == rows + 1 and rp.dtype in INDEX_DTYPES):
             raise ValueError(f"ragged_indptr must be [{rows + 1}] int32/int64; got {_shape(rp)} {rp.dtype}")
+        topk = ragged_width(int(ri.shape[0]), rows)
     if indices is not None:
         idx = _is_tensor("indices", indices)
         if not (idx.dim() == 2 and idx.shape[0] == rows):

@@ -28,6 +28,7 @@ class TimingMode(str, Enum):
 
 TIMING_MODES = tuple(m.value for m in TimingMode)
 ENV_PREFIX = "ROUTESCOPE_TELEMETRY_"
+GATES = ("gfx942_min_rows", "gfx950_min_rows")
 DEFAULT_COUNTERFACTUALS = ("gfx942_1024", "no_row_gate")
 
 
@@ -57,6 +58,7 @@ class TelemetryConfig:
     compact_interval_s: float = 60.0  # how often a flush looks for dead processes' files
     flush_on_exit: bool = True  # flush at interpreter exit and on SIGTERM (main-thread handler, chained)
     log_first_decode_in_prefill: bool = True
+    absent_gates: tuple[str, ...] = ()  # gates the observed router lacks (vLLM without a gfx942 branch): not exported
 
     def __post_init__(self) -> None:
         if self.timing not in TIMING_MODES:
@@ -69,6 +71,10 @@ class TelemetryConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
         object.__setattr__(self, "models", tuple(str(m) for m in self.models))
+        object.__setattr__(self, "absent_gates", tuple(str(g) for g in self.absent_gates))
+        bad_gates = [g for g in self.absent_gates if g not in GATES]
+        if bad_gates:
+            raise ValueError(f"absent_gates are among {', '.join(GATES)}; got {bad_gates}")
         object.__setattr__(self, "rank", str(self.rank))
         bad = [m for m in self.models if m in ("other", "unknown")]
         if bad:
@@ -108,7 +114,7 @@ class TelemetryConfig:
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name in ("models", "counterfactuals"):
+    if name in ("models", "counterfactuals", "absent_gates"):
         return tuple(p.strip() for p in raw.split(",") if p.strip())
     if name in ("otel", "otlp", "log_first_decode_in_prefill", "keep_samples", "flush_on_exit"):
         return raw.lower() in ("1", "true", "yes", "on")

@@ -182,7 +182,8 @@ class Telemetry:
             self._resolve_timing()
             try:
                 totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
-                                      build_info=self._build_info, cf_arch=self.counterfactual_platform.arch)
+                                      build_info=self._build_info, cf_arch=self.counterfactual_platform.arch,
+                                      absent_gates=self.config.absent_gates)
             except Exception:  # noqa: BLE001
                 self.count_error("flush")
                 self._totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}

@@ -138,9 +138,17 @@ def build_probe(
             return None
 
     def announce(result: Any, impl: str | None) -> Any:
-        """An int token is the whole record of its call: note the announced implementation now."""
-        if result.__class__ is int and impl is not None and impl is not impl_of[result]:
-            counters.note_impl(result, impl)
+        """Note the announced implementation now, so a flush before ``stop`` labels the call right; a Token keeps
+        it, for ``stop`` to take back if another implementation ran."""
+        if impl is None or result is None:
+            return result
+        if result.__class__ is int:
+            if impl is not impl_of[result]:
+                counters.note_impl(result, impl)
+        elif not result.count_at_stop:  # a Token (an OPUS call is not counted yet: nothing to label)
+            result.announced = impl
+            if impl is not impl_of[result.slot]:
+                counters.note_impl(result.slot, impl)
         return result
 
     def start(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any, stream: Any,
@@ -179,6 +187,11 @@ def build_probe(
         slot = token.slot
         if token.count_at_stop and impl != "aiter":
             slot = index.opus_fallback(slot)
+        announced = token.announced
+        if announced is not None:
+            if announced is impl:
+                return slot
+            counters.unnote_impl(slot, announced)
         if impl is not impl_of[slot]:
             counters.note_impl(slot, impl)
         return slot
@@ -235,13 +248,18 @@ def build_probe(
         except Exception:  # noqa: BLE001
             errors[RECORD] += 1
 
-    def error(token: Any, exc: BaseException, impl: str | None = None) -> None:
-        """The launch raised: the call stays counted (once), with the implementation that was attempted."""
+    def error(token: Any, exc: BaseException, impl: str | None = None, announced: str | None = None) -> None:
+        """The launch raised: the call stays counted (once), labelled with the implementation that was attempted."""
         try:
             if token is None:
                 return
             if token.__class__ is int:
                 slot = token
+                if announced is not None:  # start noted it: only a different attempt moves the label
+                    if impl is None or impl is announced:
+                        impl = None
+                    else:
+                        counters.unnote_impl(slot, announced)
             else:
                 slot = token.slot
                 if token.__class__ is Token:
@@ -253,6 +271,11 @@ def build_probe(
                     stamps.release(token.stamp)  # type: ignore[union-attr]
                 if token.__class__ is CapturedToken:
                     return  # a capture that raised is not replayed
+                if token.announced is not None:
+                    if impl is None or impl is token.announced:
+                        impl = None
+                    else:
+                        counters.unnote_impl(slot, token.announced)
             if impl is not None and impl is not impl_of[slot]:
                 counters.note_impl(slot, impl)
             if not index.info[slot].refused:

@@ -24,7 +24,7 @@ from .slots import Clock, SlotCounters
 class Token:
     """What ``start`` hands ``stop`` for a sampled or late-counted call (a plain int slot for every other call)."""
 
-    __slots__ = ("slot", "t0", "pair", "stream", "stamp", "rows", "decode_rows", "count_at_stop")
+    __slots__ = ("slot", "t0", "pair", "stream", "stamp", "rows", "decode_rows", "count_at_stop", "announced")
 
     def __init__(self, slot: int, t0: int = 0) -> None:
         self.slot = slot
@@ -35,12 +35,13 @@ class Token:
         self.rows = 0
         self.decode_rows = 0
         self.count_at_stop = False  # OPUS: counted at stop, on the slot of the kernel that ran
+        self.announced: str | None = None  # the implementation start was told of, noted there
 
 
 class CapturedToken:
     """A call seen during a CUDA graph capture: recorded against the graph at stop, counted at each replay."""
 
-    __slots__ = ("slot", "capture", "stamp", "rows", "decode_rows", "count_at_stop")
+    __slots__ = ("slot", "capture", "stamp", "rows", "decode_rows", "count_at_stop", "announced")
 
     def __init__(self, slot: int, capture: Any, rows: int, decode_rows: int, count_at_stop: bool) -> None:
         self.slot = slot
@@ -49,6 +50,7 @@ class CapturedToken:
         self.rows = rows
         self.decode_rows = decode_rows
         self.count_at_stop = count_at_stop
+        self.announced: str | None = None
 
 
 class LatencySink:

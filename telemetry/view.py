@@ -74,6 +74,7 @@ def build_totals(
     build_info: Key,
     cf_arch: str | None = None,
     ts: float | None = None,
+    absent_gates: tuple[str, ...] = (),
 ) -> Totals:
     """Sum slots into series. Reads the hot path's lists without a lock: counts only grow."""
     t = Totals(ts=time.time() if ts is None else ts)
@@ -139,8 +140,9 @@ def build_totals(
     t.dropped = {(r,): health.dropped[i] for i, r in enumerate(DROP_REASONS)}
     t.last_flush = {(): t.ts}
     for p in (agg.policy,) + policies:
-        t.thresholds[("gfx942_min_rows", p.name)] = float(p.gfx942_min_rows)
-        t.thresholds[("gfx950_min_rows", p.name)] = float(p.gfx950_min_rows)
+        for gate in ("gfx942_min_rows", "gfx950_min_rows"):
+            if p is not agg.policy or gate not in absent_gates:  # a gate the router lacks has no threshold
+                t.thresholds[(gate, p.name)] = float(getattr(p, gate))
     t.cf_info = {(p.name, cf_arch or arch): 1.0 for p in policies}
     t.build_info = {build_info: 1.0}
     return t

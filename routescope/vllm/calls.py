@@ -12,14 +12,14 @@ import torch
 
 from dispatcher.types import CallShape, Decision, Kernel
 from dispatcher.validate import _DTYPE_NAMES as _NAMES
-from dispatcher.validate import dtype_name
+from dispatcher.validate import dtype_name, ragged_width
 
 AITER_KERNELS = frozenset({Kernel.AITER_PA_PREFILL_SPARSE, Kernel.AITER_OPUS})
 _FP32 = torch.float32
 
 
 def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragged: bool,
-               head_dim: Any, nope_head_dim: Any, rope_head_dim: Any) -> CallShape:
+               head_dim: Any, nope_head_dim: Any, rope_head_dim: Any, ragged_indices: Any = None) -> CallShape:
     """The facts vLLM's gates read, without validation (vLLM validates its own arguments)."""
     qs = q.shape
     heads = qs[1]
@@ -33,7 +33,8 @@ def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragge
         qs[0], heads, head_dim, nope_head_dim, rope_head_dim,
         names.get(q_dt) or dtype_name(q_dt), names.get(kv_dt) or dtype_name(kv_dt),
         names.get(out_dt) or dtype_name(out_dt), output.shape[-1],
-        indices.shape[-1] if indices is not None else 0,
+        indices.shape[-1] if indices is not None else (
+            ragged_width(ragged_indices.shape[0], qs[0]) if ragged_indices is not None else 0),
         attn_sink is not None, sink_ok,
         q.get_device() == kv.get_device() == output.get_device(),
         q_stride[-1] == 1 and kv.stride()[-1] == 1 and out_stride[-1] == 1,
@@ -45,7 +46,7 @@ def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragge
 class Call:
     """One prefill call in flight: what was predicted, what the getters saw, what launched."""
 
-    __slots__ = ("key", "decision", "token", "launched", "attempted", "saw_none", "prev")
+    __slots__ = ("key", "decision", "token", "launched", "attempted", "saw_none", "prev", "announced")
 
     def __init__(self, key: tuple, decision: Decision, prev: Call | None) -> None:
         self.key = key
@@ -55,6 +56,7 @@ class Call:
         self.attempted: Kernel | None = None  # an AITER getter vLLM called that did not return None
         self.saw_none: set[Kernel] = set()
         self.prev = prev
+        self.announced: str | None = None  # the impl the probe's start was told of
 
     def impl(self, raised: bool = False) -> str:
         """What vLLM ran, or (for a call it raised on) what it attempted: 'aiter' or 'triton'."""
@@ -62,15 +64,15 @@ class Call:
         return "aiter" if k in AITER_KERNELS else "triton"
 
 
-def takes_three(fn: Callable[..., Any]) -> bool:
-    """Whether the probe's ``error`` accepts the attempted impl as a third argument."""
+def positional_capacity(fn: Callable[..., Any]) -> int:
+    """How many positional arguments ``fn`` accepts (a large number for ``*args``; 0 if it cannot be told)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return False
+        return 0
     if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return True
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3
+        return 1 << 16
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 def is_compiling() -> Callable[[], bool]:

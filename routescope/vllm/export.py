@@ -29,7 +29,7 @@ ADDR_ENV = "ROUTESCOPE_VLLM_ADDR"
 
 
 def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, rank: str,
-                   env: Mapping[str, str] | None = None) -> Any:
+                   env: Mapping[str, str] | None = None, absent_gates: tuple[str, ...] = ()) -> Any:
     """A started Telemetry for this process (flush thread running, closed at exit)."""
     from telemetry import Telemetry, TelemetryConfig
 
@@ -38,7 +38,7 @@ def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, ran
     models = tuple(base.models)
     if model and model not in models and model not in ("other", "unknown"):
         models += (model,)
-    cfg = base.with_(models=models)
+    cfg = base.with_(models=models, absent_gates=tuple(absent_gates) or base.absent_gates)
     if cfg.multiproc_dir:
         os.makedirs(cfg.multiproc_dir, exist_ok=True)
     tel = Telemetry(cfg, platform=platform, policy=policy)

@@ -20,7 +20,7 @@ from dispatcher.platform import Platform
 from dispatcher.policy import Policy, decide
 from dispatcher.types import Batch, CallShape, Decision, Gate, Kernel
 
-from .calls import AITER_KERNELS, Call, call_shape, is_compiling, mark, takes_three
+from .calls import AITER_KERNELS, Call, call_shape, is_compiling, mark, positional_capacity
 from .context import ForwardBatch, ModelName
 
 log = logging.getLogger("vllm.routescope")
@@ -70,7 +70,7 @@ class Observer:
         self.platform: Platform | None = None
         self.telemetry: Any = None
         self.probe: Any = None
-        self._error_takes_impl = False
+        self._arity = (6, 2, 2)  # positional arguments the probe's start, stop and error take (older probes: fewer)
         self.rank = "0"
         self.errors: Counter[str] = Counter()
         self.mismatches: Counter[tuple[str, str]] = Counter()
@@ -128,7 +128,8 @@ class Observer:
                     self.telemetry = self.make_telemetry(
                         platform=self.platform, policy=self.policy, model=self.model.get(), rank=self.rank)
                     self.probe = self.telemetry.probe
-                    self._error_takes_impl = takes_three(self.probe.error)
+                    self._arity = tuple(positional_capacity(f) for f in (self.probe.start, self.probe.stop,
+                                                                         self.probe.error))
                     self._decisions.clear()
                 except Exception as exc:  # noqa: BLE001 - no telemetry: vLLM runs on, unobserved
                     self.failed("setup", exc)
@@ -228,7 +229,7 @@ class Observer:
             return None
         self.calls += 1
         shape = call_shape(q, kv, indices, attn_sink, output, r_indices is not None and r_indptr is not None,
-                           hd, nope, rope)
+                           hd, nope, rope, r_indices)
         try:
             batch = self.batch_reader(shape.rows)
         except Exception as exc:  # noqa: BLE001 - an odd metadata object reads as unknown
@@ -237,7 +238,11 @@ class Observer:
         key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
         call = Call(key, decision, getattr(self._local, "call", None))
         try:
-            call.token = self.probe.start(decision, shape, batch, self.model.get(), q, None)
+            call.announced = "aiter" if decision.kernel in AITER_KERNELS else "triton"  # what vLLM will attempt
+            told = (call.announced,) if self._arity[0] >= 7 else ()
+            call.token = self.probe.start(decision, shape, batch, self.model.get(), q, None, *told)
+            if not told:
+                call.announced = None
         except Exception as exc:  # noqa: BLE001
             self.failed("probe", exc)
             return None
@@ -248,15 +253,13 @@ class Observer:
         """Never raises; restores the enclosing call (if any) for the getters to see."""
         try:
             if exc is not None:  # the impl label says what vLLM attempted (aiter or triton)
-                if self._error_takes_impl:
-                    self.probe.error(call.token, exc, call.impl(raised=True))
-                else:
-                    self.probe.error(call.token, exc)
+                extra = (call.impl(raised=True), call.announced)[: max(0, self._arity[2] - 2)]
+                self.probe.error(call.token, exc, *extra)
                 return
             launched = call.launched or Kernel.INTREE_RAGGED_PREFILL
             if launched is not call.decision.kernel:
                 self._observed(call, launched)
-            self.probe.stop(call.token, call.impl())
+            self.probe.stop(call.token, call.impl(), *((call.announced,) if self._arity[1] >= 3 else ()))
         except Exception as e:  # noqa: BLE001
             self.failed("probe", e)
         finally:

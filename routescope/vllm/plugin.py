@@ -136,7 +136,9 @@ class Plugin:
         absent_branches = frozenset(k for name, k in layout.getters if name not in found.getters)
         gates = {k: _module_attr_call(module, name) for name, k in found.gates.items()}
         env = self.env
-        factory = self.telemetry_factory or (lambda **kw: make_telemetry(env=env, **kw))
+        absent_gates = tuple(g for k, g in ((Kernel.AITER_PA_PREFILL_SPARSE, "gfx942_min_rows"),
+                                            (Kernel.AITER_OPUS, "gfx950_min_rows")) if k in absent_branches)
+        factory = self.telemetry_factory or (lambda **kw: make_telemetry(env=env, absent_gates=absent_gates, **kw))
         observer = Observer(
             param_index=found.param_index, param_default=found.param_default,
             batch_reader=ForwardBatch(get_context, is_available if callable(is_available) else None),

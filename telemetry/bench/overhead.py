@@ -40,7 +40,7 @@ class EmptyProbe:
         def stop(token: Any, impl: str, announced: Any = None) -> None:
             return None
 
-        def error(token: Any, exc: BaseException, impl: str | None = None) -> None:
+        def error(token: Any, exc: BaseException, impl: str | None = None, announced: str | None = None) -> None:
             return None
 
         self.start, self.stop, self.error = start, stop, error

@@ -98,5 +98,5 @@ class NaiveProbe:
         self.calls.labels(k, impl, b, m, decision.call_class.value, self.arch, self.rank).inc()
         self.latency.labels(k, b, m, self.rank).observe(dt)
 
-    def error(self, token: Any, exc: BaseException, impl: str | None = None) -> None:
+    def error(self, token: Any, exc: BaseException, impl: str | None = None, announced: str | None = None) -> None:
         pass

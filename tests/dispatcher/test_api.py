@@ -54,7 +54,7 @@ class RecordingProbe:
             raise RuntimeError("probe broke")
         self.events.append(("stop", token, impl))
 
-    def error(self, token, exc, impl=None):
+    def error(self, token, exc, impl=None, announced=None):
         self.events.append(("error", token, type(exc).__name__))
 
 

@@ -83,4 +83,12 @@ def test_device_mismatch_is_named():
 
 def test_ragged_without_dense_indices_is_fine():
     s = validate(**good(indices=None, ragged_indices=torch.zeros(3, dtype=torch.int32), ragged_indptr=torch.zeros(SQ + 1, dtype=torch.int32)))
-    assert s.ragged and s.topk == 0
+    assert s.ragged and s.topk == 1  # 3 positions over 4 rows: a mean of 1, a power of two
+
+
+@pytest.mark.parametrize(("positions", "rows", "width"), [(0, 4, 0), (4096, 2, 2048), (4000, 2, 2048), (4100, 2, 4096),
+                                                          (300, 600, 1), (16384 * 2048, 16384, 2048)])
+def test_a_ragged_calls_width_is_its_mean_row_rounded_up_to_a_power_of_two(positions, rows, width):
+    from dispatcher.validate import ragged_width
+
+    assert ragged_width(positions, rows) == width

@@ -63,7 +63,7 @@ class ReferenceProbe:
     def stop(self, token: Any, impl: str, announced: str | None = None) -> None:
         self._count(token, impl)
 
-    def error(self, token: Any, exc: BaseException, impl: str | None = None) -> None:
+    def error(self, token: Any, exc: BaseException, impl: str | None = None, announced: str | None = None) -> None:
         decision, _, _, model = token
         self._count(token, impl)
         if not decision.refused:

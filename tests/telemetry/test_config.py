@@ -82,3 +82,18 @@ def test_from_env_defaults_yield_to_the_environment_and_overrides():
     assert TelemetryConfig.from_env(env, defaults=defaults, counterfactual_arch="sm90").counterfactual_arch == "sm90"
     mp = TelemetryConfig.from_env({"PROMETHEUS_MULTIPROC_DIR": "/d"}, defaults={"multiproc_dir": "/x"})
     assert mp.multiproc_dir == "/d"  # the environment's fallback beats a caller's default too
+
+
+def test_absent_gates_are_validated_and_hide_the_active_threshold(make_tel):
+    import pytest
+
+    from dispatcher import Policy
+
+    with pytest.raises(ValueError, match="absent_gates"):
+        TelemetryConfig(absent_gates=("gfx999_min_rows",))
+    tel = make_tel(TelemetryConfig(absent_gates=("gfx942_min_rows",)), policy=Policy(name="vllm"))
+    gates = set(tel.flush().thresholds)
+    assert ("gfx942_min_rows", "vllm") not in gates and ("gfx950_min_rows", "vllm") in gates
+    assert ("gfx942_min_rows", "gfx942_1024") in gates, "a counterfactual what-if keeps its own"
+    assert TelemetryConfig.from_env({"ROUTESCOPE_TELEMETRY_ABSENT_GATES": "gfx950_min_rows"}).absent_gates == (
+        "gfx950_min_rows",)

@@ -28,11 +28,11 @@ def test_flush_thread_start_close(make_tel):
         time.sleep(0.01)
     health = tel.snapshot()["health"]
     assert health["flush_thread"] and health["flush_lag_s"] is not None and health["last_flush_ts"]
-    names = {t.name for t in threading.enumerate()}
-    assert "routescope-telemetry-flush" in names
+    thread = tel._thread
+    assert thread is not None and thread.name == "routescope-telemetry-flush" and thread in threading.enumerate()
     tel.close()
     tel.close()  # idempotent
-    assert "routescope-telemetry-flush" not in {t.name for t in threading.enumerate()}
+    assert not thread.is_alive() and not tel.running  # (another test's telemetry may still run its own thread)
     assert sum(tel.totals.calls.values()) == 50
 
 

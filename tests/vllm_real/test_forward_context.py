@@ -65,3 +65,14 @@ def test_observing_line_names_no_threshold_for_the_absent_gfx942_branch(run):
     assert "gfx942: no aiter.pa_prefill_sparse branch" in msg
     assert "gfx942_min_rows" not in msg and "512" not in msg
     assert "gfx950: aiter.pa_sparse_prefill_opus from 1024 rows (vLLM's _GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES)" in msg
+
+
+def test_no_threshold_is_exported_for_the_absent_gfx942_branch(run):
+    gates = {(lab["gate"], lab["policy"]) for n, lab, _ in run.data["samples"] if n == "routescope_gate_threshold_rows"}
+    assert ("gfx950_min_rows", "vllm") in gates
+    assert ("gfx942_min_rows", "vllm") not in gates, "vLLM 0.33.0 has no gfx942 branch: no threshold to show"
+
+
+def test_ragged_calls_carry_their_mean_row_width_as_top_k(run):
+    widths = {lab["topk"] for n, lab, v in run.data["samples"] if n == "routescope_traffic_calls_total" and v}
+    assert widths and "0" not in widths, widths

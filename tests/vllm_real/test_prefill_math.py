@@ -36,8 +36,6 @@ def test_each_call_was_observed_once(run):
     assert samples(run.data["samples"], "routescope_calls_total", kernel="intree.ragged_prefill", impl="triton") == n
 
 
-@pytest.mark.xfail(strict=True, reason="needs the telemetry probe to export a call's impl only once known: a flush "
-                   "between start and stop of a slot's first call exports impl='torch' (kept in multiprocess files)")
 def test_a_flush_during_the_first_call_exports_no_placeholder_impl(run):
     (exported,) = run.data["mid_call"]
     assert samples(exported, "routescope_calls_total", impl="torch") == 0, exported
