@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from enum import Enum
 from types import ModuleType
 from typing import Any
 
@@ -32,6 +33,22 @@ from .logs import route_to_vllm, unroute
 from .observer import Observer
 
 log = logging.getLogger("vllm.routescope")
+
+
+class PluginState(str, Enum):
+    """Where the plugin stands in this process (compares equal to its value, so logs and JSON read plainly)."""
+
+    NEW = "new"
+    OFF = "off"  # ROUTESCOPE_VLLM is not set
+    WAITING = "waiting"  # the import hook waits for vLLM's ops module
+    OBSERVING = "observing"  # every binding site wrapped
+    STOOD_DOWN = "stood_down"  # vLLM's layout was not the one expected: nothing patched
+    ALREADY = "already"  # installed once already in this process
+    UNINSTALLED = "uninstalled"
+    FAILED = "failed"  # setup raised; vLLM runs without the plugin
+
+    def __str__(self) -> str:
+        return self.value
 
 MODEL_ENV = "ROUTESCOPE_VLLM_MODEL"
 
@@ -53,7 +70,7 @@ class Plugin:
         self.importer = importer
         self.platform = platform
         self.telemetry_factory = telemetry_factory
-        self.state = "new"  # waiting, observing, stood_down, already
+        self.state = PluginState.NEW
         self.missing: list[str] = []
         self.absent: list[str] = []
         self.patcher = Patcher()
@@ -62,18 +79,18 @@ class Plugin:
         self.sites = 0
         self.routed_logs = False
 
-    def start(self) -> str:
+    def start(self) -> PluginState:
         self.routed_logs = route_to_vllm()
         name = self.layout.ops_module
         module = sys.modules.get(name)
         if module is not None:
             self.attach(module)
         elif any(getattr(f, "name", None) == name and type(f).__name__ == "PostImportHook" for f in sys.meta_path):
-            self.state = "already"  # a copy of this plugin (module reloaded) is already waiting
+            self.state = PluginState.ALREADY  # a copy of this plugin (module reloaded) is already waiting
         else:
             self.hook = PostImportHook(name, self.attach)
             self.hook.install()
-            self.state = "waiting"
+            self.state = PluginState.WAITING
             log.debug("routescope: waiting for %s to be imported", name)
         return self.state
 
@@ -89,7 +106,7 @@ class Plugin:
             self.stand_down([f"unexpected {type(exc).__name__}: {exc}"], exc)
 
     def stand_down(self, missing: list[str], exc: BaseException | None = None) -> None:
-        self.state = "stood_down"
+        self.state = PluginState.STOOD_DOWN
         self.missing = missing
         log.warning("routescope: vLLM's %s is not laid out as this plugin expects (%s); standing down, "
                     "nothing is patched and vLLM runs as it would without routescope",
@@ -109,7 +126,7 @@ class Plugin:
             self.stand_down(exc.missing)
             return
         if getattr(found.prefill, "__routescope__", False):
-            self.state = "already"
+            self.state = PluginState.ALREADY
             return
         try:
             get_context = resolve(layout.forward_context, self.importer)
@@ -159,7 +176,7 @@ class Plugin:
         self.sites = self.patcher.patch_everywhere(replacements, others)
         self.observer = observer
         self.absent = found.absent
-        self.state = "observing"
+        self.state = PluginState.OBSERVING
         log.info("routescope: observing %s.%s (%d other binding sites), getters %s, decode entries %s; %s",
                  module.__name__, layout.prefill, self.sites, sorted(found.getters) or "none",
                  sorted(found.decodes) or "none", _branches(layout, found, observer.policy))
@@ -191,10 +208,10 @@ class Plugin:
         self.patcher.undo()
         if self.routed_logs:
             unroute()
-        self.state = "uninstalled"
+        self.state = PluginState.UNINSTALLED
 
     def status(self) -> dict:
-        out = {"state": self.state, "module": self.layout.ops_module, "missing": self.missing,
+        out = {"state": self.state.value, "module": self.layout.ops_module, "missing": self.missing,
                "absent": self.absent, "binding_sites": self.sites}
         if self.observer is not None:
             out.update(self.observer.status())
@@ -243,16 +260,16 @@ def install(
     importer: Callable[[str], ModuleType] = importlib.import_module,
     platform: Platform | None = None,
     telemetry_factory: Callable[..., Any] | None = None,
-) -> str:
-    """Idempotent: 'off', 'waiting' (hook set), 'observing', 'stood_down' or 'already'. Never raises."""
+) -> PluginState:
+    """Idempotent: a ``PluginState`` (off, waiting, observing, stood_down, already or failed). Never raises."""
     global _plugin
     try:
         env = os.environ if env is None else env
         if not enabled(env):
-            return "off"
+            return PluginState.OFF
         with _lock:
             if _plugin is not None:
-                return "already"
+                return PluginState.ALREADY
             plugin = Plugin(layout=layout or Layout(), env=env, importer=importer, platform=platform,
                             telemetry_factory=telemetry_factory)
             _plugin = plugin
@@ -260,7 +277,7 @@ def install(
     except Exception as exc:  # noqa: BLE001 - vLLM calls plugins without a try
         log.warning("routescope: plugin setup failed (%s: %s); vLLM runs without it", type(exc).__name__, exc,
                     exc_info=exc)
-        return "failed"
+        return PluginState.FAILED
 
 
 def uninstall() -> None:
