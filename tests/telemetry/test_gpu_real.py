@@ -1,0 +1,84 @@
+"""Telemetry on a real CUDA GPU (marker gpu): graph replays counted exactly, and per-call latency within 10% of
+CUPTI's kernel time, GPU idle and back to back. The CPU tests of the same logic use tests/telemetry/cuda_double.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dispatcher import Dispatcher, Policy, detect
+from dispatcher.sweep.grid import Layout
+from dispatcher.sweep.inputs import make_sets
+from telemetry import Telemetry, TelemetryConfig
+
+pytestmark = pytest.mark.gpu
+
+LAYOUT = Layout(512, 64)
+
+
+def _call(a, rows: int, *, pure_decode: bool = True):
+    meta = ({"num_decodes": rows, "num_decode_tokens": rows, "num_prefills": 0} if pure_decode
+            else {"num_decodes": 0, "num_decode_tokens": 0, "num_prefills": 1})
+    return ((a.q, a.kv, a.index.indices, None, a.scale, LAYOUT.head_dim, LAYOUT.nope, LAYOUT.rope, None, a.output),
+            {**meta, "model": "glm"})
+
+
+def _graph(d: Dispatcher, calls: list) -> torch.cuda.CUDAGraph:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for args, kw in calls:
+            d(*args, **kw)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for args, kw in calls:
+            d(*args, **kw)
+    return graph
+
+
+@pytest.fixture
+def instrumented():
+    platform, policy = detect(), Policy()
+    tel = Telemetry(TelemetryConfig(models=("glm",)), platform=platform, policy=policy)
+    yield tel, tel.instrument(Dispatcher(platform=platform, policy=policy))
+    tel.close()
+
+
+def test_every_replay_is_counted_exactly(instrumented):
+    tel, d = instrumented
+    sets = {r: make_sets(r, 2048, 16, LAYOUT, 8192, dtype=torch.bfloat16, device=torch.device("cuda"))[0]
+            for r in (2, 16, 1024)}
+    calls = [_call(sets[2], 2), _call(sets[16], 16), _call(sets[1024], 1024, pure_decode=False)]
+    graph = _graph(d, calls)
+    before = tel.flush()
+    for _ in range(1000):
+        graph.replay()
+    torch.cuda.synchronize()
+    after = tel.flush()
+    grew = lambda field: sum(getattr(after, field).values()) - sum(getattr(before, field).values())  # noqa: E731
+    assert grew("calls") == 3000 and grew("replayed") == 3000
+    assert grew("rows") == 1000 * (2 + 16 + 1024)
+    assert grew("dip_calls") == 2000, "the two pure decodes run on the prefill kernel: one each per replay"
+    assert grew("dip_rows") == 1000 * (2 + 16)
+    assert sum(after.captured.values()) == 3
+    for _ in range(10):
+        d(*calls[0][0], **calls[0][1])  # eager calls beside the replays
+    graph.replay()
+    graph.reset()
+    graph2 = _graph(d, calls[:1])  # the warm-up call is eager: 1 more
+    for _ in range(5):
+        graph2.replay()
+    torch.cuda.synchronize()
+    last = tel.flush()
+    assert sum(last.calls.values()) - sum(after.calls.values()) == 10 + 3 + 1 + 5
+
+
+@pytest.mark.parametrize("rows", [2, 16, 256, 4096])
+def test_latency_is_within_ten_percent_of_cupti(rows):
+    from telemetry.bench.fidelity import run
+
+    result = run(rows=(rows,), calls=40)
+    bad = [p for p in result["points"] if not p.get("within_bound")]
+    assert not bad, bad
+    assert all(p["clocks"] == ["device"] for p in result["points"])
