@@ -68,11 +68,27 @@ def index_width(index: SparseIndex) -> int:
 
 
 _CAPABILITY: dict[int, tuple[int, int]] = {}
+_SMS: dict[int, int] = {}
+
+
+def device_key(device: torch.device) -> int:
+    """A CUDA device's index (the current device for a bare "cuda"): the key of the per-device caches."""
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def device_capability(device: torch.device) -> tuple[int, int]:
     """A CUDA device's compute capability, asked of the driver once per device (launches ask on every call)."""
-    key = device.index if device.index is not None else torch.cuda.current_device()
+    key = device_key(device)
     if key not in _CAPABILITY:
         _CAPABILITY[key] = tuple(torch.cuda.get_device_capability(key))
     return _CAPABILITY[key]
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device (cached); 8 elsewhere, which keeps interpreter grids small."""
+    if device.type != "cuda":
+        return 8
+    key = device_key(device)
+    if key not in _SMS:
+        _SMS[key] = torch.cuda.get_device_properties(key).multi_processor_count
+    return _SMS[key]

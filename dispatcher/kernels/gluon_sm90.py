@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import torch
 
-from .common import KernelArgs, device_capability
+from .common import KernelArgs, device_capability, sm_count
 from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .gluon_sm90_parts import HAVE_GLUON
 from .triton_prefill import HEAD_BLOCK, count_block, pack
@@ -317,7 +317,7 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
     if splits is None:
         width = p.width if not p.ragged else -(-int(p.idx.numel()) // rows)
-        splits = triton_decode.choose_splits(rows, head_blocks, width, BLOCK_N, triton_decode.sm_count(q.device),
+        splits = triton_decode.choose_splits(rows, head_blocks, width, BLOCK_N, sm_count(q.device),
                                              per_sm=1 if use_ws else DECODE_PER_SM[cfg.stages])
     splits = max(1, min(int(splits), triton_decode.MAX_SPLITS))
     use_pdl = triton_decode.pdl_supported(q.device) if pdl is None else bool(pdl)

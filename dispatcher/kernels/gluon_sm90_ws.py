@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import KernelArgs
+from .common import KernelArgs, sm_count
 from .gluon_sm90_parts import HAVE_GLUON
 from .triton_prefill import HEAD_BLOCK, pack
 
@@ -192,8 +192,6 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     neither carries the other's code (S31-3: with one binary choosing at run time, the exact max ran 5-7% slower
     than before the reference existed).
     """
-    from .triton_decode import sm_count
-
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
     if rows == 0 or heads == 0 or out.shape[2] == 0:

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import KernelArgs
+from .common import KernelArgs, device_key, sm_count
 from .fp8_ptx import kv_operand
 from .torch_splitk import sparse_decode as torch_sparse_decode
 from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, config_for, count_block, next_pow2, pack,
@@ -47,25 +47,14 @@ MAX_SPLITS = 64  # the reduce loads every split of a row at once
 PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
 REDUCE_VALUES = 4096  # partial values one reduce program loads: fewer means more, lighter programs
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]  # names absent from a kernel are ignored
-_SMS: dict[int, int] = {}
 _PDL: dict[int, bool] = {}
-
-
-def sm_count(device: torch.device) -> int:
-    """Multiprocessors of a CUDA device (cached); 8 elsewhere, which keeps interpreter grids small."""
-    if device.type != "cuda":
-        return 8
-    key = device.index if device.index is not None else torch.cuda.current_device()
-    if key not in _SMS:
-        _SMS[key] = torch.cuda.get_device_properties(key).multi_processor_count
-    return _SMS[key]
 
 
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: an NVIDIA GPU of compute capability >= 9.0 and a Triton that can launch it."""
     if not HAVE_GDC or device.type != "cuda" or torch.version.hip is not None:
         return False
-    key = device.index if device.index is not None else torch.cuda.current_device()
+    key = device_key(device)
     if key not in _PDL:
         try:
             from triton.backends.nvidia.compiler import CUDAOptions

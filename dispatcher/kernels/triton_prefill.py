@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import KernelArgs
+from .common import KernelArgs, sm_count
 from .fp8_ptx import kv_load, kv_operand
 from .torch_ref import ragged_prefill as torch_ragged_prefill
 
@@ -419,8 +419,6 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
     if redo is None:
         _prefill_kernel[grid](*common, **consts)
         return
-    from .triton_decode import sm_count  # (triton_decode builds on this module)
-
     items = grid[0] * grid[1]
     span = redo_span(items, sm_count(q.device))
     _redo_kernel[(triton.cdiv(items, span),)](*common, redo, items, grid[1], span, SPAN=REDO_SPAN, **consts)

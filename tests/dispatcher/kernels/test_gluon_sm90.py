@@ -136,6 +136,14 @@ def test_registry_launch_hands_unsupported_calls_to_triton_and_says_so(interp, k
     torch.testing.assert_close(a.output.float(), ref.output, atol=3e-3, rtol=3e-3)
 
 
+def pretend_sms(monkeypatch, n: int = 132) -> None:
+    """The launchers' multiprocessor count, as on an H200 (on CPU, ``sm_count`` says 8)."""
+    from dispatcher.kernels import gluon_sm90_ws
+
+    for mod in (gluon_sm90, gluon_sm90_ws):
+        monkeypatch.setattr(mod, "sm_count", lambda device: n)
+
+
 class RecordingLaunch:
     """Test double for a Gluon kernel's ``kernel[grid](...)`` launch (no Hopper GPU here): records what it is given."""
 
@@ -157,7 +165,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
 
     rec = RecordingLaunch(gluon_sm90_ws._ws_kernel)
     monkeypatch.setattr(gluon_sm90_ws, "_ws_kernel", rec)
-    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    pretend_sms(monkeypatch)
     reduced, redone = [], []
     monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: reduced.append(a))
     monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: redone.append((a, flags)))
@@ -206,11 +214,11 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
 def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
     """gluon_sm90_ws_d512 runs P·V as its default partition (S15-7) with that order's worker registers; session
     4's order, asked for, gets its own registers, and the decode's partials follow the module's default."""
-    from dispatcher.kernels import gluon_sm90_ws_d512, triton_decode
+    from dispatcher.kernels import gluon_sm90_ws_d512
 
     rec = RecordingLaunch(gluon_sm90_ws_d512._ws_kernel)
     monkeypatch.setattr(gluon_sm90_ws_d512, "_ws_kernel", rec)
-    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    pretend_sms(monkeypatch)
     a = build(40, layout=Layout(448, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096)
     gluon_sm90_ws_d512.launch_prefill_ws(a)
     kw = rec.calls[-1][1]
@@ -275,7 +283,7 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout_and_by_reference(monkey
     for mod in (gluon_sm90_ws, gluon_sm90_ws_d512):
         recs[mod] = RecordingLaunch(mod._ws_kernel)
         monkeypatch.setattr(mod, "_ws_kernel", recs[mod])
-    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    pretend_sms(monkeypatch)
     monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: None)
     monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: None)
     cpu = torch.device("cpu")
