@@ -140,13 +140,6 @@ if HAVE_GLUON:
                      mask=(offs_h < H)[:, None])
 
     @gluon.jit
-    def _stamp(trace_ptr, slot, TRACE: gl.constexpr):
-        """With TRACE (timing experiments only), the SM's cycle counter into ``trace_ptr[slot]``."""
-        if TRACE:
-            c = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-            gl.store(trace_ptr + slot, c)
-
-    @gluon.jit
     def _softmax_tile(s, ok, m, l_acc, sm_scale2):
         """One tile's online-softmax step on Sᵀ [64 slots, 16 heads]: (m, l_acc, alpha, P), base 2."""
         s = gl.where(ok[:, None], s * sm_scale2, float("-inf"))

@@ -73,16 +73,15 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
     from .gluon_sm90_ws_fp8 import _as_blocks
-    from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part, _trace_start
+    from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr,
-                   HALVES: gl.constexpr = False, trace_ptr=None):
+                   HALVES: gl.constexpr = False):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
-        tp = _trace_start(part_lse_ptr, trace_ptr)  # the stamps' pointer (TRACE only; unread otherwise)
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
                                       is_pure=False, pack=1)
@@ -144,16 +143,16 @@ if HAVE_GLUON:
                  n_items, n_hb, splits, redo_ptr)
         wargs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
-                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
         largs = (kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                 n_items, n_hb, splits, tp)
+                 n_items, n_hb, splits)
         # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64
         # than with softmax warpgroup 0 as the default, 3.0% at 512+0 (S14-12; bit-identical answers).
         gl.warp_specialize([
             (_pv_part, wargs),
-            (_softmax_part, sargs + (zero, tp)),
-            (_softmax_part, sargs + (zero + 1, tp)),
+            (_softmax_part, sargs + (zero,)),
+            (_softmax_part, sargs + (zero + 1,)),
             (_load_part, largs),
         ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); P·V gets the rest
 
@@ -261,25 +260,18 @@ def prefill_reference(args: KernelArgs) -> bool:
     return reference_pays(rows * ((heads + HEAD_BLOCK - 1) // HEAD_BLOCK), width)
 
 
-def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      halves: bool | None = None, redo: bool | None = None) -> None:
+def launch_prefill_ws(args: KernelArgs, *, halves: bool | None = None, redo: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports_prefill``. One program per multiprocessor.
 
     The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands).
     ``redo``: keep a reference max (flags, the redo launch) or the exact running max (neither); by default where
     it pays (``prefill_reference``). Two specialisations of one kernel (``launch_kernel``)."""
     redo = prefill_reference(args) if redo is None else bool(redo)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, redo=redo, WREGS=tuple(worker_regs or WORKER_REGS),
+    launch_kernel(_ws_kernel, args, 1, None, None, False, redo=redo, WREGS=WORKER_REGS,
                   HALVES=_halves(args, halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
-                       pdl: bool, worker_regs: tuple[int, int, int] | None = None,
-                       trace: torch.Tensor | None = None) -> None:
-    """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads.
-
-    ``trace`` (timing experiments only, with the module's TRACE set): int64, 24 stamps a program.
-    """
-    extra = {"trace_ptr": trace} if trace is not None else {}
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS),
-                  HALVES=_halves(args, None), **extra)
+                       pdl: bool) -> None:
+    """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=WORKER_REGS, HALVES=_halves(args, None))

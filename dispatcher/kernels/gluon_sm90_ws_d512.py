@@ -165,7 +165,7 @@ if HAVE_GLUON:
                         async_copy.mbarrier_arrive(rope_ready.index(1 - par), increment_count=False)
                     sl = _load_slots(idx_ptr, base, idx_s1, lo + (t + 3) * 64, hi, rows_cp)  # for after tile t + 2
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
-                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_bar, par, t, nt, cm, True)
+                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_bar, par, t, nt, cm)
                 mbarrier.wait(p_empty.index(par), (c & 1) ^ 1)
                 p_smem.index(par).store(p.to(dt))
                 a_smem.index(par).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
@@ -257,8 +257,7 @@ if HAVE_GLUON:
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, PV_DEFAULT: gl.constexpr = False,
-                   WREGS: gl.constexpr = (128, 152, 64)):
+                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
@@ -309,41 +308,26 @@ if HAVE_GLUON:
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-        if PV_DEFAULT:  # P·V the default partition; WREGS: both softmax warpgroups' and the loader's registers
-            gl.warp_specialize([
-                (_pv_part, wargs),
-                (_softmax_part, sargs + (zero,)),
-                (_softmax_part, sargs + (zero + 1,)),
-                (_load_part, wargs),
-            ], [4, 4, 4], WREGS)
-        else:  # WREGS: the second softmax warpgroup's, P·V's and the loader's; the first gets the rest of 4 x 128
-            gl.warp_specialize([
-                (_softmax_part, sargs + (zero,)),
-                (_softmax_part, sargs + (zero + 1,)),
-                (_pv_part, wargs),
-                (_load_part, wargs),
-            ], [4, 4, 4], WREGS)
+        # P·V is the default partition; WREGS: both softmax warpgroups' and the loader's registers
+        gl.warp_specialize([
+            (_pv_part, wargs),
+            (_softmax_part, sargs + (zero,)),
+            (_softmax_part, sargs + (zero + 1,)),
+            (_load_part, wargs),
+        ], [4, 4, 4], WREGS)
 
 
-# The partitions' order, and the workers' registers (setmaxnreg) for each order. Session 4's: the first
-# softmax warpgroup the default partition (168 registers), the second, P·V and the loader workers at 128,
-# 152 and 64 (ptxas spills 24 bytes). With P·V the default: both softmax warpgroups at 160, the loader 56,
-# P·V the rest (136), as gluon_sm90_ws since S14-12 (no spills).
-PV_DEFAULT = True
-REGS = {False: (128, 152, 64), True: (160, 160, 56)}
+# The workers' registers a thread (setmaxnreg): both softmax warpgroups at 160, the loader 56; P·V, the default
+# partition, gets the rest of 4 x 128 (136). As gluon_sm90_ws; no spills.
+WORKER_REGS = (160, 160, 56)
 
 
-def launch_prefill_ws(args: KernelArgs, *, pv_default: bool | None = None,
-                      worker_regs: tuple[int, int, int] | None = None) -> None:
-    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor.
-
-    ``pv_default`` and ``worker_regs`` (experiments): the partitions' order and the workers' registers.
-    """
-    pv = PV_DEFAULT if pv_default is None else bool(pv_default)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, PV_DEFAULT=pv, WREGS=tuple(worker_regs or REGS[pv]))
+def launch_prefill_ws(args: KernelArgs) -> None:
+    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=WORKER_REGS)
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
                        pdl: bool) -> None:
     """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, PV_DEFAULT=PV_DEFAULT, WREGS=REGS[PV_DEFAULT])
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=WORKER_REGS)

@@ -108,13 +108,8 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
 
 @triton.jit(do_not_specialize=_FLAGS)
 def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2,
-                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr = 1,
-                   trace_ptr=None, TRACE: tl.constexpr = False):
+                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr = 1):
     """One program: ``HB`` heads × ``L_BLOCK`` lanes of a row, every split of it loaded at once."""
-    if TRACE:  # timing experiments only: %globaltimer at the start, after gdc_wait and at the end
-        trace_ptr += ((tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2)
-                      + tl.program_id(2)) * 4
-        tl.store(trace_ptr, _globaltimer())
     row = tl.program_id(0)
     offs_h = tl.program_id(1) * HB + tl.arange(0, HB)
     hmask = offs_h < H
@@ -128,8 +123,6 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     sink = sink.to(tl.float32) * 1.4426950408889634
     if PDL:
         gdc_wait()  # launched early: wait here until every partial is written
-    if TRACE:
-        tl.store(trace_ptr + 1, _globaltimer())
     lse = tl.load(lse_ptr + part, mask=smask, other=float("-inf"))
     o = tl.load(o_ptr + part[:, :, None] * lanes + offs_l[None, None, :], mask=smask[:, :, None] & lmask[None, None, :],
                 other=0.0).to(tl.float32)
@@ -141,13 +134,6 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     res = tl.sum(o * w[:, :, None], axis=0) * inv[:, None]  # [HB, L_BLOCK]
     out_rows = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
     tl.store(out_rows + offs_l[None, :] * o_s2, res.to(out_ptr.dtype.element_ty), mask=hmask[:, None] & lmask[None, :])
-    if TRACE:
-        tl.store(trace_ptr + 2, _globaltimer())
-
-
-@triton.jit
-def _globaltimer():
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
 def reduce_blocks(splits: int, lanes: int, values: int | None = None, heads: int = 1) -> tuple[int, int]:
@@ -194,13 +180,11 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
 
 
 def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out: torch.Tensor, splits: int,
-                    use_pdl: bool, reduce_values: int | None = None, trace: torch.Tensor | None = None,
-                    heads_per_program: int = 1) -> None:
+                    use_pdl: bool, reduce_values: int | None = None, heads_per_program: int = 1) -> None:
     """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials).
 
     ``part_o`` may be fp32 or 16-bit; the reduce computes in fp32. ``heads_per_program`` (a power of
     two) heads share a program, which then loads ``reduce_values`` values for all of them.
-    ``trace`` (timing experiments only, NVIDIA): int64, 4 per program, filled with %globaltimer stamps.
     """
     rows, _, heads, _ = part_o.shape
     hb = int(heads_per_program)
@@ -211,6 +195,5 @@ def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out
     _reduce_kernel[(rows, triton.cdiv(heads, hb), triton.cdiv(p.lanes, l_block))](
         part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, HB=hb, num_warps=4, trace_ptr=trace,
-        TRACE=trace is not None, **extra,
+        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, HB=hb, num_warps=4, **extra,
     )

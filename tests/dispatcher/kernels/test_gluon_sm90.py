@@ -211,9 +211,9 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
 
 
 @needs_gluon
-def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
-    """gluon_sm90_ws_d512 runs P·V as its default partition (S15-7) with that order's worker registers; session
-    4's order, asked for, gets its own registers, and the decode's partials follow the module's default."""
+def test_d512_launchers_pass_the_work_items_and_the_workers_registers(monkeypatch):
+    """gluon_sm90_ws_d512's launches: the prefill and the decode's partials, each with the workers' registers
+    (both softmax warpgroups at 160, the loader at 56) and the exact running max."""
     from dispatcher.kernels import gluon_sm90_ws_d512
 
     rec = RecordingLaunch(gluon_sm90_ws_d512._ws_kernel)
@@ -222,18 +222,13 @@ def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
     a = build(40, layout=Layout(448, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096)
     gluon_sm90_ws_d512.launch_prefill_ws(a)
     kw = rec.calls[-1][1]
-    assert gluon_sm90_ws_d512.PV_DEFAULT is True and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
-    assert kw["DB"] == 0 and kw["partial"] == 0 and kw["maxnreg"] == 128
-    assert not reference_max(kw)  # D = 512 keeps the exact running max
-    gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=False)
-    kw = rec.calls[-1][1]
-    assert kw["PV_DEFAULT"] is False and kw["WREGS"] == (128, 152, 64)  # session 4's order and registers
-    gluon_sm90_ws_d512.launch_prefill_ws(a, worker_regs=(152, 160, 56))
-    assert rec.calls[-1][1]["WREGS"] == (152, 160, 56)
+    assert kw["WREGS"] == gluon_sm90_ws_d512.WORKER_REGS == (160, 160, 56)
+    assert kw["DB"] == 0 and kw["partial"] == 0 and kw["maxnreg"] == 128 and rec.calls[-1][0] == (40,)
+    assert not reference_max(kw)  # this kernel keeps the exact running max
     part_o = torch.empty(40, 2, 16, 512)
     gluon_sm90_ws_d512.launch_partials_ws(a, part_o, torch.empty(40, 2, 16), 2, pdl=False)
     kw = rec.calls[-1][1]
-    assert kw["partial"] == 1 and kw["splits"] == 2 and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
+    assert kw["partial"] == 1 and kw["splits"] == 2 and kw["n_items"] == 80 and kw["WREGS"] == (160, 160, 56)
 
 
 @pytest.mark.parametrize(("items", "width", "pays"), [
@@ -369,8 +364,8 @@ COMPILE = textwrap.dedent("""
     elif sys.argv[2] == "fp8":  # the decode's partial kernel on an fp8 pool's bytes, every mode, both block shapes
         for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
             cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
-            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "ABLATE": 0, "CHAINS": 1, "PIPE": False,
-                      "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "KV8": kv8, "idx_s1": 1}
+            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "CHAINS": 1, "PIPE": False,
+                      "CNT_BLOCK": 2048, "PDL": True, "KV8": kv8, "idx_s1": 1}
             found[f"{db}_{kv8}"] = compile_one(f"p_{db}_{kv8}", gluon_sm90._partial_kernel, consts,
                                                ptrs(q, "u8" if kv8 else q), {"num_warps": 4})
     else:
@@ -380,12 +375,11 @@ COMPILE = textwrap.dedent("""
                 cfg = gluon_sm90.PREFILL_SM90
                 if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
                     cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
-                consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
-                          "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
+                consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "CHAINS": cfg.chains,
+                          "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
                           "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0}
                 if d512 and fn is d512[0]:  # its own partition order and registers
-                    consts.update(PV_DEFAULT=gluon_sm90_ws_d512.PV_DEFAULT,
-                                  WREGS=gluon_sm90_ws_d512.REGS[gluon_sm90_ws_d512.PV_DEFAULT])
+                    consts.update(WREGS=gluon_sm90_ws_d512.WORKER_REGS)
                 opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
                 key = ("d512" if d512 and fn is d512[0] else "") + fn.__name__ + f"_{db}"
                 found[key] = compile_one(key, fn, consts, ptrs(), opts)
