@@ -31,6 +31,12 @@ class KernelArgs(NamedTuple):
     output: torch.Tensor  # [sq, H, nope] or [sq, H, D]
 
 
+def empty_call(args: KernelArgs) -> bool:
+    """No rows, heads or output lanes: nothing to write, and a launch returns before any work."""
+    q = args.q
+    return q.shape[0] == 0 or q.shape[1] == 0 or args.output.shape[2] == 0
+
+
 def row_slots(index: SparseIndex, r0: int, r1: int, skv: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Slots and validity for rows [r0, r1): (int64 [C, K] with invalid set to 0, bool [C, K]).
 

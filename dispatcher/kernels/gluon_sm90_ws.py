@@ -63,15 +63,16 @@ from __future__ import annotations
 
 import torch
 
-from .common import KernelArgs, sm_count
+from .common import KernelArgs, empty_call, sm_count
 from .gluon_sm90_parts import HAVE_GLUON
 from .triton_prefill import HEAD_BLOCK, pack
 
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 
+    from .gluon_sm90_parts import _barriers, _launch_dependents
     from .gluon_sm90_ws_fp8 import _as_blocks
     from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part
 
@@ -83,12 +84,10 @@ if HAVE_GLUON:
                    HALVES: gl.constexpr = False):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                      is_pure=False, pack=1)
+            _launch_dependents()
         dt: gl.constexpr = q_ptr.dtype.element_ty
         FP8: gl.constexpr = kv_ptr.dtype.element_ty != dt  # an fp8 pool: converted in the stages (_expand_half)
         gl.static_assert(HALVES or not FP8, "an fp8 pool takes stages handed over in halves")
-        bar_l: gl.constexpr = mbarrier.MBarrierLayout()
         vec_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
         kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         # One buffer per softmax warpgroup: its tile's rope lanes, then the tile's P, rescale factors and
@@ -105,38 +104,16 @@ if HAVE_GLUON:
         qb_smem = qa_smem
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
-        # One allocation per kind of mbarrier: the compiler's shared-memory hazard analysis cannot tell
-        # apart two entries of one allocation indexed at run time, and put a partition-wide barrier
-        # between every arrive and wait on it (S5-4: 3.6% slower at 512+0 with them all in one).
-        # With HALVES a pair per stage, 2 s + h for its lanes [256 h, 256 h + 256): the partitions read the shape.
-        if HALVES:
-            kv_ready = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
-            kv_empty = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
-        else:
-            kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # stage s gathered (the loader's 128 arrivals)
-            kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # P·V is done with stage s
-        p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's P, alpha (and totals) in buffer j
-        buf_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # P·V is done with buffer j
-        m_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's running max in m_smem j
-        rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # a tile's rope lanes in buffer j
-        q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
-        q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
+        # Stage s gathered (one cp.async arrival per loader thread); P·V is done with stage s. With HALVES a
+        # pair per stage, 2 s + h for its lanes [256 h, 256 h + 256): the partitions read the count.
+        kv_ready, kv_empty = _barriers(6 if HALVES else 3, (128, 1))
+        # Warpgroup j's P, alpha (and totals) in buffer j; P·V is done with buffer j; warpgroup j's running max
+        # in m_smem j; a tile's rope lanes in buffer j (one cp.async arrival per loader thread).
+        p_ready, buf_empty, m_ready, rope_ready = _barriers(2, (1, 1, 1, 128))
+        # The item's q in shared memory (one cp.async arrival per thread of softmax warpgroup 0); both softmax
+        # warpgroups are done with it.
+        q_ready, q_free = _barriers(1, (128, 2))
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
-        for i in gl.static_range(3):
-            if HALVES:
-                for h in gl.static_range(2):
-                    mbarrier.init(kv_ready.index(2 * i + h), count=128)
-                    mbarrier.init(kv_empty.index(2 * i + h), count=1)
-            else:
-                mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
-                mbarrier.init(kv_empty.index(i), count=1)
-        for i in gl.static_range(2):
-            mbarrier.init(p_ready.index(i), count=1)
-            mbarrier.init(buf_empty.index(i), count=1)
-            mbarrier.init(m_ready.index(i), count=1)
-            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
-        mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
-        mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
         fence_async_shared()
         sargs = (qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                  idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,
@@ -191,10 +168,10 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     neither carries the other's code (S31-3: with one binary choosing at run time, the exact max ran 5-7% slower
     than before the reference existed).
     """
+    if empty_call(args):
+        return
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
-    if rows == 0 or heads == 0 or out.shape[2] == 0:
-        return
     p = pack(args)
     n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
     items = rows * splits * n_hb

@@ -15,9 +15,10 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90_parts import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _partial_scale,
-                                   _prefetch_span, _row_len, _row_span, _store_t, _valid)
+    from .gluon_sm90_parts import (_copy_q, _gather, _load_slots, _p_view, _partial_scale,
+                                   _prefetch_span, _row_len, _store_t, _valid)
     from .gluon_sm90_ws_fp8 import CP8, _expand_half, _expand_rope, _kv8_mode
+    from .triton_prefill import finish_scale, row_bounds
 
     STAGES = 3
 
@@ -25,17 +26,91 @@ if HAVE_GLUON:
     MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
 
     @gluon.jit
-    def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+    def _span(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
         """Work item w: (row, first head, split, offset of the row's first index, row width, positions [lo, hi))."""
         hb = w % n_hb
         rs = w // n_hb
         split = rs % splits
         row = rs // splits
-        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        base, seg = row_bounds(idx_ptr, idx_s0, idx_s1, width, None, None, indptr_ptr, row, ragged, None, None,
+                               LENGTH=False)  # the row's positions, not its length
+        seg = seg.to(gl.int32)
         chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width, as gluon_sm90's partials
         lo = split * chunk
         hi = gl.minimum(lo + chunk, seg)
         return row, hb * 16, split, base, seg, lo, hi
+
+    @gluon.jit
+    def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+        """``_span`` and the item's count of 64-slot tiles."""
+        row, h0, split, base, seg, lo, hi = _span(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)
+        return row, h0, split, base, seg, lo, hi, gl.cdiv(gl.maximum(hi - lo, 0), 64)
+
+    @gluon.jit
+    def _loader_item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+        """Work item w for the loader: (offset of the row's first index, positions [lo, hi), tiles), its slot
+        numbers asked of L1 first so that the tiles' loads of them do not wait on L2."""
+        row, h0, split, base, seg, lo, hi = _span(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)
+        for j0 in range(lo, hi, 256):
+            _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
+        return base, lo, hi, gl.cdiv(gl.maximum(hi - lo, 0), 64)
+
+    @gluon.jit
+    def _fill_stage(kv_empty, kv_ready, kv_a, g, idx_ptr, base, idx_s1, lo, t, hi, kv_ptr, kv_s0, skv,
+                    cp: gl.constexpr):
+        """Tile t of an item (the program's tile g) into stage g % 3, all 512 lanes, once P·V has released the
+        stage (from tile g - 3); its ``kv_ready`` completes when every loader thread's copies have landed.
+        Returns the tile's slot numbers."""
+        st = g % 3
+        slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, gl.SliceLayout(1, cp))
+        mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+        fence_async_shared()
+        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+        async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+        return slots
+
+    @gluon.jit
+    def _turn(bars, t, c0, c1, flip: gl.constexpr):
+        """Tile t's buffer j = t % 2 (one per softmax warpgroup), once barrier j of ``bars`` has completed its
+        next phase (``c0``/``c1`` completed before; ``flip`` 1 for the first wait to pass at once)."""
+        j = t % 2
+        cj = gl.where(j == 0, c0, c1)
+        mbarrier.wait(bars.index(j), (cj & 1) ^ flip)
+        fence_async_shared()
+        return j
+
+    @gluon.jit
+    def _softmax_start(idx_ptr, base, idx_s1, seg, hi, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK: gl.constexpr):
+        """A softmax warpgroup's state at an item's start: the position from which it masks the scores out (the
+        row's length, at most ``hi``), the running max (-inf) and the per-thread partial sums (0)."""
+        lim = gl.minimum(hi, _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK))
+        m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, MMA))  # as of this warpgroup's last tile
+        l_acc = gl.zeros([64, 16], gl.float32, MMA)  # relative to m: reduced at the end
+        return lim, m, l_acc
+
+    @gluon.jit
+    def _write_item(o, o_hi, HALVES: gl.constexpr, m0, l0, m1, l1, row, h0, split, dst):
+        """An item's Oᵀ, with the two softmax warpgroups' totals merged, into the attention output (the prefill: the
+        sink's mass joined, then 1/l) or, where ``partial``, a split-K partial (Oᵀ / l and the log-sum-exp, for
+        ``triton_decode``'s reduce). With HALVES ``o`` holds lanes [0, 256) and ``o_hi`` lanes [256, 512); else
+        ``o`` holds all 512. ``dst``: (out, o_s0, o_s1, o_s2, part_o, part_lse, sink, sink_s0, has_sink, H, lanes,
+        splits, partial)."""
+        out_ptr, o_s0, o_s1, o_s2, part_o_ptr, part_lse_ptr, sink_ptr, sink_s0, has_sink, H, lanes, splits, partial = dst
+        m, l = _merge_totals(m0, l0, m1, l1)
+        offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, MMA))
+        hmask = offs_h < H
+        if partial != 0:
+            inv, lse = _partial_scale(m, l)
+            part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
+            gl.store(part_lse_ptr + part, lse, mask=hmask)
+            _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+            if HALVES:
+                _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
+        else:
+            scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+            _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+            if HALVES:
+                _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
 
     @gluon.jit
     def _take_max(m_smem, m_ready, par, t, cm):
@@ -193,19 +268,15 @@ if HAVE_GLUON:
         cm = 0  # running maxima received from the other warpgroup: phase of its m_bar
         k = 0  # items done
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
+            row, h0, split, base, seg, lo, hi, nt = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                          ragged)
             if par == 0:  # this item's q, once both warpgroups' scores of the previous item are done with the last
                 # one: copied by cp.async, which arrives on Q_READY, so its latency overlaps the count below
                 mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
                 _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
                 async_copy.mbarrier_arrive(q_ready.index(0), increment_count=False)
             # The row's length (one load up to 2048 indices): only the softmax masks need it.
-            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 2048)
-            lim = gl.minimum(hi, n)  # positions at or past the row's length are masked out of the softmax
-            m = gl.full([16], float("-inf"), gl.float32, heads_l)  # the running max as of this warpgroup's last tile
-            l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums relative to m: reduced at the end
+            lim, m, l_acc = _softmax_start(idx_ptr, base, idx_s1, seg, hi, len_ptr, len_s0, row, ragged, has_len, 2048)
             mbarrier.wait(q_ready.index(0), k & 1)
             for t in range(par, nt, 2):
                 g = gbase + t
@@ -272,9 +343,11 @@ if HAVE_GLUON:
         g = 0
         c0 = 0
         c1 = 0
+        dst = (out_ptr, o_s0, o_s1, o_s2, part_o_ptr, part_lse_ptr, sink_ptr, sink_s0, has_sink, H, lanes, splits,
+               partial)
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
+            row, h0, split, base, seg, lo, hi, nt = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                          ragged)
             o = gl.zeros([512, 16], gl.float32, mma)
             o_lo = gl.zeros([256, 16], gl.float32, mma)
             o_hi = gl.zeros([256, 16], gl.float32, mma)
@@ -282,12 +355,8 @@ if HAVE_GLUON:
             m1 = m0
             l0 = gl.zeros([16], gl.float32, heads_l)
             l1 = l0
-            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
             for t in range(nt):
-                j = t % 2
-                cj = gl.where(j == 0, c0, c1)
-                mbarrier.wait(p_ready.index(j), cj & 1)
-                fence_async_shared()
+                j = _turn(p_ready, t, c0, c1, 0)
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
                 if HALVES:  # the stage's first half goes back to the loader as soon as its product is done
                     o_lo = o_lo * alpha[None, :]
@@ -317,25 +386,7 @@ if HAVE_GLUON:
                 c0 += 1 - j
                 c1 += j
                 g += 1
-            m, l = _merge_totals(m0, l0, m1, l1)
-            offs_h = h0 + gl.arange(0, 16, heads_l)
-            hmask = offs_h < H
-            if partial != 0:  # the split-K decode's partial: Oᵀ / l and the log-sum-exp, for the reduce
-                inv, lse = _partial_scale(m, l)
-                part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
-                gl.store(part_lse_ptr + part, lse, mask=hmask)
-                if HALVES:
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_lo, inv)
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
-                else:
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
-            else:
-                scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-                if HALVES:
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_lo, scale)
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
-                else:
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+            _write_item(o_lo if HALVES else o, o_hi, HALVES, m0, l0, m1, l1, row, h0, split, dst)
 
     @gluon.jit
     def _load_part(kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged,
@@ -356,14 +407,11 @@ if HAVE_GLUON:
         c0 = 0  # rope lanes gathered into buffer 0, and 1: the phases of rope_empty
         c1 = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
-                _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
-                st = g % 3
-                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
+            base, lo, hi, nt = _loader_item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)
+            for t in range(nt):
                 if HALVES:  # each 256-lane half as soon as P·V is done with it
+                    st = g % 3
+                    slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
                     for h in gl.static_range(2):
                         mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
@@ -376,15 +424,10 @@ if HAVE_GLUON:
                                     256, cp)
                         async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
                 else:
-                    mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
-                    fence_async_shared()
-                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                    async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+                    slots = _fill_stage(kv_empty, kv_ready, kv_a, g, idx_ptr, base, idx_s1, lo, t, hi, kv_ptr, kv_s0,
+                                        skv, cp)
                 if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
-                    j = t % 2
-                    cj = gl.where(j == 0, c0, c1)
-                    mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-                    fence_async_shared()
+                    j = _turn(buf_empty, t, c0, c1, 1)
                     if FP8:  # into the buffer's upper 4 KB
                         _gather(kv_ptr, kv_s0, slots, skv, rp8.index(2 * j + 1), 512, DB, cp)
                     else:

@@ -21,11 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import KernelArgs, device_key, sm_count
-from .fp8_ptx import kv_operand
+from .common import KernelArgs, device_key, empty_call, sm_count
 from .torch_splitk import sparse_decode as torch_sparse_decode
-from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, config_for, count_block, next_pow2, pack,
-                             row_bounds, store_rows, tile_constants, triton_supports)
+from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, next_pow2, row_bounds, store_rows, tile_launch,
+                             triton_supports)
 
 try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent launch
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -136,6 +135,24 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     tl.store(out_rows + offs_l[None, :] * o_s2, res.to(out_ptr.dtype.element_ty), mask=hmask[:, None] & lmask[None, :])
 
 
+def decode_splits(p: Packed, rows: int, heads: int, block_n: int, device: torch.device, splits: int | None = None,
+                  per_sm: int | None = None) -> int:
+    """The split count a decode launch uses: ``splits`` if given, else ``choose_splits``'s for the rows' width (a
+    ragged index's positions per row on average); at least 1, at most MAX_SPLITS."""
+    if splits is None:
+        width = p.width if not p.ragged else triton.cdiv(int(p.idx.numel()), rows)
+        splits = choose_splits(rows, triton.cdiv(heads, HEAD_BLOCK), width, block_n, sm_count(device), per_sm)
+    return max(1, min(int(splits), MAX_SPLITS))
+
+
+def partial_buffers(rows: int, splits: int, heads: int, lanes: int, dtype: torch.dtype,
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partials' buffers: each split's normalised output [rows, splits, heads, lanes] in ``dtype``, and its
+    log-sum-exp (base 2, fp32) [rows, splits, heads]."""
+    return (torch.empty((rows, splits, heads, lanes), dtype=dtype, device=device),
+            torch.empty((rows, splits, heads), dtype=torch.float32, device=device))
+
+
 def reduce_blocks(splits: int, lanes: int, values: int | None = None, heads: int = 1) -> tuple[int, int]:
     """(S_BLOCK, L_BLOCK): every split of a row in one load, lanes blocked to keep a program of ``heads``
     heads near ``values``."""
@@ -151,30 +168,23 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
     the tuned choices, and ``pdl=None`` means "where the GPU and Triton support it".
     """
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, head_dim = q.shape
-    if rows == 0 or heads == 0 or out.shape[2] == 0:
+    if empty_call(args):
         return
     if not triton_supports(args):
         torch_sparse_decode(args)
         return
-    pool, mode = kv_operand(kv, q.dtype, kv8)
-    cfg = config_for(config, DECODE_CONFIG, mode)
-    p = pack(args)
-    head_blocks = triton.cdiv(heads, HEAD_BLOCK)
-    if splits is None:
-        width = p.width if not p.ragged else triton.cdiv(int(p.idx.numel()), rows)
-        splits = choose_splits(rows, head_blocks, width, cfg.block_n, sm_count(q.device))
-    splits = max(1, min(int(splits), MAX_SPLITS))
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, _ = q.shape
+    tiles = tile_launch(args, config, DECODE_CONFIG, kv8)
+    p = tiles.p
+    splits = decode_splits(p, rows, heads, tiles.cfg.block_n, q.device, splits)
     use_pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
-    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
-    _partial_kernel[(rows, splits, head_blocks)](
-        q, pool, p.idx, p.length, p.indptr, part_o, part_lse,
+    part_o, part_lse = partial_buffers(rows, splits, heads, p.lanes, torch.float32, q.device)
+    _partial_kernel[(rows, splits, triton.cdiv(heads, HEAD_BLOCK))](
+        q, tiles.pool, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-        CNT_BLOCK=count_block(p.width), PDL=use_pdl, KV8=mode, **tile_constants(p, head_dim, cfg),
-        **cfg.launch_options(),
+        PDL=use_pdl, **tiles.consts,
     )
     reduce_partials(part_o, part_lse, p, out, splits, use_pdl, reduce_values, heads_per_program=reduce_heads)
 

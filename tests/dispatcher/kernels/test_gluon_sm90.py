@@ -138,9 +138,9 @@ def test_registry_launch_hands_unsupported_calls_to_triton_and_says_so(interp, k
 
 def pretend_sms(monkeypatch, n: int = 132) -> None:
     """The launchers' multiprocessor count, as on an H200 (on CPU, ``sm_count`` says 8)."""
-    from dispatcher.kernels import gluon_sm90_ws
+    from dispatcher.kernels import gluon_sm90_ws, triton_decode
 
-    for mod in (gluon_sm90, gluon_sm90_ws):
+    for mod in (gluon_sm90_ws, triton_decode):  # the ws grid; the decode's split count
         monkeypatch.setattr(mod, "sm_count", lambda device: n)
 
 
@@ -310,46 +310,22 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout_and_by_reference(monkey
 
 
 COMPILE = textwrap.dedent("""
-    import json, re, subprocess, sys
+    import json, sys
     from pathlib import Path
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_d512
-
-    tools = Path(triton.__file__).parent / "backends/nvidia/bin"
-    DIV16 = ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld")  # as a launch specialises 576, ...
+    from tests.dispatcher.kernels.sm90_build import compile_sm90, cuobjdump, stack_bytes
 
 
     def ptrs(q="bf16", kv="bf16"):
-        return {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
-                "sink_ptr": "*" + q, "out_ptr": "*" + q, "o_ptr": "*" + q, "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
-                "part_lse_ptr": "*fp32", "redo_ptr": "*i32"}
+        return {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "sink_ptr": "*" + q, "out_ptr": "*" + q, "o_ptr": "*" + q}
 
 
     def compile_one(key, fn, consts, ptr_types, opts):
-        sig, attrs = {}, {}
-        consts = {k: v for k, v in consts.items() if k in fn.arg_names}
-        for i, name in enumerate(fn.arg_names):
-            if name in consts:
-                sig[name] = "constexpr"
-            elif name in ptr_types:
-                sig[name], attrs[(i,)] = ptr_types[name], [["tt.divisibility", 16]]
-            else:
-                sig[name] = "fp32" if name == "sm_scale2" else "i32"
-                if name in DIV16:
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32), options=opts)
-        cubin = Path(sys.argv[1]) / f"{key}.cubin"
-        cubin.write_bytes(k.asm["cubin"])
-        sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout
-        res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
-                             text=True, check=True).stdout
+        k = compile_sm90(fn, consts, ptr_types, **opts)
+        sass = cuobjdump(k, "sass", Path(sys.argv[1]) / f"{key}.cubin")
         return {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."), "warps": k.metadata.num_warps,
                 "setmaxnreg": sass.count("USETMAXREG"), "hmma": sass.count("HMMA."),
-                "stack": int(re.search(r"STACK:(\\d+)", res).group(1)), "l1_prefetch": sass.count("CCTL.E.PF1"),
+                "stack": stack_bytes(k, Path(sys.argv[1]) / f"{key}.cubin"), "l1_prefetch": sass.count("CCTL.E.PF1"),
                 "asm": k.asm["ttgir"].count("elementwise_inline_asm")}
 
 
@@ -378,7 +354,7 @@ COMPILE = textwrap.dedent("""
                 consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "CHAINS": cfg.chains,
                           "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
                           "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0}
-                if d512 and fn is d512[0]:  # its own partition order and registers
+                if d512 and fn is d512[0]:  # its own workers' registers
                     consts.update(WREGS=gluon_sm90_ws_d512.WORKER_REGS)
                 opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
                 key = ("d512" if d512 and fn is d512[0] else "") + fn.__name__ + f"_{db}"
@@ -435,7 +411,7 @@ def test_the_fp8_partial_kernel_compiles_for_sm90a_without_spills(tmp_path):
         assert got["stack"] == 0, (key, got)  # the converted tile's index is opaque: no hoisted descriptors
         assert got["shared"] <= 232448, (key, got)
         # with KV8, one conversion a 256-lane half of the tile (2) and one for the rope lanes, plus the opaque
-        # zero, beside the two PDL/trace asm statements the partial kernel always has
+        # zero, beside the PDL and L1-prefetch asm statements the partial kernel always has
         assert got["asm"] == found["64_0"]["asm"] + (2 + (1 if db else 0) + 1 if kv8 else 0), (key, got)
 
 
