@@ -32,6 +32,12 @@ class KernelArgs(NamedTuple):
     stamp: Any = None  # a stamps.DeviceStamp: where the call's kernels write their start and end times
 
 
+def empty_call(args: KernelArgs) -> bool:
+    """No rows, heads or output lanes: nothing to write, and a launch returns before any work."""
+    q = args.q
+    return q.shape[0] == 0 or q.shape[1] == 0 or args.output.shape[2] == 0
+
+
 def row_slots(index: SparseIndex, r0: int, r1: int, skv: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Slots and validity for rows [r0, r1): (int64 [C, K] with invalid set to 0, bool [C, K]).
 
@@ -69,11 +75,27 @@ def index_width(index: SparseIndex) -> int:
 
 
 _CAPABILITY: dict[int, tuple[int, int]] = {}
+_SMS: dict[int, int] = {}
+
+
+def device_key(device: torch.device) -> int:
+    """A CUDA device's index (the current device for a bare "cuda"): the key of the per-device caches."""
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def device_capability(device: torch.device) -> tuple[int, int]:
     """A CUDA device's compute capability, asked of the driver once per device (launches ask on every call)."""
-    key = device.index if device.index is not None else torch.cuda.current_device()
+    key = device_key(device)
     if key not in _CAPABILITY:
         _CAPABILITY[key] = tuple(torch.cuda.get_device_capability(key))
     return _CAPABILITY[key]
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device (cached); 8 elsewhere, which keeps interpreter grids small."""
+    if device.type != "cuda":
+        return 8
+    key = device_key(device)
+    if key not in _SMS:
+        _SMS[key] = torch.cuda.get_device_properties(key).multi_processor_count
+    return _SMS[key]

@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import torch
 
-from .common import KernelArgs, device_capability
+from .common import KernelArgs, device_capability, empty_call
 from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .gluon_sm90_parts import HAVE_GLUON
 from .triton_prefill import HEAD_BLOCK, count_block, pack
@@ -59,7 +59,8 @@ if HAVE_GLUON:
     from triton.experimental.gluon import language as gl
 
     from .gluon_sm90_attend import _attend, _attend_pipe
-    from .gluon_sm90_parts import _final_scale, _partial_scale, _row_span, _stamp, _store_partial, _store_t
+    from .gluon_sm90_parts import _launch_dependents, _partial_scale, _store_partial, _store_t
+    from .triton_prefill import finish_scale, row_bounds
 
 BLOCK_N = 64  # kv slots per tile: wgmma's M for one warpgroup
 LANES_A = 512  # the power-of-two head block every production layout has (V is its first ``lanes`` lanes)
@@ -73,7 +74,6 @@ class Sm90Config(NamedTuple):
 
     stages: int = 2
     rope1: bool = False  # one rope-lane buffer instead of one per stage: 3 stages fit at 512+64
-    ablate: int = 0  # timing experiments only (see _attend): 0 for real work
     chains: int = 1  # independent accumulators for the scores: 1, or 2 (two 256-lane halves)
     pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe): 3 stages, D = 512 only
 
@@ -147,66 +147,58 @@ if HAVE_GLUON:
     def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
-                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
+                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
-        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        base, seg = row_bounds(idx_ptr, idx_s0, idx_s1, width, None, None, indptr_ptr, row, ragged, None, None,
+                               LENGTH=False)  # the row's positions, not its length
+        seg = seg.to(gl.int32)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                                    q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS)
+                              DB, STAGES, ROPE1, CHAINS)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
-        scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+        scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
         _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
 
     @gluon.jit(do_not_specialize=_FLAGS)
     def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
-                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, ABLATE: gl.constexpr,
+                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False, KV8: gl.constexpr = 0):
+                        PIPE: gl.constexpr = False, KV8: gl.constexpr = 0):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
-        if TRACE:  # 24 stamps a program: 0-20 clock64 (see _attend), 22/23 globaltimer at the start/end
-            trace_ptr += ((gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(2)
-                          + gl.program_id(2)) * 24
-            gl.store(trace_ptr + 22, gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
-                                                               is_pure=False, pack=1))
-            _stamp(trace_ptr, 0, TRACE)
         if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                      is_pure=False, pack=1)
+            _launch_dependents()
         row = gl.program_id(0)
         split = gl.program_id(1)
         h0 = gl.program_id(2) * 16
-        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        base, seg = row_bounds(idx_ptr, idx_s0, idx_s1, width, None, None, indptr_ptr, row, ragged, None, None,
+                               LENGTH=False)  # the row's positions, not its length
+        seg = seg.to(gl.int32)
         chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width: no count before the gathers
         lo = split * chunk
         hi = gl.minimum(lo + chunk, seg)
         if PIPE:
             m, l, o = _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
-                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB,
-                                   trace_ptr, TRACE)
+                                   q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK, DB)
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, ABLATE, CHAINS, trace_ptr, TRACE, KV8)
+                              DB, STAGES, ROPE1, CHAINS, KV8)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         inv, lse = _partial_scale(m, l)
         part0 = (row.to(gl.int64) * splits + split) * H  # the partial-row id of head 0
         gl.store(lse_ptr + part0 + offs_h, lse, mask=hmask)
         _store_partial(o_ptr, part0, h0, H, o_ld, o, inv)
-        if TRACE:
-            _stamp(trace_ptr, 20, TRACE)
-            gl.store(trace_ptr + 23, gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
-                                                               is_pure=False, pack=1))
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config, kv8: int = TO) -> dict:
@@ -217,7 +209,7 @@ def _consts(args: KernelArgs, cfg: Sm90Config, kv8: int = TO) -> dict:
         raise ValueError(f"an fp8 pool takes neither pipe nor rope1; got {cfg}")
     extra = {"KV8": kv8} if kv8 != TO else {}
     return {"DB": int(args.q.shape[2]) - LANES_A, "STAGES": cfg.stages, "ROPE1": cfg.rope1,
-            "ABLATE": cfg.ablate, "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4, **extra}
+            "CHAINS": cfg.chains, "PIPE": bool(cfg.pipe), "num_warps": 4, **extra}
 
 
 def ws_module(args: KernelArgs, *, prefill: bool = True):
@@ -254,7 +246,7 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
     if kv.dtype != q.dtype and not ws:
         raise ValueError(f"the one-warpgroup prefill reads a pool in q's dtype ({q.dtype}), not {kv.dtype}; "
                          "the warp-specialised one (config=None) reads fp8 pools")
-    if rows == 0 or heads == 0 or out.shape[2] == 0:
+    if empty_call(args):
         return
     if ws:
         ws_module(args).launch_prefill_ws(args)
@@ -272,11 +264,8 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
 
 
 def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
-                    config: Sm90Config, pdl: bool, trace: torch.Tensor | None = None) -> None:
-    """The split-K decode's partial pass on Hopper, into the layout ``triton_decode``'s reduce reads.
-
-    ``trace`` (timing experiments only): int64, 24 per program, filled with cycle stamps (see _attend).
-    """
+                    config: Sm90Config, pdl: bool) -> None:
+    """The split-K decode's partial pass on Hopper, into the layout ``triton_decode``'s reduce reads."""
     q = args.q
     rows, heads, _ = q.shape
     p = pack(args)
@@ -287,7 +276,6 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2),
-        trace_ptr=trace, TRACE=trace is not None,
         CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config, kv8),
     )
 
@@ -307,24 +295,19 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     """
     from . import triton_decode
 
-    q, out = args.q, args.output
-    rows, heads, _ = q.shape
-    if rows == 0 or heads == 0 or out.shape[2] == 0:
+    if empty_call(args):
         return
+    q = args.q
+    rows, heads, _ = q.shape
     use_ws = (DECODE_WARP_SPECIALISED and config is None) if ws is None else bool(ws)
     cfg = config or decode_config(args)
     p = pack(args)
-    head_blocks = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
-    if splits is None:
-        width = p.width if not p.ragged else -(-int(p.idx.numel()) // rows)
-        splits = triton_decode.choose_splits(rows, head_blocks, width, BLOCK_N, triton_decode.sm_count(q.device),
-                                             per_sm=1 if use_ws else DECODE_PER_SM[cfg.stages])
-    splits = max(1, min(int(splits), triton_decode.MAX_SPLITS))
+    splits = triton_decode.decode_splits(p, rows, heads, BLOCK_N, q.device, splits,
+                                         per_sm=1 if use_ws else DECODE_PER_SM[cfg.stages])
     use_pdl = triton_decode.pdl_supported(q.device) if pdl is None else bool(pdl)
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=partial_dtype(q.dtype), device=q.device)
-    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
+    part_o, part_lse = triton_decode.partial_buffers(rows, splits, heads, p.lanes, partial_dtype(q.dtype), q.device)
     if use_ws:
         ws_module(args, prefill=False).launch_partials_ws(args, part_o, part_lse, splits, pdl=use_pdl)
     else:
         launch_partials(args, part_o, part_lse, splits, config=cfg, pdl=use_pdl)
-    triton_decode.reduce_partials(part_o, part_lse, p, out, splits, use_pdl)
+    triton_decode.reduce_partials(part_o, part_lse, p, args.output, splits, use_pdl)

@@ -15,13 +15,12 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
     from .gluon_sm90_parts import (_convert_tile, _copy_q, _gather, _load_slots, _prefetch_span, _row_len,
-                                   _row_len_finish, _row_len_start, _softmax_tile, _stamp, _valid, cta_barrier)
+                                   _row_len_finish, _row_len_start, _softmax_tile, _valid, cta_barrier)
 
     @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
                 q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                ABLATE: gl.constexpr, CHAINS: gl.constexpr, trace_ptr=None, TRACE: gl.constexpr = False,
-                KV8: gl.constexpr = 0):
+                CHAINS: gl.constexpr, KV8: gl.constexpr = 0):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
@@ -33,8 +32,7 @@ if HAVE_GLUON:
         STAGES tiles of the 512 lanes are resident: while one is computed, STAGES - 1 gathers are in
         flight. The DB rope lanes have a buffer per stage, or with ROPE1 a single one, refilled for
         the next tile as soon as this tile's scores are done; that is what lets three stages fit in
-        shared memory at 512+64. ABLATE (timing experiments only; wrong answers): 1 gathers only the
-        prologue's tiles and computes on stale data, 2 gathers and skips the products.
+        shared memory at 512+64.
 
         KV8 (an ``fp8_ptx`` mode; the pool then holds fp8 bits, read as uint8): the stages hold the
         tiles' bytes, and each landed tile is converted into one q-dtype tile the products read.
@@ -95,7 +93,6 @@ if HAVE_GLUON:
                 if i < RB:
                     _gather(kv_ptr, kv_s0, sl, skv, g_b.index(i), 512, DB, gcp)
             async_copy.commit_group()
-        _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
         # The row's length is loaded here but reduced only once tile 0's scores are issued: reduced here,
         # the warps waited for it and only then ran the loop's set-up, about 0.3 µs after tile 0 had
@@ -107,14 +104,12 @@ if HAVE_GLUON:
             async_copy.wait_group(STAGES - 2)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # everyone's copies of tile t landed, and every warp is done with tile t - 1
-            _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
             if not LATE:  # refill the stage tile t - 1 used
-                if ABLATE != 1:
-                    if t + STAGES - 1 < n_tiles:
-                        g = (t + STAGES - 1) % STAGES
-                        _gather(kv_ptr, kv_s0, slots, skv, g_a.index(g), 0, 512, gcp)
-                        if DB > 0:
-                            _gather(kv_ptr, kv_s0, slots, skv, g_b.index(g), 512, DB, gcp)
+                if t + STAGES - 1 < n_tiles:
+                    g = (t + STAGES - 1) % STAGES
+                    _gather(kv_ptr, kv_s0, slots, skv, g_a.index(g), 0, 512, gcp)
+                    if DB > 0:
+                        _gather(kv_ptr, kv_s0, slots, skv, g_b.index(g), 512, DB, gcp)
                 async_copy.commit_group()
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
 
@@ -128,48 +123,41 @@ if HAVE_GLUON:
             else:
                 ka = kv_a.index(stage)
                 kb = kv_b.index(t % RB)
-            if ABLATE != 2:
-                if CHAINS == 1:
-                    s = warpgroup_mma(ka, qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
-                else:  # independent accumulators over halves of the 512 lanes, summed after
-                    s = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
-                                      use_acc=False, is_async=True)
-                    s2 = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
-                                       s0, use_acc=False, is_async=True)
-                if DB > 0:
-                    s = warpgroup_mma(kb, qb_smem.permute((1, 0)), s, is_async=True)
+            if CHAINS == 1:
+                s = warpgroup_mma(ka, qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
+            else:  # independent accumulators over halves of the 512 lanes, summed after
+                s = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
+                                  use_acc=False, is_async=True)
+                s2 = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
+                                   s0, use_acc=False, is_async=True)
+            if DB > 0:
+                s = warpgroup_mma(kb, qb_smem.permute((1, 0)), s, is_async=True)
             # under tile t's scores: the row's length (tile 0), which of the tile's positions count
             if t == 0:
                 lim = gl.minimum(hi, _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len,
                                                      CNT_BLOCK))
-                _stamp(trace_ptr, 2, TRACE)  # the row's length known
             ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
-            if ABLATE != 2:
-                if CHAINS == 1:
-                    s = warpgroup_mma_wait(0, deps=(s,))
-                else:
-                    s, s2 = warpgroup_mma_wait(0, deps=(s, s2))
-                    s = s + s2
-                m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
-                p_smem.store(p.to(dt))
-                fence_async_shared()
+            if CHAINS == 1:
+                s = warpgroup_mma_wait(0, deps=(s,))
+            else:
+                s, s2 = warpgroup_mma_wait(0, deps=(s, s2))
+                s = s + s2
+            m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
+            p_smem.store(p.to(dt))
+            fence_async_shared()
             cta_barrier()  # P written; every warp is done with this tile's rope lanes
             if LATE:  # the next tile's rope lanes, then the stage tile t - 1 used
-                if ABLATE != 1:
-                    if t + 1 < n_tiles:
-                        _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, rows_cp),
-                                skv, kv_b.index(0), 512, DB, cp)
+                if t + 1 < n_tiles:
+                    _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo + (t + 1) * 64, hi, rows_cp),
+                            skv, kv_b.index(0), 512, DB, cp)
                 async_copy.commit_group()
-                if ABLATE != 1:
-                    if t + STAGES - 1 < n_tiles:
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index((t + STAGES - 1) % STAGES), 0, 512, cp)
+                if t + STAGES - 1 < n_tiles:
+                    _gather(kv_ptr, kv_s0, slots, skv, kv_a.index((t + STAGES - 1) % STAGES), 0, 512, cp)
                 async_copy.commit_group()
                 slots = _load_slots(idx_ptr, base, idx_s1, lo + (t + STAGES) * 64, hi, rows_cp)
-            if ABLATE != 2:
-                o = o * alpha[None, :]
-                o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
-                o = warpgroup_mma_wait(0, deps=(o,))
-            _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's products done
+            o = o * alpha[None, :]
+            o = warpgroup_mma(ka.permute((1, 0)), p_smem, o, is_async=True)
+            o = warpgroup_mma_wait(0, deps=(o,))
         async_copy.wait_group(0)
         return m, gl.sum(l_acc, axis=0), o
 
@@ -183,8 +171,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _attend_pipe(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
-                     q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
-                     trace_ptr=None, TRACE: gl.constexpr = False):
+                     q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr):
         """``_attend`` with tile t - 1's P·V on the tensor cores while tile t's softmax runs.
 
         Three stages: tile t - 1 (its P·V in flight), tile t (its scores) and tile t + 1 (gathering,
@@ -211,32 +198,27 @@ if HAVE_GLUON:
 
         _gather(kv_ptr, kv_s0, _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp), skv, kv_a.index(0), 0, 512, cp)
         async_copy.commit_group()
-        _stamp(trace_ptr, 1, TRACE)  # the prologue's copies issued
         slots = _load_slots(idx_ptr, base, idx_s1, lo + 64, hi, rows_cp)
         n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
         lim = gl.minimum(hi, n)
         ok = _valid(idx_ptr, base, idx_s1, lo, lim, skv, rows_s)
-        _stamp(trace_ptr, 2, TRACE)  # the row's length known
         # Tile 0: its scores and softmax, nothing before it to overlap.
         ok_next = _valid(idx_ptr, base, idx_s1, lo + 64, lim, skv, rows_s)
         async_copy.wait_group(0)
         fence_async_shared()
         cta_barrier()
-        _stamp(trace_ptr, 3, TRACE)  # tile 0 landed
         slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, 0, n_tiles, cp)
         s = warpgroup_mma(kv_a.index(0), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(0, deps=(s,))
         m, l_acc, alpha, p = _softmax_tile(s, ok, m, l_acc, sm_scale2)
         p_smem.index(0).store(p.to(dt))
         fence_async_shared()
-        _stamp(trace_ptr, 4, TRACE)  # tile 0's scores and softmax done
         ok = ok_next
         for t in range(1, n_tiles):
             ok_next = _valid(idx_ptr, base, idx_s1, lo + (t + 1) * 64, lim, skv, rows_s)
             async_copy.wait_group(0)  # this thread's copies of tile t have landed
             fence_async_shared()
             cta_barrier()  # tile t landed everywhere; P(t - 1) written; tile t - 2's P·V done in every warp
-            _stamp(trace_ptr, 3 + 2 * gl.minimum(t, 7), TRACE)  # tile t landed
             slots = _refill_pipe(kv_ptr, kv_s0, slots, skv, kv_a, idx_ptr, base, idx_s1, lo, hi, t, n_tiles, cp)
             s = warpgroup_mma(kv_a.index(t % 3), qa_smem.permute((1, 0)), s0, use_acc=False, is_async=True)
             # tile t - 1's P·V, queued behind the scores: it runs under this tile's softmax
@@ -247,7 +229,6 @@ if HAVE_GLUON:
             o = o * alpha[None, :]
             p_smem.index(t % 2).store(p.to(dt))
             fence_async_shared()
-            _stamp(trace_ptr, 4 + 2 * gl.minimum(t, 7), TRACE)  # tile t's scores and softmax done
             ok = ok_next
         cta_barrier()  # the last P written everywhere
         last = n_tiles - 1

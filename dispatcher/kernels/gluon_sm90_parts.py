@@ -13,7 +13,7 @@ try:  # Gluon and its Hopper ops: Triton >= 3.5 with the NVIDIA backend
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
     # Triton 3.9 renamed the cp.async copy (async_copy_global_to_shared -> async_load); same arguments.
     cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -28,16 +28,14 @@ except Exception:  # noqa: BLE001 - no Gluon in this Triton (or no Triton): the 
 if HAVE_GLUON:
 
     @gluon.jit
-    def _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged):
-        """(int64 offset of the row's first index, the row's positions): the dense width, or the ragged segment."""
-        row64 = row.to(gl.int64)
-        base = row64 * idx_s0
-        seg = width.to(gl.int64)
-        if ragged != 0:
-            start = gl.load(indptr_ptr + row64).to(gl.int64)
-            base = start * idx_s1
-            seg = gl.load(indptr_ptr + row64 + 1).to(gl.int64) - start
-        return base, seg.to(gl.int32)
+    def _count_valid(idx_ptr, base, idx_s1, j_from, seg, cnt, CNT_BLOCK: gl.constexpr):
+        """``cnt`` plus, lane by lane, the indices >= 0 among a row's positions [j_from, seg), CNT_BLOCK at a time."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        for j0 in range(j_from, seg, CNT_BLOCK):
+            offs = j0 + gl.arange(0, CNT_BLOCK, lay)
+            v = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < seg, other=-1)
+            cnt += (v >= 0).to(gl.int32)
+        return cnt
 
     @gluon.jit
     def _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK: gl.constexpr):
@@ -53,11 +51,7 @@ if HAVE_GLUON:
         if has_len != 0:
             n = gl.minimum(gl.load(len_ptr + row.to(gl.int64) * len_s0).to(gl.int32), seg)
         elif ragged == 0:  # dense without topk_length: the count of indices >= 0
-            cnt = gl.zeros([CNT_BLOCK], gl.int32, lay)
-            for j0 in range(0, seg, CNT_BLOCK):
-                offs = j0 + gl.arange(0, CNT_BLOCK, lay)
-                v = gl.load(idx_ptr + base + offs.to(gl.int64) * idx_s1, mask=offs < seg, other=-1)
-                cnt += (v >= 0).to(gl.int32)
+            cnt = _count_valid(idx_ptr, base, idx_s1, 0, seg, gl.zeros([CNT_BLOCK], gl.int32, lay), CNT_BLOCK)
             n = gl.sum(cnt, axis=0)
         return gl.maximum(n, 0)
 
@@ -75,7 +69,10 @@ if HAVE_GLUON:
     @gluon.jit
     def _row_len_finish(given, first, idx_ptr, base, idx_s1, seg, ragged, has_len, CNT_BLOCK: gl.constexpr):
         """The row's length from ``_row_len_start``'s loads, as ``_row_len`` gives it (rows wider than CNT_BLOCK
-        load the rest here)."""
+        load the rest here).
+
+        The count's loop is ``_count_valid``'s, written out: called, it leaves the same instructions but ptxas
+        allocates the fp8 decode partials' registers differently."""
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         n = seg
         if has_len != 0:
@@ -140,11 +137,28 @@ if HAVE_GLUON:
                      mask=(offs_h < H)[:, None])
 
     @gluon.jit
-    def _stamp(trace_ptr, slot, TRACE: gl.constexpr):
-        """With TRACE (timing experiments only), the SM's cycle counter into ``trace_ptr[slot]``."""
-        if TRACE:
-            c = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-            gl.store(trace_ptr + slot, c)
+    def _launch_dependents():
+        """Programmatic dependent launch: the next kernel in the stream (the decode's reduce) may be scheduled now;
+        it waits for this grid's writes in its ``gdc_wait``."""
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+    @gluon.jit
+    def _barriers(n: gl.constexpr, counts: gl.constexpr):
+        """One mbarrier allocation of ``n`` per entry of ``counts``, barrier i of each initialised in turn to expect
+        counts[k] arrivals a phase.
+
+        One allocation per kind of barrier: the compiler's shared-memory hazard analysis cannot tell apart two
+        entries of one allocation indexed at run time, and puts a partition-wide barrier between every arrive and
+        wait on it (3.6% slower at 512+0 with them all in one; docs/benchmarks.md, "Prefill kernel design
+        figures")."""
+        bars = ()
+        for k in gl.static_range(len(counts)):
+            bars = bars + (gl.allocate_shared_memory(gl.int64, [n, 1], mbarrier.MBarrierLayout()),)
+        for i in gl.static_range(n):
+            for k in gl.static_range(len(counts)):
+                mbarrier.init(bars[k].index(i), count=counts[k])
+        return bars
 
     @gluon.jit
     def _softmax_tile(s, ok, m, l_acc, sm_scale2):
@@ -233,17 +247,3 @@ if HAVE_GLUON:
         inv = gl.where(l > 0.0, 1.0 / gl.where(l > 0.0, l, 1.0), 0.0)
         lse = gl.where(l > 0.0, m + gl.log2(gl.where(l > 0.0, l, 1.0)), float("-inf"))
         return inv, lse
-
-    @gluon.jit
-    def _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink):
-        """Each head's output factor: the sink joins the max and adds mass with no value, then 1/l; 0 if empty.
-
-        Absent, the sink loads as -inf and changes nothing (as ``triton_prefill.finish_scale``).
-        """
-        sink = gl.load(sink_ptr + offs_h * sink_s0, mask=hmask & ((offs_h * 0 + has_sink) != 0), other=float("-inf"))
-        sink = sink.to(gl.float32) * 1.4426950408889634
-        m_fin = gl.maximum(m, sink)
-        m_safe = gl.where(m_fin == float("-inf"), 0.0, m_fin)
-        alpha = gl.exp2(m - m_safe)
-        l = l * alpha + gl.exp2(sink - m_safe)
-        return gl.where(l > 0.0, alpha / gl.where(l > 0.0, l, 1.0), 0.0)

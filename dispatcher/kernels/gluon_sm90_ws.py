@@ -63,33 +63,31 @@ from __future__ import annotations
 
 import torch
 
-from .common import KernelArgs
+from .common import KernelArgs, empty_call, sm_count
 from .gluon_sm90_parts import HAVE_GLUON
 from .triton_prefill import HEAD_BLOCK, pack
 
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 
+    from .gluon_sm90_parts import _barriers, _launch_dependents
     from .gluon_sm90_ws_fp8 import _as_blocks
-    from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part, _trace_start
+    from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr,
-                   HALVES: gl.constexpr = False, trace_ptr=None):
+                   HALVES: gl.constexpr = False):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
-        tp = _trace_start(part_lse_ptr, trace_ptr)  # the stamps' pointer (TRACE only; unread otherwise)
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                      is_pure=False, pack=1)
+            _launch_dependents()
         dt: gl.constexpr = q_ptr.dtype.element_ty
         FP8: gl.constexpr = kv_ptr.dtype.element_ty != dt  # an fp8 pool: converted in the stages (_expand_half)
         gl.static_assert(HALVES or not FP8, "an fp8 pool takes stages handed over in halves")
-        bar_l: gl.constexpr = mbarrier.MBarrierLayout()
         vec_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
         kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         # One buffer per softmax warpgroup: its tile's rope lanes, then the tile's P, rescale factors and
@@ -106,54 +104,32 @@ if HAVE_GLUON:
         qb_smem = qa_smem
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
-        # One allocation per kind of mbarrier: the compiler's shared-memory hazard analysis cannot tell
-        # apart two entries of one allocation indexed at run time, and put a partition-wide barrier
-        # between every arrive and wait on it (S5-4: 3.6% slower at 512+0 with them all in one).
-        # With HALVES a pair per stage, 2 s + h for its lanes [256 h, 256 h + 256): the partitions read the shape.
-        if HALVES:
-            kv_ready = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
-            kv_empty = gl.allocate_shared_memory(gl.int64, [6, 1], bar_l)
-        else:
-            kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # stage s gathered (the loader's 128 arrivals)
-            kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)  # P·V is done with stage s
-        p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's P, alpha (and totals) in buffer j
-        buf_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # P·V is done with buffer j
-        m_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # warpgroup j's running max in m_smem j
-        rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)  # a tile's rope lanes in buffer j
-        q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # the item's q is in shared memory
-        q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)  # both softmax warpgroups are done with it
+        # Stage s gathered (one cp.async arrival per loader thread); P·V is done with stage s. With HALVES a
+        # pair per stage, 2 s + h for its lanes [256 h, 256 h + 256): the partitions read the count.
+        kv_ready, kv_empty = _barriers(6 if HALVES else 3, (128, 1))
+        # Warpgroup j's P, alpha (and totals) in buffer j; P·V is done with buffer j; warpgroup j's running max
+        # in m_smem j; a tile's rope lanes in buffer j (one cp.async arrival per loader thread).
+        p_ready, buf_empty, m_ready, rope_ready = _barriers(2, (1, 1, 1, 128))
+        # The item's q in shared memory (one cp.async arrival per thread of softmax warpgroup 0); both softmax
+        # warpgroups are done with it.
+        q_ready, q_free = _barriers(1, (128, 2))
         bars = (kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free)
-        for i in gl.static_range(3):
-            if HALVES:
-                for h in gl.static_range(2):
-                    mbarrier.init(kv_ready.index(2 * i + h), count=128)
-                    mbarrier.init(kv_empty.index(2 * i + h), count=1)
-            else:
-                mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
-                mbarrier.init(kv_empty.index(i), count=1)
-        for i in gl.static_range(2):
-            mbarrier.init(p_ready.index(i), count=1)
-            mbarrier.init(buf_empty.index(i), count=1)
-            mbarrier.init(m_ready.index(i), count=1)
-            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per loader thread
-        mbarrier.init(q_ready.index(0), count=128)  # one cp.async arrival per thread of softmax warpgroup 0
-        mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
         fence_async_shared()
         sargs = (qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                  idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged, has_len,
                  n_items, n_hb, splits, redo_ptr)
         wargs = (kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
-                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp)
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
         largs = (kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
-                 n_items, n_hb, splits, tp)
+                 n_items, n_hb, splits)
         # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64
         # than with softmax warpgroup 0 as the default, 3.0% at 512+0 (S14-12; bit-identical answers).
         gl.warp_specialize([
             (_pv_part, wargs),
-            (_softmax_part, sargs + (zero, tp)),
-            (_softmax_part, sargs + (zero + 1, tp)),
+            (_softmax_part, sargs + (zero,)),
+            (_softmax_part, sargs + (zero + 1,)),
             (_load_part, largs),
         ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); P·V gets the rest
 
@@ -192,12 +168,10 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     neither carries the other's code (S31-3: with one binary choosing at run time, the exact max ran 5-7% slower
     than before the reference existed).
     """
-    from .triton_decode import sm_count
-
+    if empty_call(args):
+        return
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
-    if rows == 0 or heads == 0 or out.shape[2] == 0:
-        return
     p = pack(args)
     n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
     items = rows * splits * n_hb
@@ -263,25 +237,18 @@ def prefill_reference(args: KernelArgs) -> bool:
     return reference_pays(rows * ((heads + HEAD_BLOCK - 1) // HEAD_BLOCK), width)
 
 
-def launch_prefill_ws(args: KernelArgs, *, worker_regs: tuple[int, int, int] | None = None,
-                      halves: bool | None = None, redo: bool | None = None) -> None:
+def launch_prefill_ws(args: KernelArgs, *, halves: bool | None = None, redo: bool | None = None) -> None:
     """The no-split prefill; call only where ``gluon_sm90.supports_prefill``. One program per multiprocessor.
 
     The pool is in q's dtype or, at any layout, e4m3fn or e5m2 (converted in shared memory as it lands).
     ``redo``: keep a reference max (flags, the redo launch) or the exact running max (neither); by default where
     it pays (``prefill_reference``). Two specialisations of one kernel (``launch_kernel``)."""
     redo = prefill_reference(args) if redo is None else bool(redo)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, redo=redo, WREGS=tuple(worker_regs or WORKER_REGS),
+    launch_kernel(_ws_kernel, args, 1, None, None, False, redo=redo, WREGS=WORKER_REGS,
                   HALVES=_halves(args, halves))
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
-                       pdl: bool, worker_regs: tuple[int, int, int] | None = None,
-                       trace: torch.Tensor | None = None) -> None:
-    """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads.
-
-    ``trace`` (timing experiments only, with the module's TRACE set): int64, 24 stamps a program.
-    """
-    extra = {"trace_ptr": trace} if trace is not None else {}
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=tuple(worker_regs or WORKER_REGS),
-                  HALVES=_halves(args, None), **extra)
+                       pdl: bool) -> None:
+    """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=WORKER_REGS, HALVES=_halves(args, None))

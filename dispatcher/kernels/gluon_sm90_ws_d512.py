@@ -65,10 +65,10 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90_parts import (_final_scale, _gather, _load_slots, _partial_scale, _prefetch_span, _row_len,
-                                   _store_t, _valid, cta_barrier)
-    # the same work items, layout and softmax step as that kernel
-    from .gluon_sm90_ws_parts import MMA, _item, _merge_totals, _softmax_tile
+    from .gluon_sm90_parts import _barriers, _gather, _launch_dependents, _load_slots, _valid, cta_barrier
+    # the same work items, layout, hand-overs and softmax step as that kernel
+    from .gluon_sm90_ws_parts import (MMA, _fill_stage, _item, _loader_item, _softmax_start, _softmax_tile, _turn,
+                                      _write_item)
 
     @gluon.jit
     def _rope_rows(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
@@ -117,9 +117,8 @@ if HAVE_GLUON:
         cr = 0  # rope lanes received from the other warpgroup: phase of rope_ready
         k = 0  # items done
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
+            row, h0, split, base, seg, lo, hi, nt = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                          ragged)
             if DB > 0:  # the slots of the rope lanes this warpgroup gathers after its first tile: tile par + 1's
                 sl = _load_slots(idx_ptr, base, idx_s1, lo + (par + 1) * 64, hi, rows_cp)
             # Warpgroup 0: this item's q and tile 0's rope lanes, once both warpgroups' scores of the
@@ -137,10 +136,7 @@ if HAVE_GLUON:
                                                    skv, DB, cp))
                 fence_async_shared()
                 mbarrier.arrive(q_ready.index(0))  # after this partition's barrier: every warp's part is stored
-            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 512)
-            lim = gl.minimum(hi, n)  # positions at or past the row's length are masked out of the softmax
-            m = gl.full([16], float("-inf"), gl.float32, heads_l)  # the running max as of this warpgroup's last tile
-            l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums relative to m: reduced at the end
+            lim, m, l_acc = _softmax_start(idx_ptr, base, idx_s1, seg, hi, len_ptr, len_s0, row, ragged, has_len, 512)
             mbarrier.wait(q_ready.index(0), k & 1)
             for t in range(par, nt, 2):
                 g = gbase + t
@@ -165,7 +161,7 @@ if HAVE_GLUON:
                         async_copy.mbarrier_arrive(rope_ready.index(1 - par), increment_count=False)
                     sl = _load_slots(idx_ptr, base, idx_s1, lo + (t + 3) * 64, hi, rows_cp)  # for after tile t + 2
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
-                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_bar, par, t, nt, cm, True)
+                p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_bar, par, t, nt, cm)
                 mbarrier.wait(p_empty.index(par), (c & 1) ^ 1)
                 p_smem.index(par).store(p.to(dt))
                 a_smem.index(par).store(gl.exp2(m_prev - m_safe))  # P·V's Oᵀ moves from max m_prev to m_new
@@ -188,19 +184,18 @@ if HAVE_GLUON:
         kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
         mma: gl.constexpr = MMA
         heads_l: gl.constexpr = gl.SliceLayout(0, mma)
+        dst = (out_ptr, o_s0, o_s1, o_s2, part_o_ptr, part_lse_ptr, sink_ptr, sink_s0, has_sink, H, lanes, splits,
+               partial)
         g = 0
         c0 = 0
         c1 = 0
         k = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
+            row, h0, split, base, seg, lo, hi, nt = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                          ragged)
             o = gl.zeros([512, 16], gl.float32, mma)
-            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
-                j = t % 2
-                cj = gl.where(j == 0, c0, c1)
-                mbarrier.wait(p_ready.index(j), cj & 1)
-                fence_async_shared()
+            for t in range(nt):
+                j = _turn(p_ready, t, c0, c1, 0)
                 alpha = a_smem.index(j).load(heads_l)
                 o = o * alpha[None, :]
                 o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), p_smem.index(j), o, is_async=True)
@@ -219,52 +214,32 @@ if HAVE_GLUON:
             mbarrier.arrive(fin_empty.index(0))
             mbarrier.arrive(fin_empty.index(1))
             k += 1
-            m, l = _merge_totals(m0, l0, m1, l1)
-            offs_h = h0 + gl.arange(0, 16, heads_l)
-            hmask = offs_h < H
-            if partial != 0:  # the split-K decode's partial: Oᵀ / l and the log-sum-exp, for the reduce
-                inv, lse = _partial_scale(m, l)
-                part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
-                gl.store(part_lse_ptr + part, lse, mask=hmask)
-                _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
-            else:
-                scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-                _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+            _write_item(o, o, False, m0, l0, m1, l1, row, h0, split, dst)
 
     @gluon.jit
     def _load_part(kv_a, p_smem, a_smem, fin_smem, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                    indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                    o_s0, o_s1, o_s2, n_items, n_hb, splits, partial):
+        """Each tile's 512 lanes into stage g % 3 once P·V has released it (the rope lanes are the softmax
+        warpgroups' to gather)."""
         kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
         cp: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        rows_cp: gl.constexpr = gl.SliceLayout(1, cp)
         g = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
-                _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
-                st = g % 3
-                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
-                mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
-                fence_async_shared()
-                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+            base, lo, hi, nt = _loader_item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)
+            for t in range(nt):
+                _fill_stage(kv_empty, kv_ready, kv_a, g, idx_ptr, base, idx_s1, lo, t, hi, kv_ptr, kv_s0, skv, cp)
                 g += 1
 
     @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, PV_DEFAULT: gl.constexpr = False,
-                   WREGS: gl.constexpr = (128, 152, 64)):
+                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                                      is_pure=False, pack=1)
+            _launch_dependents()
         dt: gl.constexpr = kv_ptr.dtype.element_ty
-        bar_l: gl.constexpr = mbarrier.MBarrierLayout()
         vec_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # rank of one buffer: [4, 16] holds four
         kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))
         kv_b = kv_a
@@ -278,28 +253,13 @@ if HAVE_GLUON:
         qb_smem = qa_smem
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
-        kv_ready = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
-        kv_empty = gl.allocate_shared_memory(gl.int64, [3, 1], bar_l)
-        p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
-        p_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
-        m_bar = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
-        rope_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
-        fin = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
-        fin_empty = gl.allocate_shared_memory(gl.int64, [2, 1], bar_l)
-        q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)
-        q_free = gl.allocate_shared_memory(gl.int64, [1, 1], bar_l)
-        for i in gl.static_range(3):
-            mbarrier.init(kv_ready.index(i), count=128)  # one cp.async arrival per loader thread
-            mbarrier.init(kv_empty.index(i), count=1)
-        for i in gl.static_range(2):
-            mbarrier.init(p_ready.index(i), count=1)
-            mbarrier.init(p_empty.index(i), count=1)
-            mbarrier.init(m_bar.index(i), count=1)
-            mbarrier.init(rope_ready.index(i), count=128)  # one cp.async arrival per softmax thread
-            mbarrier.init(fin.index(i), count=1)
-            mbarrier.init(fin_empty.index(i), count=1)
-        mbarrier.init(q_ready.index(0), count=1)
-        mbarrier.init(q_free.index(0), count=2)  # both softmax warpgroups
+        # stage s gathered (one cp.async arrival per loader thread); P·V is done with stage s
+        kv_ready, kv_empty = _barriers(3, (128, 1))
+        # warpgroup j's P and alpha in its buffers; P·V is done with them; its running max in m_smem j; the rope
+        # lanes it gathered (one cp.async arrival per thread); its totals in fin_smem; P·V has read them
+        p_ready, p_empty, m_bar, rope_ready, fin, fin_empty = _barriers(2, (1, 1, 1, 128, 1, 1))
+        # the item's q stored by softmax warpgroup 0; both softmax warpgroups are done with it
+        q_ready, q_free = _barriers(1, (1, 2))
         fence_async_shared()
         bars = (kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free)
         sargs = (qa_smem, qb_smem, kv_a, kv_b, p_smem, a_smem, m_smem, fin_smem, bars, q_ptr, q_s0, q_s1, H, kv_ptr, kv_s0,
@@ -309,41 +269,26 @@ if HAVE_GLUON:
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
                  o_s0, o_s1, o_s2, n_items, n_hb, splits, partial)
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
-        if PV_DEFAULT:  # P·V the default partition; WREGS: both softmax warpgroups' and the loader's registers
-            gl.warp_specialize([
-                (_pv_part, wargs),
-                (_softmax_part, sargs + (zero,)),
-                (_softmax_part, sargs + (zero + 1,)),
-                (_load_part, wargs),
-            ], [4, 4, 4], WREGS)
-        else:  # WREGS: the second softmax warpgroup's, P·V's and the loader's; the first gets the rest of 4 x 128
-            gl.warp_specialize([
-                (_softmax_part, sargs + (zero,)),
-                (_softmax_part, sargs + (zero + 1,)),
-                (_pv_part, wargs),
-                (_load_part, wargs),
-            ], [4, 4, 4], WREGS)
+        # P·V is the default partition; WREGS: both softmax warpgroups' and the loader's registers
+        gl.warp_specialize([
+            (_pv_part, wargs),
+            (_softmax_part, sargs + (zero,)),
+            (_softmax_part, sargs + (zero + 1,)),
+            (_load_part, wargs),
+        ], [4, 4, 4], WREGS)
 
 
-# The partitions' order, and the workers' registers (setmaxnreg) for each order. Session 4's: the first
-# softmax warpgroup the default partition (168 registers), the second, P·V and the loader workers at 128,
-# 152 and 64 (ptxas spills 24 bytes). With P·V the default: both softmax warpgroups at 160, the loader 56,
-# P·V the rest (136), as gluon_sm90_ws since S14-12 (no spills).
-PV_DEFAULT = True
-REGS = {False: (128, 152, 64), True: (160, 160, 56)}
+# The workers' registers a thread (setmaxnreg): both softmax warpgroups at 160, the loader 56; P·V, the default
+# partition, gets the rest of 4 x 128 (136). As gluon_sm90_ws; no spills.
+WORKER_REGS = (160, 160, 56)
 
 
-def launch_prefill_ws(args: KernelArgs, *, pv_default: bool | None = None,
-                      worker_regs: tuple[int, int, int] | None = None) -> None:
-    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor.
-
-    ``pv_default`` and ``worker_regs`` (experiments): the partitions' order and the workers' registers.
-    """
-    pv = PV_DEFAULT if pv_default is None else bool(pv_default)
-    launch_kernel(_ws_kernel, args, 1, None, None, False, PV_DEFAULT=pv, WREGS=tuple(worker_regs or REGS[pv]))
+def launch_prefill_ws(args: KernelArgs) -> None:
+    """The no-split prefill; call only where ``gluon_sm90.supports``. One program per multiprocessor."""
+    launch_kernel(_ws_kernel, args, 1, None, None, False, WREGS=WORKER_REGS)
 
 
 def launch_partials_ws(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
                        pdl: bool) -> None:
     """The split-K decode's partial pass, into the layout ``triton_decode``'s reduce reads."""
-    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, PV_DEFAULT=PV_DEFAULT, WREGS=REGS[PV_DEFAULT])
+    launch_kernel(_ws_kernel, args, splits, part_o, part_lse, pdl, WREGS=WORKER_REGS)

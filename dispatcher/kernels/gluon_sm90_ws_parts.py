@@ -1,8 +1,6 @@
 """The partitions of ``gluon_sm90_ws``'s warp-specialised kernel: the loader, the two scores+softmax warpgroups
-and P·V, with the work items, the buffers' float views and the timing-experiment flags they read.
+and P·V, with the work items and the buffers' float views they share.
 
-The flags (``TRACE``, ``NO_*``) are globals of this module because worker partitions take no constexpr
-arguments (Triton 3.6): the GPU labs set them here before the first compile (``kernel_lab.ws_flags_on``).
 How the partitions hand tiles over is in ``gluon_sm90_ws``'s docstring.
 """
 
@@ -17,60 +15,108 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90_parts import (_copy_q, _final_scale, _gather, _load_slots, _p_view, _partial_scale,
-                                   _prefetch_span, _row_len, _row_span, _store_t, _valid)
+    from .gluon_sm90_parts import (_copy_q, _gather, _load_slots, _p_view, _partial_scale,
+                                   _prefetch_span, _row_len, _store_t, _valid)
     from .gluon_sm90_ws_fp8 import CP8, _expand_half, _expand_rope, _kv8_mode
+    from .triton_prefill import finish_scale, row_bounds
 
     STAGES = 3
-    # Timing experiments only (scripts/gpu/decode_trace.py --ws sets it before the first compile, in its own
-    # Triton cache): cycle stamps into ``trace_ptr``, 24 a program, as gluon_sm90's partial kernel writes them.
-    # A global because worker partitions take no constexpr arguments (Triton 3.6).
-    TRACE = gl.constexpr(False)
-    # Timing experiments only (scripts/gpu/ablate_probe.py sets them before the first compile, in its own Triton
-    # cache): leave out every gather (the loader only hands stages over), the scores' products (scores zero) or
-    # P·V's. Every wait and hand-over stays. Answers are then wrong.
-    NO_GATHER = gl.constexpr(False)
-    NO_SCORES = gl.constexpr(False)
-    NO_PV = gl.constexpr(False)
-    NO_RESCALE = gl.constexpr(False)  # P·V leaves Oᵀ unrescaled
-    NO_MCHAIN = gl.constexpr(False)  # each softmax warpgroup keeps its own max, waiting for none from the other
-    NO_TMAX = gl.constexpr(False)  # no tile max across the warpgroup's warps: P relative to max(running max, 0)
-
-    @gluon.jit
-    def _stamp(tp, slot):
-        if TRACE:
-            c = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-            gl.store(tp + gl.program_id(0) * 24 + slot, c)
-
-    @gluon.jit
-    def _stamp_time(tp, slot):
-        if TRACE:
-            c = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False,
-                                          pack=1)
-            gl.store(tp + gl.program_id(0) * 24 + slot, c)
 
     # wgmma's accumulator layout for 64 x 16 per warpgroup, as gluon_sm90's kernels use it
     MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))
 
     @gluon.jit
-    def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+    def _span(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
         """Work item w: (row, first head, split, offset of the row's first index, row width, positions [lo, hi))."""
         hb = w % n_hb
         rs = w // n_hb
         split = rs % splits
         row = rs // splits
-        base, seg = _row_span(idx_ptr, idx_s0, idx_s1, width, indptr_ptr, row, ragged)
+        base, seg = row_bounds(idx_ptr, idx_s0, idx_s1, width, None, None, indptr_ptr, row, ragged, None, None,
+                               LENGTH=False)  # the row's positions, not its length
+        seg = seg.to(gl.int32)
         chunk = gl.cdiv(gl.cdiv(seg, splits), 64) * 64  # split by the row's width, as gluon_sm90's partials
         lo = split * chunk
         hi = gl.minimum(lo + chunk, seg)
         return row, hb * 16, split, base, seg, lo, hi
 
     @gluon.jit
-    def _take_max(m_smem, m_ready, par, t, cm, CHAIN: gl.constexpr):
-        """The running max from the other warpgroup's tile t - 1 (with CHAIN; else -inf, a timing experiment), and the
-        count of maxima received."""
+    def _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+        """``_span`` and the item's count of 64-slot tiles."""
+        row, h0, split, base, seg, lo, hi = _span(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)
+        return row, h0, split, base, seg, lo, hi, gl.cdiv(gl.maximum(hi - lo, 0), 64)
+
+    @gluon.jit
+    def _loader_item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged):
+        """Work item w for the loader: (offset of the row's first index, positions [lo, hi), tiles), its slot
+        numbers asked of L1 first so that the tiles' loads of them do not wait on L2."""
+        row, h0, split, base, seg, lo, hi = _span(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)
+        for j0 in range(lo, hi, 256):
+            _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
+        return base, lo, hi, gl.cdiv(gl.maximum(hi - lo, 0), 64)
+
+    @gluon.jit
+    def _fill_stage(kv_empty, kv_ready, kv_a, g, idx_ptr, base, idx_s1, lo, t, hi, kv_ptr, kv_s0, skv,
+                    cp: gl.constexpr):
+        """Tile t of an item (the program's tile g) into stage g % 3, all 512 lanes, once P·V has released the
+        stage (from tile g - 3); its ``kv_ready`` completes when every loader thread's copies have landed.
+        Returns the tile's slot numbers."""
+        st = g % 3
+        slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, gl.SliceLayout(1, cp))
+        mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
+        fence_async_shared()
+        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
+        async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
+        return slots
+
+    @gluon.jit
+    def _turn(bars, t, c0, c1, flip: gl.constexpr):
+        """Tile t's buffer j = t % 2 (one per softmax warpgroup), once barrier j of ``bars`` has completed its
+        next phase (``c0``/``c1`` completed before; ``flip`` 1 for the first wait to pass at once)."""
+        j = t % 2
+        cj = gl.where(j == 0, c0, c1)
+        mbarrier.wait(bars.index(j), (cj & 1) ^ flip)
+        fence_async_shared()
+        return j
+
+    @gluon.jit
+    def _softmax_start(idx_ptr, base, idx_s1, seg, hi, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK: gl.constexpr):
+        """A softmax warpgroup's state at an item's start: the position from which it masks the scores out (the
+        row's length, at most ``hi``), the running max (-inf) and the per-thread partial sums (0)."""
+        lim = gl.minimum(hi, _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK))
+        m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, MMA))  # as of this warpgroup's last tile
+        l_acc = gl.zeros([64, 16], gl.float32, MMA)  # relative to m: reduced at the end
+        return lim, m, l_acc
+
+    @gluon.jit
+    def _write_item(o, o_hi, HALVES: gl.constexpr, m0, l0, m1, l1, row, h0, split, dst):
+        """An item's Oᵀ, with the two softmax warpgroups' totals merged, into the attention output (the prefill: the
+        sink's mass joined, then 1/l) or, where ``partial``, a split-K partial (Oᵀ / l and the log-sum-exp, for
+        ``triton_decode``'s reduce). With HALVES ``o`` holds lanes [0, 256) and ``o_hi`` lanes [256, 512); else
+        ``o`` holds all 512. ``dst``: (out, o_s0, o_s1, o_s2, part_o, part_lse, sink, sink_s0, has_sink, H, lanes,
+        splits, partial)."""
+        out_ptr, o_s0, o_s1, o_s2, part_o_ptr, part_lse_ptr, sink_ptr, sink_s0, has_sink, H, lanes, splits, partial = dst
+        m, l = _merge_totals(m0, l0, m1, l1)
+        offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, MMA))
+        hmask = offs_h < H
+        if partial != 0:
+            inv, lse = _partial_scale(m, l)
+            part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
+            gl.store(part_lse_ptr + part, lse, mask=hmask)
+            _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
+            if HALVES:
+                _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
+        else:
+            scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
+            _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+            if HALVES:
+                _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
+
+    @gluon.jit
+    def _take_max(m_smem, m_ready, par, t, cm):
+        """The running max from the other warpgroup's tile t - 1, and the count of maxima received."""
         m_prev = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, MMA))  # the max over tiles < t
-        if t > 0 and CHAIN:
+        if t > 0:
             mbarrier.wait(m_ready.index(1 - par), cm & 1)
             m_prev = m_smem.index(1 - par).load(gl.SliceLayout(0, MMA))
             cm += 1
@@ -79,8 +125,6 @@ if HAVE_GLUON:
     @gluon.jit
     def _tile_max(s):
         """The tile's max of each head: a reduction across the warpgroup's four warps (shared memory, barriers)."""
-        if NO_TMAX:
-            return gl.full([16], 0.0, gl.float32, gl.SliceLayout(0, MMA))
         return gl.max(s, axis=0)
 
     @gluon.jit
@@ -99,22 +143,22 @@ if HAVE_GLUON:
         return p, m_safe, l_acc
 
     @gluon.jit
-    def _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr):
+    def _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm):
         """Tile t's online softmax in one of two warpgroups that take alternate tiles of an item.
 
-        The running max comes from the other warpgroup's tile t - 1 (m_smem, m_ready; with CHAIN,
-        else each warpgroup keeps its own, a timing experiment) and goes on to its tile t + 1.
+        The running max comes from the other warpgroup's tile t - 1 (m_smem, m_ready) and goes on to its
+        tile t + 1.
         Returns P (relative to the new max), the max before this tile and after it, the
         per-thread partial sums moved to the new max, and the count of maxima received (cm).
         """
-        m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
+        m_prev, cm = _take_max(m_smem, m_ready, par, t, cm)
         m_new = gl.maximum(m_prev, _tile_max(s))
         _pass_max(m_smem, m_ready, par, t, nt, m_new)
         p, m_safe, l_acc = _exp_tile(s, m, m_new, l_acc)
         return p, m_prev, m_safe, m_new, l_acc, cm
 
     @gluon.jit
-    def _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm, CHAIN: gl.constexpr):
+    def _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm):
         """``_softmax_tile`` for the prefill with a reference max (``REDO``): once an item has a finite max, P stays
         relative to it (the reference) rather than to the running max.
 
@@ -135,7 +179,7 @@ if HAVE_GLUON:
             m_prev = m
             m_new = m
         else:
-            m_prev, cm = _take_max(m_smem, m_ready, par, t, cm, CHAIN)
+            m_prev, cm = _take_max(m_smem, m_ready, par, t, cm)
             lazy = gl.min(m_prev, axis=0) > float("-inf")  # set by the other's last tile
             if lazy:  # every warp holds all 16 heads: no exchange
                 m_new = m_prev
@@ -186,20 +230,9 @@ if HAVE_GLUON:
             return rp.index(j)._reinterpret(gl.float32, [n], gl.SwizzledSharedLayout(1, 1, 1, [0])).slice(at, 16)
 
     @gluon.jit
-    def _trace_start(unread, trace_ptr):
-        """The stamps' pointer the partitions take: ``trace_ptr`` with TRACE (its first stamps written), else
-        ``unread``, any pointer (partition arguments must be values)."""
-        tp = unread
-        if TRACE:
-            tp = trace_ptr
-            _stamp_time(tp, 22)
-            _stamp(tp, 0)
-        return tp
-
-    @gluon.jit
     def _softmax_part(qa_smem, qb_smem, kv_a, rp, kv8, rp8, kv_ptr, m_smem, bars, q_ptr, q_s0, q_s1, H,
                       idx_ptr, idx_s0, idx_s1, width, indptr_ptr, skv, sm_scale2, len_ptr, len_s0, ragged,
-                      has_len, n_items, n_hb, splits, redo_ptr, par, tp):
+                      has_len, n_items, n_hb, splits, redo_ptr, par):
         """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
 
         The scores, the exponentials and the P hand-over of consecutive tiles run in the two
@@ -220,8 +253,6 @@ if HAVE_GLUON:
         two specialisations, each with only its own path's code (S31-3).
         """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
-        if par == 0:
-            _stamp(tp, 21)  # softmax warpgroup 0 starts
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
         DB: gl.constexpr = qb_smem.shape[1] if qb_smem.shape[1] != 512 else 0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6  # a barrier pair per stage: its two 256-lane halves
@@ -237,22 +268,16 @@ if HAVE_GLUON:
         cm = 0  # running maxima received from the other warpgroup: phase of its m_bar
         k = 0  # items done
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
+            row, h0, split, base, seg, lo, hi, nt = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                          ragged)
             if par == 0:  # this item's q, once both warpgroups' scores of the previous item are done with the last
                 # one: copied by cp.async, which arrives on Q_READY, so its latency overlaps the count below
                 mbarrier.wait(q_free.index(0), (k - 1) & 1, pred=k > 0)
                 _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
                 async_copy.mbarrier_arrive(q_ready.index(0), increment_count=False)
             # The row's length (one load up to 2048 indices): only the softmax masks need it.
-            n = _row_len(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, 2048)
-            lim = gl.minimum(hi, n)  # positions at or past the row's length are masked out of the softmax
-            m = gl.full([16], float("-inf"), gl.float32, heads_l)  # the running max as of this warpgroup's last tile
-            l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums relative to m: reduced at the end
+            lim, m, l_acc = _softmax_start(idx_ptr, base, idx_s1, seg, hi, len_ptr, len_s0, row, ragged, has_len, 2048)
             mbarrier.wait(q_ready.index(0), k & 1)
-            if par == 0:
-                _stamp(tp, 2)  # q in shared memory, the row's length known
             for t in range(par, nt, 2):
                 g = gbase + t
                 ok = _valid(idx_ptr, base, idx_s1, lo + t * 64, lim, skv, rows_s)
@@ -262,39 +287,29 @@ if HAVE_GLUON:
                 else:
                     mbarrier.wait(kv_ready.index(g % 3), (g // 3) & 1)
                 fence_async_shared()
-                if NO_SCORES:  # timing experiments: every wait kept
-                    if HALVES:
-                        mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
-                    if DB > 0:
-                        mbarrier.wait(rope_ready.index(par), c & 1)
-                    s_a = s0
-                    s_b = s0
-                else:  # an fp8 pool: each half converted once landed (the second under the first's product)
+                if KV8 != 0:  # an fp8 pool: each half converted once landed (the second under the first's product)
+                    _expand_half(kv8, 16 * (g % 3), ka.slice(0, 256, dim=1), KV8)
+                s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
+                                    use_acc=False, is_async=True)
+                if HALVES:
+                    mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
+                    fence_async_shared()
                     if KV8 != 0:
-                        _expand_half(kv8, 16 * (g % 3), ka.slice(0, 256, dim=1), KV8)
-                    s_a = warpgroup_mma(ka.slice(0, 256, dim=1), qa_smem.slice(0, 256, dim=1).permute((1, 0)), s0,
-                                        use_acc=False, is_async=True)
-                    if HALVES:
-                        mbarrier.wait(kv_ready.index(2 * (g % 3) + 1), (g // 3) & 1)
-                        fence_async_shared()
-                        if KV8 != 0:
-                            _expand_half(kv8, 16 * (g % 3) + 8, ka.slice(256, 256, dim=1), KV8)
-                    s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
-                                        s0, use_acc=False, is_async=True)
-                    if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
-                        mbarrier.wait(rope_ready.index(par), c & 1)
-                        fence_async_shared()
-                        if KV8 != 0:
-                            _expand_rope(rp8.index(2 * par + 1), rp.index(par), KV8)
-                        s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
-                    s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
+                        _expand_half(kv8, 16 * (g % 3) + 8, ka.slice(256, 256, dim=1), KV8)
+                s_b = warpgroup_mma(ka.slice(256, 256, dim=1), qa_smem.slice(256, 256, dim=1).permute((1, 0)),
+                                    s0, use_acc=False, is_async=True)
+                if DB > 0:  # the rope lanes' product last: the loader gathered them after the 512 lanes
+                    mbarrier.wait(rope_ready.index(par), c & 1)
+                    fence_async_shared()
+                    if KV8 != 0:
+                        _expand_rope(rp8.index(2 * par + 1), rp.index(par), KV8)
+                    s_a = warpgroup_mma(rp.index(par), qb_smem.permute((1, 0)), s_a, is_async=True)
+                s_a, s_b = warpgroup_mma_wait(0, deps=(s_a, s_b))
                 s = gl.where(ok[:, None], (s_a + s_b) * sm_scale2, float("-inf"))
                 if REDO:
-                    p, m_prev, m_safe, m, l_acc, cm = _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
-                                                                         not NO_MCHAIN)
+                    p, m_prev, m_safe, m, l_acc, cm = _softmax_tile_redo(s, m, l_acc, m_smem, m_ready, par, t, nt, cm)
                 else:
-                    p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm,
-                                                                    not NO_MCHAIN)
+                    p, m_prev, m_safe, m, l_acc, cm = _softmax_tile(s, m, l_acc, m_smem, m_ready, par, t, nt, cm)
                 if DB == 0:  # no gather in between: wait until P·V is done with this buffer's previous P
                     mbarrier.wait(buf_empty.index(par), (c & 1) ^ 1)
                 _p_view(rp, par).store(p.to(dt))  # over the rope lanes: every warp's product read them (waited)
@@ -315,7 +330,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _pv_part(kv_a, rp, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width,
                  indptr_ptr, ragged, skv, sink_ptr, sink_s0, has_sink, out_ptr, part_o_ptr, part_lse_ptr, H, lanes,
-                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial, tp):
+                 o_s0, o_s1, o_s2, n_items, n_hb, splits, partial):
         """Oᵀ over the item's tiles in order, P from the two softmax warpgroups in turn; their totals merged at the end.
 
         Each softmax warpgroup's totals (its last max and its sum relative to it) come with its last
@@ -328,9 +343,11 @@ if HAVE_GLUON:
         g = 0
         c0 = 0
         c1 = 0
+        dst = (out_ptr, o_s0, o_s1, o_s2, part_o_ptr, part_lse_ptr, sink_ptr, sink_s0, has_sink, H, lanes, splits,
+               partial)
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
+            row, h0, split, base, seg, lo, hi, nt = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
+                                                          ragged)
             o = gl.zeros([512, 16], gl.float32, mma)
             o_lo = gl.zeros([256, 16], gl.float32, mma)
             o_hi = gl.zeros([256, 16], gl.float32, mma)
@@ -338,24 +355,12 @@ if HAVE_GLUON:
             m1 = m0
             l0 = gl.zeros([16], gl.float32, heads_l)
             l1 = l0
-            nt = gl.cdiv(gl.maximum(hi - lo, 0), 64)
             for t in range(nt):
-                j = t % 2
-                cj = gl.where(j == 0, c0, c1)
-                mbarrier.wait(p_ready.index(j), cj & 1)
-                _stamp(tp, 3 + 2 * gl.minimum(t, 7))  # tile t's P ready
-                fence_async_shared()
+                j = _turn(p_ready, t, c0, c1, 0)
                 alpha = _vec_view(rp, j, ALPHA).load(heads_l)
-                if NO_PV:  # timing experiments
+                if HALVES:  # the stage's first half goes back to the loader as soon as its product is done
                     o_lo = o_lo * alpha[None, :]
                     o_hi = o_hi * alpha[None, :]
-                    o = o * alpha[None, :]
-                    if HALVES:
-                        mbarrier.arrive(kv_empty.index(2 * (g % 3)))
-                elif HALVES:  # the stage's first half goes back to the loader as soon as its product is done
-                    if not NO_RESCALE:
-                        o_lo = o_lo * alpha[None, :]
-                        o_hi = o_hi * alpha[None, :]
                     kt = kv_a.index(g % 3).permute((1, 0))
                     o_lo = warpgroup_mma(kt.slice(0, 256, dim=0), _p_view(rp, j), o_lo, is_async=True)
                     o_hi = warpgroup_mma(kt.slice(256, 256, dim=0), _p_view(rp, j), o_hi, is_async=True)
@@ -366,7 +371,6 @@ if HAVE_GLUON:
                     o = o * alpha[None, :]
                     o = warpgroup_mma(kv_a.index(g % 3).permute((1, 0)), _p_view(rp, j), o, is_async=True)
                     o = warpgroup_mma_wait(0, deps=(o,))
-                _stamp(tp, 4 + 2 * gl.minimum(t, 7))  # tile t's P·V done
                 if t + 2 >= nt:  # warpgroup j's last tile: its totals
                     if j == 0:
                         m0 = _vec_view(rp, 0, FIN_M).load(heads_l)
@@ -382,37 +386,16 @@ if HAVE_GLUON:
                 c0 += 1 - j
                 c1 += j
                 g += 1
-            m, l = _merge_totals(m0, l0, m1, l1)
-            offs_h = h0 + gl.arange(0, 16, heads_l)
-            hmask = offs_h < H
-            if partial != 0:  # the split-K decode's partial: Oᵀ / l and the log-sum-exp, for the reduce
-                inv, lse = _partial_scale(m, l)
-                part = (row.to(gl.int64) * splits + split) * H + offs_h  # [16] partial-row ids
-                gl.store(part_lse_ptr + part, lse, mask=hmask)
-                if HALVES:
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_lo, inv)
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o_hi, inv, 256)
-                else:
-                    _store_t(part_o_ptr, 0, part, lanes, 1, lanes, hmask, o, inv)
-            else:
-                scale = _final_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
-                if HALVES:
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_lo, scale)
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o_hi, scale, 256)
-                else:
-                    _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
-            _stamp(tp, 20)
-            _stamp_time(tp, 23)
+            _write_item(o_lo if HALVES else o, o_hi, HALVES, m0, l0, m1, l1, row, h0, split, dst)
 
     @gluon.jit
     def _load_part(kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged,
-                   skv, n_items, n_hb, splits, tp):
+                   skv, n_items, n_hb, splits):
         """Each tile's 512 lanes into stage g % 3 once P·V has released it, then its rope lanes into buffer t % 2.
 
         Each item's slot numbers are asked of L1 first, so the tiles' loads of them do not wait on L2.
         """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
-        _stamp(tp, 19)  # the loader partition starts
         DB: gl.constexpr = rp.shape[2] if rp.shape[2] == 64 else 0  # the buffers are 64 x 32 (no rope lanes) at 512+0
         HALVES: gl.constexpr = kv_ready.shape[0] == 6
         FP8: gl.constexpr = kv_ptr.dtype.element_ty != kv_a.dtype  # bytes into the stages' upper halves (kv8)
@@ -424,44 +407,31 @@ if HAVE_GLUON:
         c0 = 0  # rope lanes gathered into buffer 0, and 1: the phases of rope_empty
         c1 = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
-            row, h0, split, base, seg, lo, hi = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
-                                                      ragged)
-            for j0 in range(lo, hi, 256):  # the item's slot numbers into L1, for the tiles' loads of them (S11)
-                _prefetch_span(idx_ptr, base, idx_s1, j0, hi)
-            for t in range(gl.cdiv(gl.maximum(hi - lo, 0), 64)):
-                st = g % 3
-                slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
+            base, lo, hi, nt = _loader_item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)
+            for t in range(nt):
                 if HALVES:  # each 256-lane half as soon as P·V is done with it
+                    st = g % 3
+                    slots = _load_slots(idx_ptr, base, idx_s1, lo + t * 64, hi, rows_cp)
                     for h in gl.static_range(2):
                         mbarrier.wait(kv_empty.index(2 * st + h), ((g // 3) & 1) ^ 1)
                         fence_async_shared()
-                        if not NO_GATHER:
-                            if FP8:  # 64 lanes a block, into the half's upper 16 KB
-                                for b in gl.static_range(4):
-                                    _gather(kv_ptr, kv_s0, slots, skv, kv8.index(16 * st + 8 * h + 4 + b),
-                                            256 * h + 64 * b, 64, cp)
-                            else:
-                                _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h,
-                                        256, cp)
+                        if FP8:  # 64 lanes a block, into the half's upper 16 KB
+                            for b in gl.static_range(4):
+                                _gather(kv_ptr, kv_s0, slots, skv, kv8.index(16 * st + 8 * h + 4 + b),
+                                        256 * h + 64 * b, 64, cp)
+                        else:
+                            _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st).slice(256 * h, 256, dim=1), 256 * h,
+                                    256, cp)
                         async_copy.mbarrier_arrive(kv_ready.index(2 * st + h), increment_count=False)
                 else:
-                    mbarrier.wait(kv_empty.index(st), ((g // 3) & 1) ^ 1)
-                    fence_async_shared()
-                    if not NO_GATHER:
-                        _gather(kv_ptr, kv_s0, slots, skv, kv_a.index(st), 0, 512, cp)
-                    async_copy.mbarrier_arrive(kv_ready.index(st), increment_count=False)
-                if g == 0:
-                    _stamp(tp, 1)  # the first tile's copies issued
+                    slots = _fill_stage(kv_empty, kv_ready, kv_a, g, idx_ptr, base, idx_s1, lo, t, hi, kv_ptr, kv_s0,
+                                        skv, cp)
                 if DB > 0:  # P·V has read the P written over this buffer's previous rope lanes
-                    j = t % 2
-                    cj = gl.where(j == 0, c0, c1)
-                    mbarrier.wait(buf_empty.index(j), (cj & 1) ^ 1)
-                    fence_async_shared()
-                    if not NO_GATHER:
-                        if FP8:  # into the buffer's upper 4 KB
-                            _gather(kv_ptr, kv_s0, slots, skv, rp8.index(2 * j + 1), 512, DB, cp)
-                        else:
-                            _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
+                    j = _turn(buf_empty, t, c0, c1, 1)
+                    if FP8:  # into the buffer's upper 4 KB
+                        _gather(kv_ptr, kv_s0, slots, skv, rp8.index(2 * j + 1), 512, DB, cp)
+                    else:
+                        _gather(kv_ptr, kv_s0, slots, skv, rp.index(j), 512, DB, cp)
                     async_copy.mbarrier_arrive(rope_ready.index(j), increment_count=False)
                     c0 += 1 - j
                     c1 += j

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 from ..types import Kernel
 from .aiter import OPUS, PA_PREFILL_SPARSE, AiterSymbol, make_adapter
-from .common import KernelArgs
+from .impl import KernelImpl
 from .torch_ref import ragged_prefill
 from .torch_splitk import sparse_decode
 
-
-def _anywhere(device_type: str) -> bool:
-    return True
-
-
-@dataclass(frozen=True)
-class KernelImpl:
-    """One implementation of one kernel name; ``impl`` is reported beside the name (torch, triton, gluon, aiter).
-
-    ``launch`` may return the name of what actually ran when that depends on the call (the Hopper
-    kernels hand calls they do not take to Triton); None means ``impl``.
-    """
-
-    kernel: Kernel
-    impl: str
-    launch: Callable[[KernelArgs], str | None]
-    runs_on: Callable[[str], bool] = field(default=_anywhere)
+__all__ = ["KernelImpl", "KernelRegistry", "NoImplementation", "default_registry"]
 
 
 class NoImplementation(LookupError):
@@ -69,11 +50,10 @@ def default_registry(*, aiter_module: str = "aiter", triton: bool = True, gluon:
     """
     reg = KernelRegistry()
     if triton:
-        from .triton_impls import gluon_enabled, register_gluon, register_triton
+        from .triton_impls import gluon_enabled, gpu_impls
 
-        register_triton(reg)
-        if gluon_enabled() if gluon is None else gluon:
-            register_gluon(reg)
+        for impl in gpu_impls(gluon=gluon_enabled() if gluon is None else gluon):
+            reg.register(impl)
     reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "torch", ragged_prefill))
     reg.register(KernelImpl(Kernel.INTREE_SPARSE_DECODE, "torch", sparse_decode))
     for kernel, symbol in ((Kernel.AITER_PA_PREFILL_SPARSE, PA_PREFILL_SPARSE), (Kernel.AITER_OPUS, OPUS)):

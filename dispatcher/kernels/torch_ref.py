@@ -8,6 +8,8 @@ are checked against.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from .common import KernelArgs, index_width, row_slots
@@ -61,20 +63,25 @@ def finish(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, sink: torch.Tens
     return torch.where((l == 0)[..., None], torch.zeros_like(out), out)  # NaN mass stays NaN
 
 
-def ragged_prefill(args: KernelArgs, *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> None:
-    """Write attention for every query row into ``args.output`` (in place)."""
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, head_dim = q.shape
-    if rows == 0:
-        return
-    skv = kv.shape[0]
-    lanes = out.shape[2]
-    kv2 = kv.reshape(skv, head_dim)
+def chunks(args: KernelArgs, workspace_bytes: int) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
+    """The call's query rows in chunks whose gather fits ``workspace_bytes`` (``chunk_rows``): (rows, slots, valid)
+    each, as ``common.row_slots`` gives them."""
+    rows, heads, head_dim = args.q.shape
     step = chunk_rows(index_width(args.index), head_dim, heads, workspace_bytes)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
-        slots, valid = row_slots(args.index, r0, r1, skv)
-        gathered = kv2[slots.reshape(-1)].reshape(r1 - r0, slots.shape[1], head_dim).float()
-        acc, m, l = attend_rows(q[r0:r1], gathered, valid, args.scale, args.attn_sink, lanes)
-        del gathered
-        out[r0:r1] = finish(acc, m, l, args.attn_sink).to(out.dtype)
+        yield slice(r0, r1), *row_slots(args.index, r0, r1, args.kv.shape[0])
+
+
+def gather(args: KernelArgs, slots: torch.Tensor) -> torch.Tensor:
+    """The kv rows at ``slots`` [C, K], as fp32 [C, K, D]."""
+    kv = args.kv.reshape(args.kv.shape[0], -1)
+    return kv[slots.reshape(-1)].reshape(*slots.shape, kv.shape[1]).float()
+
+
+def ragged_prefill(args: KernelArgs, *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> None:
+    """Write attention for every query row into ``args.output`` (in place)."""
+    out = args.output
+    for rows, slots, valid in chunks(args, workspace_bytes):
+        acc, m, l = attend_rows(args.q[rows], gather(args, slots), valid, args.scale, args.attn_sink, out.shape[2])
+        out[rows] = finish(acc, m, l, args.attn_sink).to(out.dtype)

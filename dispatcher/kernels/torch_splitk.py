@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from .common import KernelArgs, index_width, row_slots
-from .torch_ref import DEFAULT_WORKSPACE_BYTES, attend_rows, chunk_rows
+from .common import KernelArgs
+from .torch_ref import DEFAULT_WORKSPACE_BYTES, attend_rows, chunks, gather
 
 DEFAULT_SPLIT = 256  # top-k slots per split
 
@@ -23,26 +23,15 @@ def sparse_decode(
     split: int = DEFAULT_SPLIT,
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
 ) -> None:
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, head_dim = q.shape
-    if rows == 0:
-        return
-    skv = kv.shape[0]
-    lanes = out.shape[2]
-    kv2 = kv.reshape(skv, head_dim)
-    width = index_width(args.index)
-    step = chunk_rows(width, head_dim, heads, workspace_bytes)
-    sink = args.attn_sink
-    for r0 in range(0, rows, step):
-        r1 = min(rows, r0 + step)
-        slots, valid = row_slots(args.index, r0, r1, skv)
-        c, k = slots.shape
-        nsplit = max(1, math.ceil(k / split))
+    """Write attention for every query row into ``args.output`` (in place), ``split`` slots a partial."""
+    out, sink = args.output, args.attn_sink
+    for rows, slots, valid in chunks(args, workspace_bytes):
+        k = slots.shape[1]
         accs, ms, ls = [], [], []
-        for s in range(nsplit):
+        for s in range(max(1, math.ceil(k / split))):
             sl = slice(s * split, min(k, (s + 1) * split))
-            gathered = kv2[slots[:, sl].reshape(-1)].reshape(c, -1, head_dim).float()
-            acc, m, l = attend_rows(q[r0:r1], gathered, valid[:, sl], args.scale, None, lanes)
+            acc, m, l = attend_rows(args.q[rows], gather(args, slots[:, sl]), valid[:, sl], args.scale, None,
+                                    out.shape[2])
             accs.append(acc)
             ms.append(m)
             ls.append(l)
@@ -58,5 +47,5 @@ def sparse_decode(
         if sink is not None:
             l_tot = l_tot + torch.exp(sink.float()[None, :] - big_safe)
         res = acc_tot / l_tot.clamp_min(torch.finfo(torch.float32).tiny)[..., None]
-        res = torch.where((l_tot == 0)[..., None], torch.zeros_like(res), res)
-        out[r0:r1] = res.to(out.dtype)
+        res = torch.where((l_tot == 0)[..., None], torch.zeros_like(res), res)  # no valid slot: 0; NaN stays NaN
+        out[rows] = res.to(out.dtype)

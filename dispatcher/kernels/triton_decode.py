@@ -21,11 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import KernelArgs
-from .fp8_ptx import kv_operand
+from .common import KernelArgs, device_key, empty_call, sm_count
 from .torch_splitk import sparse_decode as torch_sparse_decode
-from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, config_for, count_block, next_pow2, pack,
-                             row_bounds, store_rows, tile_constants, triton_supports)
+from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, next_pow2, row_bounds, store_rows, tile_launch,
+                             triton_supports)
 
 try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent launch
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -47,25 +46,14 @@ MAX_SPLITS = 64  # the reduce loads every split of a row at once
 PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
 REDUCE_VALUES = 4096  # partial values one reduce program loads: fewer means more, lighter programs
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]  # names absent from a kernel are ignored
-_SMS: dict[int, int] = {}
 _PDL: dict[int, bool] = {}
-
-
-def sm_count(device: torch.device) -> int:
-    """Multiprocessors of a CUDA device (cached); 8 elsewhere, which keeps interpreter grids small."""
-    if device.type != "cuda":
-        return 8
-    key = device.index if device.index is not None else torch.cuda.current_device()
-    if key not in _SMS:
-        _SMS[key] = torch.cuda.get_device_properties(key).multi_processor_count
-    return _SMS[key]
 
 
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: an NVIDIA GPU of compute capability >= 9.0 and a Triton that can launch it."""
     if not HAVE_GDC or device.type != "cuda" or torch.version.hip is not None:
         return False
-    key = device.index if device.index is not None else torch.cuda.current_device()
+    key = device_key(device)
     if key not in _PDL:
         try:
             from triton.backends.nvidia.compiler import CUDAOptions
@@ -119,13 +107,8 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
 
 @triton.jit(do_not_specialize=_FLAGS)
 def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2,
-                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr = 1,
-                   trace_ptr=None, TRACE: tl.constexpr = False):
+                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr = 1):
     """One program: ``HB`` heads × ``L_BLOCK`` lanes of a row, every split of it loaded at once."""
-    if TRACE:  # timing experiments only: %globaltimer at the start, after gdc_wait and at the end
-        trace_ptr += ((tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2)
-                      + tl.program_id(2)) * 4
-        tl.store(trace_ptr, _globaltimer())
     row = tl.program_id(0)
     offs_h = tl.program_id(1) * HB + tl.arange(0, HB)
     hmask = offs_h < H
@@ -139,8 +122,6 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     sink = sink.to(tl.float32) * 1.4426950408889634
     if PDL:
         gdc_wait()  # launched early: wait here until every partial is written
-    if TRACE:
-        tl.store(trace_ptr + 1, _globaltimer())
     lse = tl.load(lse_ptr + part, mask=smask, other=float("-inf"))
     o = tl.load(o_ptr + part[:, :, None] * lanes + offs_l[None, None, :], mask=smask[:, :, None] & lmask[None, None, :],
                 other=0.0).to(tl.float32)
@@ -152,13 +133,24 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     res = tl.sum(o * w[:, :, None], axis=0) * inv[:, None]  # [HB, L_BLOCK]
     out_rows = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
     tl.store(out_rows + offs_l[None, :] * o_s2, res.to(out_ptr.dtype.element_ty), mask=hmask[:, None] & lmask[None, :])
-    if TRACE:
-        tl.store(trace_ptr + 2, _globaltimer())
 
 
-@triton.jit
-def _globaltimer():
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+def decode_splits(p: Packed, rows: int, heads: int, block_n: int, device: torch.device, splits: int | None = None,
+                  per_sm: int | None = None) -> int:
+    """The split count a decode launch uses: ``splits`` if given, else ``choose_splits``'s for the rows' width (a
+    ragged index's positions per row on average); at least 1, at most MAX_SPLITS."""
+    if splits is None:
+        width = p.width if not p.ragged else triton.cdiv(int(p.idx.numel()), rows)
+        splits = choose_splits(rows, triton.cdiv(heads, HEAD_BLOCK), width, block_n, sm_count(device), per_sm)
+    return max(1, min(int(splits), MAX_SPLITS))
+
+
+def partial_buffers(rows: int, splits: int, heads: int, lanes: int, dtype: torch.dtype,
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partials' buffers: each split's normalised output [rows, splits, heads, lanes] in ``dtype``, and its
+    log-sum-exp (base 2, fp32) [rows, splits, heads]."""
+    return (torch.empty((rows, splits, heads, lanes), dtype=dtype, device=device),
+            torch.empty((rows, splits, heads), dtype=torch.float32, device=device))
 
 
 def reduce_blocks(splits: int, lanes: int, values: int | None = None, heads: int = 1) -> tuple[int, int]:
@@ -176,42 +168,33 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
     the tuned choices, and ``pdl=None`` means "where the GPU and Triton support it".
     """
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, head_dim = q.shape
-    if rows == 0 or heads == 0 or out.shape[2] == 0:
+    if empty_call(args):
         return
     if not triton_supports(args):
         torch_sparse_decode(args)
         return
-    pool, mode = kv_operand(kv, q.dtype, kv8)
-    cfg = config_for(config, DECODE_CONFIG, mode)
-    p = pack(args)
-    head_blocks = triton.cdiv(heads, HEAD_BLOCK)
-    if splits is None:
-        width = p.width if not p.ragged else triton.cdiv(int(p.idx.numel()), rows)
-        splits = choose_splits(rows, head_blocks, width, cfg.block_n, sm_count(q.device))
-    splits = max(1, min(int(splits), MAX_SPLITS))
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, _ = q.shape
+    tiles = tile_launch(args, config, DECODE_CONFIG, kv8)
+    p = tiles.p
+    splits = decode_splits(p, rows, heads, tiles.cfg.block_n, q.device, splits)
     use_pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
-    part_o = torch.empty((rows, splits, heads, p.lanes), dtype=torch.float32, device=q.device)
-    part_lse = torch.empty((rows, splits, heads), dtype=torch.float32, device=q.device)
-    _partial_kernel[(rows, splits, head_blocks)](
-        q, pool, p.idx, p.length, p.indptr, part_o, part_lse,
+    part_o, part_lse = partial_buffers(rows, splits, heads, p.lanes, torch.float32, q.device)
+    _partial_kernel[(rows, splits, triton.cdiv(heads, HEAD_BLOCK))](
+        q, tiles.pool, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
         q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-        CNT_BLOCK=count_block(p.width), PDL=use_pdl, KV8=mode, **tile_constants(p, head_dim, cfg),
-        **cfg.launch_options(),
+        PDL=use_pdl, **tiles.consts,
     )
     reduce_partials(part_o, part_lse, p, out, splits, use_pdl, reduce_values, heads_per_program=reduce_heads)
 
 
 def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out: torch.Tensor, splits: int,
-                    use_pdl: bool, reduce_values: int | None = None, trace: torch.Tensor | None = None,
-                    heads_per_program: int = 1) -> None:
+                    use_pdl: bool, reduce_values: int | None = None, heads_per_program: int = 1) -> None:
     """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials).
 
     ``part_o`` may be fp32 or 16-bit; the reduce computes in fp32. ``heads_per_program`` (a power of
     two) heads share a program, which then loads ``reduce_values`` values for all of them.
-    ``trace`` (timing experiments only, NVIDIA): int64, 4 per program, filled with %globaltimer stamps.
     """
     rows, _, heads, _ = part_o.shape
     hb = int(heads_per_program)
@@ -222,6 +205,5 @@ def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out
     _reduce_kernel[(rows, triton.cdiv(heads, hb), triton.cdiv(p.lanes, l_block))](
         part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
         p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, HB=hb, num_warps=4, trace_ptr=trace,
-        TRACE=trace is not None, **extra,
+        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, HB=hb, num_warps=4, **extra,
     )

@@ -1,11 +1,11 @@
-"""Registers the Triton kernels (and, ahead of them, the Hopper Gluon ones), preferred over torch on GPUs.
+"""The GPU implementations of the in-tree kernels: the Hopper Gluon ones, then Triton's, ahead of torch.
 
-The ``gluon`` implementation takes a call only where ``gluon_sm90.supports`` says so (an sm_90
-GPU, fp16/bf16, the production layouts; ``supports_prefill`` and ``supports_decode`` add fp8 pools) and hands
-the rest to Triton, returning the name of what
-ran so the dispatcher and the sweep report it. Nothing here imports Triton at module import: ``runs_on`` tries the import the first time a
-CUDA device asks (ROCm torch also reports "cuda"), and a CPU process never pays for it. A
-missing or broken Triton leaves the torch implementations in charge; it never raises.
+The ``gluon`` implementation takes a call only where ``gluon_sm90.supports_prefill`` / ``supports_decode`` say so
+(an sm_90 GPU, fp16/bf16 q, the production layouts, a pool in q's dtype or fp8) and hands the rest to Triton,
+returning the name of what ran so the dispatcher and the sweep report it. Nothing here imports Triton at module
+import: ``runs_on`` tries the import the first time a CUDA device asks (ROCm torch also reports "cuda"), and a CPU
+process never pays for it. A missing or broken Triton leaves the torch implementations in charge; it never raises.
+ROUTESCOPE_GLUON=0 leaves the Gluon ones out (``gluon_enabled``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..types import Kernel
 from .common import KernelArgs
-
-if TYPE_CHECKING:
-    from .registry import KernelRegistry
+from .impl import KernelImpl
 
 _TRITON_OK: dict[str, bool] = {}
 
@@ -74,18 +71,6 @@ def _lazy(module: str) -> Callable[[KernelArgs], None]:
     return launch
 
 
-def register_triton(registry: KernelRegistry) -> None:
-    """Put the Triton ragged prefill and split-K decode first in line; they run on GPUs only."""
-    from .registry import KernelImpl
-
-    registry.register(
-        KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "triton", _lazy(".triton_prefill"), runs_on=runs_on_gpu), prefer=True
-    )
-    registry.register(
-        KernelImpl(Kernel.INTREE_SPARSE_DECODE, "triton", _lazy(".triton_decode"), runs_on=runs_on_gpu), prefer=True
-    )
-
-
 def _gluon_or_triton(kernel: str) -> Callable[[KernelArgs], str]:
     """A launch that runs the Hopper kernel when it supports the call, Triton's otherwise; returns which ran."""
     box: list = []
@@ -107,13 +92,13 @@ def _gluon_or_triton(kernel: str) -> Callable[[KernelArgs], str]:
     return launch
 
 
-def register_gluon(registry: KernelRegistry) -> None:
-    """Put the Hopper Gluon kernels first in line (docs/benchmarks.md, session 3); they run on CUDA only."""
-    from .registry import KernelImpl
-
-    registry.register(
-        KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "gluon", _gluon_or_triton("prefill"), runs_on=runs_gluon), prefer=True
-    )
-    registry.register(
-        KernelImpl(Kernel.INTREE_SPARSE_DECODE, "gluon", _gluon_or_triton("decode"), runs_on=runs_gluon), prefer=True
-    )
+def gpu_impls(*, gluon: bool) -> list[KernelImpl]:
+    """The GPU implementations of both in-tree kernels, most preferred first: the Hopper Gluon ones (with
+    ``gluon``), which hand what they do not take to Triton, then Triton's."""
+    impls = []
+    if gluon:
+        impls += [KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "gluon", _gluon_or_triton("prefill"), runs_on=runs_gluon),
+                  KernelImpl(Kernel.INTREE_SPARSE_DECODE, "gluon", _gluon_or_triton("decode"), runs_on=runs_gluon)]
+    impls += [KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "triton", _lazy(".triton_prefill"), runs_on=runs_on_gpu),
+              KernelImpl(Kernel.INTREE_SPARSE_DECODE, "triton", _lazy(".triton_decode"), runs_on=runs_on_gpu)]
+    return impls

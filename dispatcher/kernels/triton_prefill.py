@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import KernelArgs
+from .common import KernelArgs, empty_call, sm_count
 from .fp8_ptx import kv_load, kv_operand
 from .torch_ref import ragged_prefill as torch_ragged_prefill
 
@@ -161,8 +161,11 @@ def pack(args: KernelArgs) -> Packed:
 
 @triton.jit
 def row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row, ragged, has_len,
-               CNT_BLOCK: tl.constexpr):
-    """(int64 element offset of the row's first index, the row's length in positions)."""
+               CNT_BLOCK: tl.constexpr, LENGTH: tl.constexpr = True):
+    """(int64 element offset of the row's first index, the row's length in positions).
+
+    With LENGTH False, the row's positions (int64: the dense width, or its ragged segment) in place of its length:
+    the Gluon kernels' span of a row (they find the length apart, under the first gathers: ``_row_len``)."""
     row64 = row.to(tl.int64)
     base = row64 * idx_s0
     seg = width.to(tl.int64)
@@ -170,17 +173,20 @@ def row_bounds(idx_ptr, idx_s0, idx_s1, width, len_ptr, len_s0, indptr_ptr, row,
         start = tl.load(indptr_ptr + row64).to(tl.int64)
         base = start * idx_s1
         seg = tl.load(indptr_ptr + row64 + 1).to(tl.int64) - start
-    n = seg
-    if has_len != 0:
-        n = tl.minimum(tl.load(len_ptr + row64 * len_s0).to(tl.int64), seg)
-    elif ragged == 0:  # dense without topk_length: the count of indices >= 0
-        cnt = tl.zeros([CNT_BLOCK], tl.int32)
-        for j0 in range(0, width, CNT_BLOCK):
-            offs = j0 + tl.arange(0, CNT_BLOCK)
-            v = tl.load(idx_ptr + base + offs.to(tl.int64) * idx_s1, mask=offs < width, other=-1)
-            cnt += (v >= 0).to(tl.int32)
-        n = tl.sum(cnt, axis=0).to(tl.int64)
-    return base, tl.maximum(n, 0).to(tl.int32)
+    if not LENGTH:
+        return base, seg
+    else:
+        n = seg
+        if has_len != 0:
+            n = tl.minimum(tl.load(len_ptr + row64 * len_s0).to(tl.int64), seg)
+        elif ragged == 0:  # dense without topk_length: the count of indices >= 0
+            cnt = tl.zeros([CNT_BLOCK], tl.int32)
+            for j0 in range(0, width, CNT_BLOCK):
+                offs = j0 + tl.arange(0, CNT_BLOCK)
+                v = tl.load(idx_ptr + base + offs.to(tl.int64) * idx_s1, mask=offs < width, other=-1)
+                cnt += (v >= 0).to(tl.int32)
+            n = tl.sum(cnt, axis=0).to(tl.int64)
+        return base, tl.maximum(n, 0).to(tl.int32)
 
 
 @triton.jit
@@ -387,6 +393,26 @@ def tile_constants(p: Packed, head_dim: int, cfg: TileConfig) -> dict:
                 BLOCK_N=cfg.block_n, HB=HEAD_BLOCK, IEEE=p.ieee)
 
 
+class TileLaunch(NamedTuple):
+    """What a Triton tile-loop launch (the prefill's, the decode's partials) computes on the host for a call."""
+
+    p: Packed
+    pool: torch.Tensor  # the kv pool as the kernel reads it: itself, or an fp8 pool's bytes (fp8_ptx)
+    cfg: TileConfig
+    consts: dict  # the constexprs and launch options (num_warps, num_stages, maxnreg)
+
+
+def tile_launch(args: KernelArgs, config: TileConfig | None, default: TileConfig, kv8: int | None) -> TileLaunch:
+    """The host-side facts of a tile-loop launch of this call: ``config``, else the kernel's ``default`` (FP8_CONFIG
+    for a PTX-converted pool); ``kv8`` overrides the fp8 conversion (``fp8_ptx.kv_operand``)."""
+    pool, mode = kv_operand(args.kv, args.q.dtype, kv8)
+    cfg = config_for(config, default, mode)
+    p = pack(args)
+    consts = dict(CNT_BLOCK=count_block(p.width), KV8=mode, **tile_constants(p, int(args.q.shape[2]), cfg),
+                  **cfg.launch_options())
+    return TileLaunch(p, pool, cfg, consts)
+
+
 def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | None = None,
            redo: torch.Tensor | None = None) -> None:
     """Write the ragged prefill into ``args.output`` in place; torch serves dtypes Triton does not.
@@ -396,10 +422,10 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
     (the Hopper prefill's items to compute again, ``gluon_sm90_ws.redo_flagged``), by ``_redo_kernel``, whose
     programs each scan ``redo_span`` flags; torch, where it serves, writes them all.
     """
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, head_dim = q.shape
-    if rows == 0 or heads == 0 or out.shape[2] == 0:
+    if empty_call(args):
         return
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, _ = q.shape
     grid = (rows, triton.cdiv(heads, HEAD_BLOCK))
     if redo is not None and (redo.dtype != torch.int32 or redo.numel() != grid[0] * grid[1]
                              or redo.device != q.device):
@@ -408,19 +434,15 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
     if not triton_supports(args):
         torch_ragged_prefill(args)
         return
-    pool, mode = kv_operand(kv, q.dtype, kv8)
-    cfg = config_for(config, PREFILL_CONFIG, mode)
-    p = pack(args)
-    common = (q, pool, p.idx, p.length, p.indptr, p.sink, out,
+    tiles = tile_launch(args, config, PREFILL_CONFIG, kv8)
+    p = tiles.p
+    common = (q, tiles.pool, p.idx, p.length, p.indptr, p.sink, out,
               p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
               q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
               p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2))
-    consts = dict(CNT_BLOCK=count_block(p.width), KV8=mode, **tile_constants(p, head_dim, cfg), **cfg.launch_options())
     if redo is None:
-        _prefill_kernel[grid](*common, **consts)
+        _prefill_kernel[grid](*common, **tiles.consts)
         return
-    from .triton_decode import sm_count  # (triton_decode builds on this module)
-
     items = grid[0] * grid[1]
     span = redo_span(items, sm_count(q.device))
-    _redo_kernel[(triton.cdiv(items, span),)](*common, redo, items, grid[1], span, SPAN=REDO_SPAN, **consts)
+    _redo_kernel[(triton.cdiv(items, span),)](*common, redo, items, grid[1], span, SPAN=REDO_SPAN, **tiles.consts)

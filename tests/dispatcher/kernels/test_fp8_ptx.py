@@ -78,35 +78,24 @@ def test_the_interpreters_to_path_converts_every_finite_byte_as_torch_does(inter
 
 
 COMPILE = textwrap.dedent("""
-    import json, re, subprocess, sys
+    import json, sys
     from pathlib import Path
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     from dispatcher.kernels import triton_decode, triton_prefill
-    sys.path.insert(0, "scripts/gpu")
-    from compile_check import PTRS, signature  # specialised as a real launch is: unit strides, multiples of 16
+    from tests.dispatcher.kernels.sm90_build import compile_sm90, stack_bytes
 
-    tools = Path(triton.__file__).parent / "backends/nvidia/bin"
     cfg = triton_prefill.FP8_CONFIG
     found = {}
     for kv, q, mode in (("bf16", "bf16", 0), ("u8", "bf16", 1), ("u8", "bf16", 2), ("u8", "fp16", 3),
                         ("u8", "fp16", 4)):
-        ptrs = {**PTRS, "q_ptr": "*" + q, "kv_ptr": "*" + kv, "out_ptr": "*" + q}
+        ptrs = {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "out_ptr": "*" + q}
         consts = {"D": 576, "CH": 512 // cfg.chunks, "NCH": cfg.chunks, "BLOCK_B": 64, "HAS_B": True, "V_B": False,
                   "BLOCK_N": cfg.block_n, "HB": 16, "IEEE": False, "CNT_BLOCK": 2048, "KV8": mode, "PDL": False}
         for fn in (triton_prefill._prefill_kernel, triton_decode._partial_kernel):
-            sig, attrs, const = signature(fn, {k: v for k, v in consts.items() if k in fn.arg_names}, ptrs)
-            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
-                               target=GPUTarget("cuda", 90, 32), options=cfg.launch_options())
-            cubin = Path(sys.argv[1]) / f"{fn.__name__}_{mode}.cubin"
-            cubin.write_bytes(k.asm["cubin"])
-            res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)],
-                                 capture_output=True, text=True, check=True).stdout
+            k = compile_sm90(fn, consts, ptrs, **cfg.launch_options())
             ttgir = k.asm["ttgir"]
             found[f"{fn.__name__}_{mode}"] = {
                 "async_copies": ttgir.count("async_copy_global_to_local"), "asm": ttgir.count("elementwise_inline_asm"),
-                "stack": int(re.search(r"STACK:(\\d+)", res).group(1))}
+                "stack": stack_bytes(k, Path(sys.argv[1]) / f"{fn.__name__}_{mode}.cubin")}
     print(json.dumps(found))
 """)
 

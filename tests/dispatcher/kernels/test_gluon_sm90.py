@@ -136,6 +136,14 @@ def test_registry_launch_hands_unsupported_calls_to_triton_and_says_so(interp, k
     torch.testing.assert_close(a.output.float(), ref.output, atol=3e-3, rtol=3e-3)
 
 
+def pretend_sms(monkeypatch, n: int = 132) -> None:
+    """The launchers' multiprocessor count, as on an H200 (on CPU, ``sm_count`` says 8)."""
+    from dispatcher.kernels import gluon_sm90_ws, triton_decode
+
+    for mod in (gluon_sm90_ws, triton_decode):  # the ws grid; the decode's split count
+        monkeypatch.setattr(mod, "sm_count", lambda device: n)
+
+
 class RecordingLaunch:
     """Test double for a Gluon kernel's ``kernel[grid](...)`` launch (no Hopper GPU here): records what it is given."""
 
@@ -157,7 +165,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
 
     rec = RecordingLaunch(gluon_sm90_ws._ws_kernel)
     monkeypatch.setattr(gluon_sm90_ws, "_ws_kernel", rec)
-    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    pretend_sms(monkeypatch)
     reduced, redone = [], []
     monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: reduced.append(a))
     monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: redone.append((a, flags)))
@@ -203,29 +211,24 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
 
 
 @needs_gluon
-def test_d512_launchers_pass_the_partition_order_and_its_registers(monkeypatch):
-    """gluon_sm90_ws_d512 runs P·V as its default partition (S15-7) with that order's worker registers; session
-    4's order, asked for, gets its own registers, and the decode's partials follow the module's default."""
-    from dispatcher.kernels import gluon_sm90_ws_d512, triton_decode
+def test_d512_launchers_pass_the_work_items_and_the_workers_registers(monkeypatch):
+    """gluon_sm90_ws_d512's launches: the prefill and the decode's partials, each with the workers' registers
+    (both softmax warpgroups at 160, the loader at 56) and the exact running max."""
+    from dispatcher.kernels import gluon_sm90_ws_d512
 
     rec = RecordingLaunch(gluon_sm90_ws_d512._ws_kernel)
     monkeypatch.setattr(gluon_sm90_ws_d512, "_ws_kernel", rec)
-    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    pretend_sms(monkeypatch)
     a = build(40, layout=Layout(448, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=4096)
     gluon_sm90_ws_d512.launch_prefill_ws(a)
     kw = rec.calls[-1][1]
-    assert gluon_sm90_ws_d512.PV_DEFAULT is True and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
-    assert kw["DB"] == 0 and kw["partial"] == 0 and kw["maxnreg"] == 128
-    assert not reference_max(kw)  # D = 512 keeps the exact running max
-    gluon_sm90_ws_d512.launch_prefill_ws(a, pv_default=False)
-    kw = rec.calls[-1][1]
-    assert kw["PV_DEFAULT"] is False and kw["WREGS"] == (128, 152, 64)  # session 4's order and registers
-    gluon_sm90_ws_d512.launch_prefill_ws(a, worker_regs=(152, 160, 56))
-    assert rec.calls[-1][1]["WREGS"] == (152, 160, 56)
+    assert kw["WREGS"] == gluon_sm90_ws_d512.WORKER_REGS == (160, 160, 56)
+    assert kw["DB"] == 0 and kw["partial"] == 0 and kw["maxnreg"] == 128 and rec.calls[-1][0] == (40,)
+    assert not reference_max(kw)  # this kernel keeps the exact running max
     part_o = torch.empty(40, 2, 16, 512)
     gluon_sm90_ws_d512.launch_partials_ws(a, part_o, torch.empty(40, 2, 16), 2, pdl=False)
     kw = rec.calls[-1][1]
-    assert kw["partial"] == 1 and kw["splits"] == 2 and kw["PV_DEFAULT"] is True and kw["WREGS"] == (160, 160, 56)
+    assert kw["partial"] == 1 and kw["splits"] == 2 and kw["n_items"] == 80 and kw["WREGS"] == (160, 160, 56)
 
 
 @pytest.mark.parametrize(("items", "width", "pays"), [
@@ -275,7 +278,7 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout_and_by_reference(monkey
     for mod in (gluon_sm90_ws, gluon_sm90_ws_d512):
         recs[mod] = RecordingLaunch(mod._ws_kernel)
         monkeypatch.setattr(mod, "_ws_kernel", recs[mod])
-    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)
+    pretend_sms(monkeypatch)
     monkeypatch.setattr(triton_decode, "reduce_partials", lambda *a, **k: None)
     monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: None)
     cpu = torch.device("cpu")
@@ -307,46 +310,22 @@ def test_the_warp_specialised_kernel_is_chosen_by_layout_and_by_reference(monkey
 
 
 COMPILE = textwrap.dedent("""
-    import json, re, subprocess, sys
+    import json, sys
     from pathlib import Path
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from dispatcher.kernels import gluon_sm90, gluon_sm90_ws, gluon_sm90_ws_d512
-
-    tools = Path(triton.__file__).parent / "backends/nvidia/bin"
-    DIV16 = ("q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld")  # as a launch specialises 576, ...
+    from tests.dispatcher.kernels.sm90_build import compile_sm90, cuobjdump, stack_bytes
 
 
     def ptrs(q="bf16", kv="bf16"):
-        return {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
-                "sink_ptr": "*" + q, "out_ptr": "*" + q, "o_ptr": "*" + q, "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
-                "part_lse_ptr": "*fp32", "redo_ptr": "*i32"}
+        return {"q_ptr": "*" + q, "kv_ptr": "*" + kv, "sink_ptr": "*" + q, "out_ptr": "*" + q, "o_ptr": "*" + q}
 
 
     def compile_one(key, fn, consts, ptr_types, opts):
-        sig, attrs = {}, {}
-        consts = {k: v for k, v in consts.items() if k in fn.arg_names}
-        for i, name in enumerate(fn.arg_names):
-            if name in consts:
-                sig[name] = "constexpr"
-            elif name in ptr_types:
-                sig[name], attrs[(i,)] = ptr_types[name], [["tt.divisibility", 16]]
-            else:
-                sig[name] = "fp32" if name == "sm_scale2" else "i32"
-                if name in DIV16:
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32), options=opts)
-        cubin = Path(sys.argv[1]) / f"{key}.cubin"
-        cubin.write_bytes(k.asm["cubin"])
-        sass = subprocess.run([str(tools / "cuobjdump"), "--dump-sass", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout
-        res = subprocess.run([str(tools / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
-                             text=True, check=True).stdout
+        k = compile_sm90(fn, consts, ptr_types, **opts)
+        sass = cuobjdump(k, "sass", Path(sys.argv[1]) / f"{key}.cubin")
         return {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."), "warps": k.metadata.num_warps,
                 "setmaxnreg": sass.count("USETMAXREG"), "hmma": sass.count("HMMA."),
-                "stack": int(re.search(r"STACK:(\\d+)", res).group(1)), "l1_prefetch": sass.count("CCTL.E.PF1"),
+                "stack": stack_bytes(k, Path(sys.argv[1]) / f"{key}.cubin"), "l1_prefetch": sass.count("CCTL.E.PF1"),
                 "asm": k.asm["ttgir"].count("elementwise_inline_asm")}
 
 
@@ -361,8 +340,8 @@ COMPILE = textwrap.dedent("""
     elif sys.argv[2] == "fp8":  # the decode's partial kernel on an fp8 pool's bytes, every mode, both block shapes
         for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
             cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
-            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "ABLATE": 0, "CHAINS": 1, "PIPE": False,
-                      "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "KV8": kv8, "idx_s1": 1}
+            consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "CHAINS": 1, "PIPE": False,
+                      "CNT_BLOCK": 2048, "PDL": True, "KV8": kv8, "idx_s1": 1}
             found[f"{db}_{kv8}"] = compile_one(f"p_{db}_{kv8}", gluon_sm90._partial_kernel, consts,
                                                ptrs(q, "u8" if kv8 else q), {"num_warps": 4})
     else:
@@ -372,12 +351,11 @@ COMPILE = textwrap.dedent("""
                 cfg = gluon_sm90.PREFILL_SM90
                 if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
                     cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
-                consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "ABLATE": 0, "CHAINS": cfg.chains,
-                          "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "TRACE": False, "idx_s1": 1, "o_s2": 1,
+                consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "CHAINS": cfg.chains,
+                          "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
                           "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0}
-                if d512 and fn is d512[0]:  # its own partition order and registers
-                    consts.update(PV_DEFAULT=gluon_sm90_ws_d512.PV_DEFAULT,
-                                  WREGS=gluon_sm90_ws_d512.REGS[gluon_sm90_ws_d512.PV_DEFAULT])
+                if d512 and fn is d512[0]:  # its own workers' registers
+                    consts.update(WREGS=gluon_sm90_ws_d512.WORKER_REGS)
                 opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
                 key = ("d512" if d512 and fn is d512[0] else "") + fn.__name__ + f"_{db}"
                 found[key] = compile_one(key, fn, consts, ptrs(), opts)
@@ -433,7 +411,7 @@ def test_the_fp8_partial_kernel_compiles_for_sm90a_without_spills(tmp_path):
         assert got["stack"] == 0, (key, got)  # the converted tile's index is opaque: no hoisted descriptors
         assert got["shared"] <= 232448, (key, got)
         # with KV8, one conversion a 256-lane half of the tile (2) and one for the rope lanes, plus the opaque
-        # zero, beside the two PDL/trace asm statements the partial kernel always has
+        # zero, beside the PDL and L1-prefetch asm statements the partial kernel always has
         assert got["asm"] == found["64_0"]["asm"] + (2 + (1 if db else 0) + 1 if kv8 else 0), (key, got)
 
 

@@ -370,39 +370,3 @@ def test_sm90_decode_replays_in_a_cuda_graph(compiled, lanes):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured.output, eager.output)
-
-
-def test_sm90_decode_trace_stamps_are_ordered_and_change_no_answer(compiled):
-    """The cycle stamps scripts/gpu/decode_trace.py reads: every program's in order, the reduce's after
-    the partials' last end, and the traced call's output bit-identical to the untraced one."""
-    from dispatcher.kernels import triton_decode
-    from dispatcher.kernels.triton_prefill import pack
-    from dispatcher.sweep.correctness import build
-    from dispatcher.sweep.grid import Layout
-
-    g = _hopper()
-    rows, splits = 16, 8
-    args = build(rows, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cuda"), topk=2048)
-    p = pack(args)
-    outs = []
-    for traced in (False, True):
-        a = args._replace(output=torch.full_like(args.output, float("nan")))
-        part_o = torch.empty((rows, splits, 16, p.lanes), dtype=g.partial_dtype(a.q.dtype), device="cuda")
-        part_lse = torch.empty((rows, splits, 16), dtype=torch.float32, device="cuda")
-        trace = torch.zeros((rows * splits, 24), dtype=torch.int64, device="cuda") if traced else None
-        blocks = -(-p.lanes // triton_decode.reduce_blocks(splits, p.lanes)[1])
-        rtrace = torch.zeros((rows * 16 * blocks, 4), dtype=torch.int64, device="cuda") if traced else None
-        g.launch_partials(a, part_o, part_lse, splits, config=g.DECODE_SM90, pdl=True, trace=trace)
-        triton_decode.reduce_partials(part_o, part_lse, p, a.output, splits, True, trace=rtrace)
-        torch.cuda.synchronize()
-        outs.append(a.output)
-    assert torch.equal(outs[0], outs[1])
-    t = trace.cpu()
-    tiles = 2048 // splits // 64
-    # the row's length (stamp 2) is known under tile 0's scores: after tile 0 lands (3), before its products end (4)
-    order = [0, 1, 3, 2, 4] + [i for k in range(1, tiles) for i in (3 + 2 * k, 4 + 2 * k)] + [20]
-    assert (t[:, order].diff(dim=1) > 0).all(), "clock64 stamps out of order"
-    assert (t[:, 23] > t[:, 22]).all()
-    r = rtrace.cpu()
-    assert (r[:, 2] >= r[:, 1]).all() and (r[:, 1] >= r[:, 0]).all()
-    assert r[:, 1].min() >= t[:, 23].max() - 2_000, "a reduce program passed gdc_wait before the partials ended"
