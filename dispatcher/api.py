@@ -78,7 +78,7 @@ class Dispatcher:
         model: str | None = None,
         stream: Any = None,
     ) -> Decision:
-        shape = self._validated(
+        shape, memo = self._validated(
             q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim,
             attn_sink, output, ragged_indices, ragged_indptr,
         )
@@ -88,7 +88,8 @@ class Dispatcher:
             spec_tokens=self.policy.spec_tokens,
         )
         decision = self._cache.decide(shape, batch.call_class)
-        args = KernelArgs(q, kv, SparseIndex(indices, topk_length, ragged_indices, ragged_indptr), float(scale), attn_sink, output)
+        args = KernelArgs(q, kv, SparseIndex(indices, topk_length, ragged_indices, ragged_indptr), float(scale),
+                          attn_sink, output, None, memo)
         impl = self.registry.resolve(decision.kernel, q.device.type)
         announced = impl.impl
         probe = self.probe

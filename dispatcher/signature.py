@@ -24,16 +24,18 @@ def _tensor_key(t: Any) -> Any:
 
 
 class ValidatedCalls:
-    """``validate`` memoised by call signature, for one dispatcher."""
+    """``validate`` memoised by call signature, for one dispatcher; each signature also gets a memo dict, which
+    launches use to keep what they compute for calls of that signature (``kernels.plan``)."""
 
     __slots__ = ("_shapes",)
 
     def __init__(self) -> None:
-        self._shapes: dict[tuple, CallShape] = {}
+        self._shapes: dict[tuple, tuple[CallShape, dict]] = {}
 
     def __call__(self, q: Any, kv: Any, indices: Any, topk_length: Any, scale: Any, head_dim: Any,
                  nope_head_dim: Any, rope_head_dim: Any, attn_sink: Any, output: Any, ragged_indices: Any = None,
-                 ragged_indptr: Any = None) -> CallShape:
+                 ragged_indptr: Any = None) -> tuple[CallShape, dict | None]:
+        """(the call's shape, its signature's memo); the memo is None for a call not kept (odd scalars, full)."""
         try:
             if type(head_dim) is not int or type(nope_head_dim) is not int or type(rope_head_dim) is not int:
                 raise TypeError  # noqa: TRY301 - validate names what is wrong
@@ -46,11 +48,12 @@ class ValidatedCalls:
             hit = self._shapes.get(key)
         except (AttributeError, TypeError):  # not tensors, or odd scalars: the full check says what is wrong
             return validate(q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim,
-                            attn_sink, output, ragged_indices, ragged_indptr)
+                            attn_sink, output, ragged_indices, ragged_indptr), None
         if hit is not None:
             return hit
         shape = validate(q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim,
                          attn_sink, output, ragged_indices, ragged_indptr)
-        if len(self._shapes) < MAX_SIGNATURES:
-            self._shapes[key] = shape
-        return shape
+        if len(self._shapes) >= MAX_SIGNATURES:
+            return shape, None
+        entry = self._shapes[key] = (shape, {})
+        return entry

@@ -30,6 +30,7 @@ class KernelArgs(NamedTuple):
     attn_sink: torch.Tensor | None  # [H]
     output: torch.Tensor  # [sq, H, nope] or [sq, H, D]
     stamp: Any = None  # a stamps.DeviceStamp: where the call's kernels write their start and end times
+    memo: dict | None = None  # private to the call's signature (plan.memo_of): what launches computed for it
 
 
 def empty_call(args: KernelArgs) -> bool:

@@ -45,19 +45,24 @@ for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-from .common import KernelArgs, device_capability, empty_call
+from .common import KernelArgs, device_capability, device_key, empty_call
 from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .gluon_sm90_parts import HAVE_GLUON
-from .triton_prefill import HEAD_BLOCK, count_block, pack
+from .launcher import current_stream
+from .launcher import launch as run
+from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
+from .stamps import no_stamp
+from .triton_prefill import HEAD_BLOCK, LOG2E, count_block, pack
 
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
+    from .triton_stamps import STAMP_ARGS, stamp_start
     from .gluon_sm90_attend import _attend, _attend_pipe
     from .gluon_sm90_parts import _launch_dependents, _partial_scale, _store_partial, _store_t
     from .triton_prefill import finish_scale, row_bounds
@@ -167,14 +172,15 @@ if HAVE_GLUON:
         scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
         _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
 
-    @gluon.jit(do_not_specialize=_FLAGS)
+    @gluon.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
     def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
-                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
+                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld, stamp_ptr, count_ptr, stamp_first, stamp_last,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, KV8: gl.constexpr = 0):
+                        PIPE: gl.constexpr = False, KV8: gl.constexpr = 0, CLOCK: gl.constexpr = 0):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        stamp_start(stamp_ptr, stamp_first, CLOCK)
         if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
             _launch_dependents()
         row = gl.program_id(0)
@@ -275,8 +281,8 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
     _partial_kernel[(rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)](
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
-        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2),
-        CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config, kv8),
+        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0, part_o.stride(2), *no_stamp(q.device),
+        -1, -1, CNT_BLOCK=count_block(p.width), PDL=pdl, **_consts(args, config, kv8),
     )
 
 
@@ -285,17 +291,71 @@ def partial_dtype(q_dtype: torch.dtype) -> torch.dtype:
     return q_dtype if DECODE_PARTIALS_16BIT else torch.float32
 
 
+class DecodePlan(NamedTuple):
+    """What the default Hopper split-K decode of one call signature works out on the host (``plan.planned``)."""
+
+    device: int
+    clock: int
+    grid: tuple[int, int, int]
+    scalars: tuple  # skv, width, H
+    flags: tuple  # ragged ... o_ld: everything after the scale
+    consts: dict
+    as_bytes: bool
+    part: tuple  # (numel of the partial outputs, of their lse, their dtype)
+    reduce: Any  # triton_decode.ReducePlan
+    key: tuple
+
+
+def _decode_plan(args: KernelArgs) -> DecodePlan:
+    from . import triton_decode
+
+    q = args.q
+    rows, heads, _ = q.shape
+    cfg = decode_config(args)
+    p = pack(args)
+    splits = triton_decode.decode_splits(p, rows, heads, BLOCK_N, q.device, None, per_sm=DECODE_PER_SM[cfg.stages])
+    use_pdl = triton_decode.pdl_supported(q.device)
+    pool, kv8 = kv_operand(args.kv, q.dtype)
+    clock = clock_for(q.device)
+    device = device_key(q.device) if q.is_cuda else -1
+    scalars = (p.skv, p.width, heads)
+    flags = (p.ragged, p.has_len, p.lanes, splits, q.stride(0), q.stride(1), pool.stride(0), p.idx_s0, p.idx_s1,
+             p.len_s0, p.lanes)  # o_ld: the partials are contiguous, a partial row every ``lanes`` values
+    consts = dict(CNT_BLOCK=count_block(p.width), PDL=use_pdl, CLOCK=max(clock, 0), **_consts(args, cfg, kv8))
+    dtype = partial_dtype(q.dtype)
+    n = rows * splits * heads
+    return DecodePlan(
+        device, clock, (rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK), scalars, flags, consts,
+        pool is not args.kv, (n * p.lanes, n, dtype),
+        triton_decode.reduce_plan(dtype, p, args.output, splits, use_pdl, clock, device=device),
+        (launch_key(device, (q, pool, p.idx, p.length, p.indptr), scalars + flags, consts), dtype))
+
+
 def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
                   pdl: bool | None = None, ws: bool | None = None) -> None:
     """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
 
     The partials come from this module's one-warpgroup kernel by default (``DECODE_WARP_SPECIALISED``
-    is False: faster at 2-16 rows, S4), from the warp-specialised kernel (``gluon_sm90_ws``, split
-    work items) with ``ws=True``; an explicit ``config`` always means this module's kernel.
+    is False: faster at 2-16 rows), from the warp-specialised kernel (``gluon_sm90_ws``, split work items) with
+    ``ws=True``; an explicit ``config`` always means this module's kernel. The default launch keeps the partials in
+    the stream's scratch and stamps a stamped call (``args.stamp``): the partial kernel its start, the reduce its
+    end; the others (tests, tuning) allocate them and do not stamp.
     """
     from . import triton_decode
 
     if empty_call(args):
+        return
+    if splits is None and config is None and pdl is None and not ((DECODE_WARP_SPECIALISED and ws is None) or ws):
+        plan = planned(args, "gluon_decode", (), lambda: _decode_plan(args))
+        q = args.q
+        stream = current_stream(plan.device)
+        part_o, part_lse = triton_decode.partials(plan.part, q.device, stream)
+        idx, length, indptr, sink = index_operands(args)
+        times, counts, at = stamp_operands(args, q.device, plan.clock)
+        pool = args.kv.view(torch.uint8) if plan.as_bytes else args.kv
+        run(_partial_kernel, plan.key, plan.grid, (q, pool, idx, length, indptr, part_o, part_lse) + plan.scalars
+            + (float(args.scale) * LOG2E,) + plan.flags + (times, counts, at, -1), plan.consts, stream)
+        triton_decode.run_reduce(plan.reduce, part_o, part_lse, sink, args.output, (times, counts, -1, at), stream)
         return
     q = args.q
     rows, heads, _ = q.shape

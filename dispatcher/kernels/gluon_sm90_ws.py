@@ -61,28 +61,39 @@ run time (S31-3, S31-4).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from .common import KernelArgs, empty_call, sm_count
+from .common import KernelArgs, device_key, empty_call, sm_count
+from .launcher import current_stream
+from .launcher import launch as run
+from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
+from .scratch import scratch
+from .stamps import no_stamp
 from .gluon_sm90_parts import HAVE_GLUON
-from .triton_prefill import HEAD_BLOCK, pack
+from .triton_prefill import HEAD_BLOCK, LOG2E, pack
 
 if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 
+    from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
     from .gluon_sm90_parts import _barriers, _launch_dependents
     from .gluon_sm90_ws_fp8 import _as_blocks
     from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part
 
-    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
+    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"]
+               + STAMP_ARGS)
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr,
-                   HALVES: gl.constexpr = False):
+                   partial, redo_ptr, stamp_ptr, count_ptr, stamp_first, stamp_last,
+                   DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
+                   CLOCK: gl.constexpr = 0):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
+        stamp_start(stamp_ptr, stamp_first, CLOCK)
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
             _launch_dependents()
         dt: gl.constexpr = q_ptr.dtype.element_ty
@@ -132,6 +143,7 @@ if HAVE_GLUON:
             (_softmax_part, sargs + (zero + 1,)),
             (_load_part, largs),
         ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); P·V gets the rest
+        stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)  # the call's end, when no redo kernel follows
 
 
 # Registers per thread of the two softmax warpgroups and the loader (setmaxnreg; P·V, the default partition,
@@ -154,6 +166,41 @@ REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
 STAGE_HALVES = True
 
 
+class WsPlan(NamedTuple):
+    """What a warp-specialised launch of one call signature works out on the host (``plan.planned``)."""
+
+    device: int
+    clock: int
+    grid: tuple[int]
+    scalars: tuple  # skv, width, H
+    flags: tuple  # ragged ... partial: everything after the scale
+    consts: dict
+    items: int
+    key: tuple
+
+
+def _plan(args: KernelArgs, splits: int, partial_dtype: torch.dtype | None, pdl: bool, redo: bool,
+          consts: dict) -> WsPlan:
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, _ = q.shape
+    p = pack(args)
+    n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
+    items = rows * splits * n_hb
+    clock = clock_for(q.device)
+    device = device_key(q.device) if q.is_cuda else -1
+    scalars = (p.skv, p.width, heads)
+    flags = (p.ragged, p.has_len, p.has_sink, p.lanes, q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1,
+             p.len_s0, p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items,
+             n_hb, splits, int(partial_dtype is not None))
+    consts = dict(DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, CLOCK=max(clock, 0), **consts)
+    # the partials (fp32 and unread for the prefill) and the flags (int32 with a reference max, else one int8):
+    # scratch, 16-byte aligned, so their dtypes are all the key needs
+    scratch_types = (partial_dtype or torch.float32, torch.float32, torch.int32 if redo else torch.int8)
+    key = (launch_key(device, (q, kv, p.idx, p.length, p.indptr, p.sink, out), scalars + flags, consts),
+           scratch_types)
+    return WsPlan(device, clock, (min(items, sm_count(q.device)),), scalars, flags, consts, items, key)
+
+
 def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | None,
                   part_lse: torch.Tensor | None, pdl: bool, *, redo: bool = False, **consts) -> None:
     """Launch a warp-specialised kernel of this signature (this module's or ``gluon_sm90_ws_d512``'s).
@@ -165,30 +212,35 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     (``_softmax_tile_redo``), flags any item whose sums of P under it outgrow P's dtype (``_flag_redo``), and
     ``redo_flagged`` computes those items again. The flags' dtype tells the kernel which: int32 flags, zeroed,
     with a reference; an unread int8 one without (the exact running max). Each is its own specialisation, so
-    neither carries the other's code (S31-3: with one binary choosing at run time, the exact max ran 5-7% slower
-    than before the reference existed).
+    neither carries the other's code (docs/benchmarks.md, "Prefill kernel design figures"). The flags live in the
+    stream's scratch, zeroed once; the redo kernel zeroes what it read. A stamped prefill (``args.stamp``) has
+    its start written here and its end here or, with ``redo``, by the redo kernel; the decode's partials are not
+    stamped on this path.
     """
     if empty_call(args):
         return
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, _ = q.shape
-    p = pack(args)
-    n_hb = (heads + HEAD_BLOCK - 1) // HEAD_BLOCK
-    items = rows * splits * n_hb
     partial = part_o is not None
-    if not partial:  # the prefill writes no partials: any float32 tensor serves as the unread pointers
-        part_o = part_lse = out.new_empty(1, dtype=torch.float32)
     if redo and partial:
         raise ValueError("redo is the prefill's: the decode's partials keep the exact running max")
-    # the items to compute again; without redo the kernel never reads them, so no memset on that path
-    flags = torch.zeros(items, dtype=torch.int32, device=q.device) if redo else out.new_empty(1, dtype=torch.int8)
-    kernel[(min(items, sm_count(q.device)),)](
-        q, kv, p.idx, p.length, p.indptr, p.sink, out, part_o, part_lse,
-        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
-        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
-        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), items, n_hb, splits,
-        int(partial), flags, DB=int(q.shape[2]) - 512, PDL=pdl, num_warps=4, maxnreg=128, **consts,
-    )
+    options = (splits, part_o.dtype if partial else None, pdl, redo, tuple(sorted(consts.items())))
+    plan = planned(args, "gluon_ws", options, lambda: _plan(args, *options[:4], consts))
+    q = args.q
+    device = q.device
+    stream = current_stream(plan.device)
+    pad = scratch()
+    if not partial:  # the prefill writes no partials: any float32 tensor serves as the unread pointers
+        part_o = part_lse = pad.get("ws_unread", 1, torch.float32, device, stream, zeroed=False)
+    # the items to compute again; without redo the kernel never reads them
+    flags = (pad.get("redo_flags", plan.items, torch.int32, device, stream, zeroed=True) if redo
+             else pad.get("no_redo", 1, torch.int8, device, stream, zeroed=False))
+    if partial:
+        times, counts = no_stamp(device)
+        first = last = -1
+    else:
+        times, counts, first = stamp_operands(args, device, plan.clock)
+        last = -1 if redo else first
+    run(kernel, plan.key, plan.grid, (q, args.kv, *index_operands(args), args.output, part_o, part_lse) + plan.scalars
+        + (float(args.scale) * LOG2E,) + plan.flags + (flags, times, counts, first, last), plan.consts, stream)
     if redo:
         redo_flagged(args, flags)
 

@@ -65,6 +65,7 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
+    from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
     from .gluon_sm90_parts import _barriers, _gather, _launch_dependents, _load_slots, _valid, cta_barrier
     # the same work items, layout, hand-overs and softmax step as that kernel
     from .gluon_sm90_ws_parts import (MMA, _fill_stage, _item, _loader_item, _softmax_start, _softmax_tile, _turn,
@@ -231,12 +232,15 @@ if HAVE_GLUON:
                 _fill_stage(kv_empty, kv_ready, kv_a, g, idx_ptr, base, idx_s1, lo, t, hi, kv_ptr, kv_s0, skv, cp)
                 g += 1
 
-    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"])
+    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"]
+               + STAMP_ARGS)
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
-                   partial, redo_ptr, DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr):
+                   partial, redo_ptr, stamp_ptr, count_ptr, stamp_first, stamp_last,
+                   DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, CLOCK: gl.constexpr = 0):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
+        stamp_start(stamp_ptr, stamp_first, CLOCK)
         if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
             _launch_dependents()
         dt: gl.constexpr = kv_ptr.dtype.element_ty
@@ -276,6 +280,7 @@ if HAVE_GLUON:
             (_softmax_part, sargs + (zero + 1,)),
             (_load_part, wargs),
         ], [4, 4, 4], WREGS)
+        stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
 
 # The workers' registers a thread (setmaxnreg): both softmax warpgroups at 160, the loader 56; P·V, the default

@@ -3,16 +3,17 @@
 ``kernel[grid](*args, **consts)`` asks Triton's JIT to specialise every argument (dtypes, which
 integers are 1 or multiples of 16, which pointers are 16-byte aligned) and look the compiled
 kernel up on every launch: about 10 µs of host time for a trivial kernel on an H200's host and
-tens of µs for ours, against a few µs for the compiled kernel's own launcher. ``Launcher`` keeps
+tens of µs for ours, against a few µs for the compiled kernel's own launcher. ``launch`` keeps
 the ``CompiledKernel`` the JIT returned for the first call under a key the caller computes, and
 later calls with that key go to ``CompiledKernel.run`` directly.
 
 The key is the caller's promise: two calls with the same key would get the same specialisation
 from the JIT. The launches here derive every integer they pass from the call's shapes, strides,
-dtypes and the launch configuration, so a key made of the call's signature (``signature.py``),
-its pointers' alignment and the configuration keeps it. Anything else (the Triton interpreter,
-a Triton whose JIT returns no compiled kernel, a kernel whose runtime parameters do not all come
-first) launches through the JIT every time: slower, never wrong.
+dtypes and the launch configuration, so a key made of those, the pointers' dtypes and alignment
+and the constexprs keeps it (``plan.launch_key``). Anything else (the Triton interpreter, a
+Triton whose JIT returns no compiled kernel, a kernel whose runtime parameters do not all come
+first, a test double standing in for a kernel) launches through the JIT every time: slower, never
+wrong.
 """
 
 from __future__ import annotations
@@ -22,51 +23,48 @@ from typing import Any
 import torch
 
 DIRECT = True  # False: every launch through the JIT (the GPU tests compare the two paths bit for bit)
+_HANDLES: dict[tuple[Any, Any], tuple[Any, tuple]] = {}
+_RUNTIME_FIRST: dict[Any, bool] = {}
 
 
 def current_stream(device_index: int) -> int:
-    """The raw handle of the current CUDA stream of a device (what Triton's JIT launches on)."""
-    return torch._C._cuda_getCurrentRawStream(device_index)
+    """The raw handle of the current CUDA stream of a device (what Triton's JIT launches on); 0 off CUDA (-1)."""
+    return torch._C._cuda_getCurrentRawStream(device_index) if device_index >= 0 else 0
 
 
-class Launcher:
-    """One JIT kernel, launched through compiled handles kept per key."""
-
-    __slots__ = ("fn", "_handles", "_direct")
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-        self._handles: dict[Any, tuple[Any, tuple]] = {}
-        params = getattr(fn, "params", None)
-        # the direct path needs every runtime parameter before every constexpr one (the order the launcher reads)
-        self._direct = params is not None and _runtime_first(params)
-
-    def __call__(self, key: Any, grid: tuple, args: tuple, consts: dict[str, Any], device_index: int) -> None:
-        """Launch over ``grid`` with the runtime arguments ``args`` (every runtime parameter, in order) and ``consts``
-        (the constexpr parameters and compile options), on the device's current stream."""
-        entry = self._handles.get(key) if DIRECT else None
-        if entry is not None:
-            handle, tail = entry
-            handle.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                       current_stream(device_index), handle.function, handle.packed_metadata, None, None, None,
-                       *args, *tail)
-            return
-        handle = self.fn[grid](*args, **consts)
-        if self._direct and handle is not None and hasattr(handle, "run") and hasattr(handle, "packed_metadata"):
-            self._handles[key] = (handle, _constexpr_tail(self.fn.params, len(args), consts))
-
-    def __len__(self) -> int:
-        return len(self._handles)
+def launch(fn: Any, key: Any, grid: tuple, args: tuple, consts: dict[str, Any], stream: int) -> None:
+    """Launch ``fn`` over ``grid`` with ``args`` (every runtime parameter, in order) and ``consts`` (the constexpr
+    parameters and compile options) on ``stream``, the raw handle of the current stream (the JIT, the first time,
+    looks that up itself)."""
+    entry = _HANDLES.get((fn, key)) if DIRECT else None
+    if entry is not None:
+        handle, tail = entry
+        handle.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
+                   handle.function, handle.packed_metadata, None, None, None, *args, *tail)
+        return
+    handle = fn[grid](*args, **consts)
+    if handle is not None and hasattr(handle, "packed_metadata") and _runtime_first(fn):
+        _HANDLES[(fn, key)] = (handle, _constexpr_tail(fn.params, len(args), consts))
 
 
-def _runtime_first(params: Any) -> bool:
-    seen_constexpr = False
-    for p in params:
-        if p.is_constexpr:
-            seen_constexpr = True
-        elif seen_constexpr:
-            return False
-    return True
+def handles() -> int:
+    """How many compiled handles are kept."""
+    return len(_HANDLES)
+
+
+def _runtime_first(fn: Any) -> bool:
+    """Whether every runtime parameter of ``fn`` comes before every constexpr one (the order the launcher reads)."""
+    ok = _RUNTIME_FIRST.get(fn)
+    if ok is None:
+        ok, seen_constexpr = True, False
+        for p in getattr(fn, "params", None) or ():
+            if p.is_constexpr:
+                seen_constexpr = True
+            elif seen_constexpr:
+                ok = False
+        ok = ok and getattr(fn, "params", None) is not None
+        _RUNTIME_FIRST[fn] = ok
+    return ok
 
 
 def _constexpr_tail(params: Any, n_args: int, consts: dict[str, Any]) -> tuple:

@@ -49,6 +49,10 @@ class Scratch:
     def __len__(self) -> int:
         return len(self._buffers)
 
+    def clear(self) -> None:
+        """Drop every buffer (tests; a process that wants the memory back)."""
+        self._buffers.clear()
+
 
 _SCRATCH = Scratch()
 

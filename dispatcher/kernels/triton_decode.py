@@ -17,14 +17,22 @@ their count of valid indices, and keeping the partial outputs in 16 bits.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
 from .common import KernelArgs, device_key, empty_call, sm_count
+from .launcher import current_stream
+from .launcher import launch as run
+from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
+from .scratch import scratch
+from .stamps import no_stamp
 from .torch_splitk import sparse_decode as torch_sparse_decode
-from .triton_prefill import (HEAD_BLOCK, Packed, TileConfig, attend, next_pow2, row_bounds, store_rows, tile_launch,
-                             triton_supports)
+from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
+from .triton_prefill import (HEAD_BLOCK, LOG2E, Packed, TileConfig, attend, next_pow2, row_bounds, store_rows,
+                             tile_launch, triton_supports)
 
 try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent launch
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -75,13 +83,16 @@ def choose_splits(rows: int, head_blocks: int, width: int, block_n: int, sms: in
     return triton.cdiv(tiles, triton.cdiv(tiles, want))  # balance: equal tiles per split
 
 
-@triton.jit(do_not_specialize=_FLAGS)
+@triton.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
 def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                     skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0,
+                    stamp_ptr, count_ptr, stamp_first, stamp_last,
                     D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                     HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, PDL: tl.constexpr, KV8: tl.constexpr = 0):
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, PDL: tl.constexpr, KV8: tl.constexpr = 0,
+                    CLOCK: tl.constexpr = 0):
+    stamp_start(stamp_ptr, stamp_first, CLOCK)
     if PDL:
         gdc_launch_dependents()  # the reduce may be scheduled now; it waits for this grid in gdc_wait
     row = tl.program_id(0)
@@ -105,9 +116,11 @@ def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
                CH, NCH, BLOCK_B, V_B)
 
 
-@triton.jit(do_not_specialize=_FLAGS)
+@triton.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
 def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2,
-                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr = 1):
+                   stamp_ptr, count_ptr, stamp_first, stamp_last,
+                   S_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr = 1,
+                   CLOCK: tl.constexpr = 0):
     """One program: ``HB`` heads × ``L_BLOCK`` lanes of a row, every split of it loaded at once."""
     row = tl.program_id(0)
     offs_h = tl.program_id(1) * HB + tl.arange(0, HB)
@@ -133,6 +146,7 @@ def _reduce_kernel(o_ptr, lse_ptr, sink_ptr, out_ptr, H, has_sink, lanes, splits
     res = tl.sum(o * w[:, :, None], axis=0) * inv[:, None]  # [HB, L_BLOCK]
     out_rows = out_ptr + row.to(tl.int64) * o_s0 + offs_h[:, None] * o_s1
     tl.store(out_rows + offs_l[None, :] * o_s2, res.to(out_ptr.dtype.element_ty), mask=hmask[:, None] & lmask[None, :])
+    stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
 
 def decode_splits(p: Packed, rows: int, heads: int, block_n: int, device: torch.device, splits: int | None = None,
@@ -160,50 +174,118 @@ def reduce_blocks(splits: int, lanes: int, values: int | None = None, heads: int
     return s_block, min(max(16, next_pow2(lanes)), max(16, (values or REDUCE_VALUES) // (s_block * heads)))
 
 
-def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
-           reduce_values: int | None = None, reduce_heads: int = 1, pdl: bool | None = None,
-           kv8: int | None = None) -> None:
-    """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not.
+class ReducePlan(NamedTuple):
+    """The reduce's launch for one call signature: grid, integers, constexprs, handle key."""
 
-    The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
-    the tuned choices, and ``pdl=None`` means "where the GPU and Triton support it".
-    """
-    if empty_call(args):
-        return
-    if not triton_supports(args):
-        torch_sparse_decode(args)
-        return
+    grid: tuple[int, int, int]
+    ints: tuple  # H, has_sink, lanes, splits, sink_s0, o_s0, o_s1, o_s2
+    consts: dict
+    key: tuple
+
+
+def reduce_plan(part_dtype: torch.dtype, p: Packed, out: torch.Tensor, splits: int, use_pdl: bool, clock: int, *,
+                device: int, reduce_values: int | None = None, heads_per_program: int = 1) -> ReducePlan:
+    """The reduce over ``splits`` partials per row in ``part_dtype``, into ``out`` (``heads_per_program``, a power
+    of two, heads a program, which then loads ``reduce_values`` values for all of them)."""
+    rows, heads = out.shape[0], out.shape[1]
+    hb = int(heads_per_program)
+    if hb < 1 or hb & (hb - 1):
+        raise ValueError(f"heads_per_program must be a power of two, got {heads_per_program}")
+    s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values, hb)
+    ints = (heads, p.has_sink, p.lanes, splits, p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1),
+            out.stride(2))
+    consts = dict(S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, HB=hb, num_warps=4, CLOCK=max(clock, 0),
+                  **({"launch_pdl": True} if use_pdl else {}))
+    key = (device, part_dtype, p.sink.dtype, p.sink.data_ptr() & 15, out.dtype, out.data_ptr() & 15, ints,
+           tuple(sorted(consts.items())))
+    return ReducePlan((rows, triton.cdiv(heads, hb), triton.cdiv(p.lanes, l_block)), ints, consts, key)
+
+
+def run_reduce(plan: ReducePlan, part_o: torch.Tensor, part_lse: torch.Tensor, sink: torch.Tensor, out: torch.Tensor,
+               stamps: tuple, stream: int) -> None:
+    """Launch a planned reduce; ``stamps`` is (table, counters, first, last) (the reduce ends a stamped call)."""
+    run(_reduce_kernel, plan.key, plan.grid, (part_o, part_lse, sink, out) + plan.ints + stamps, plan.consts, stream)
+
+
+def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out: torch.Tensor, splits: int,
+                    use_pdl: bool, reduce_values: int | None = None, heads_per_program: int = 1) -> None:
+    """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials), unstamped.
+
+    ``part_o`` may be fp32 or 16-bit; the reduce computes in fp32."""
+    device = device_key(out.device) if out.is_cuda else -1
+    plan = reduce_plan(part_o.dtype, p, out, splits, use_pdl, clock_for(out.device), device=device,
+                       reduce_values=reduce_values, heads_per_program=heads_per_program)
+    run_reduce(plan, part_o, part_lse, p.sink, out, (*no_stamp(out.device), -1, -1), current_stream(device))
+
+
+class DecodePlan(NamedTuple):
+    """What a Triton split-K decode launch of one call signature works out on the host (``plan.planned``)."""
+
+    device: int
+    clock: int
+    grid: tuple[int, int, int]
+    scalars: tuple  # skv, width, H
+    flags: tuple  # ragged ... len_s0: everything after the scale
+    consts: dict
+    as_bytes: bool
+    part: tuple  # (numel of the partial outputs, of their lse, their dtype)
+    reduce: ReducePlan
+    key: tuple
+
+
+def _plan(args: KernelArgs, config: TileConfig | None, splits: int | None, reduce_values: int | None,
+          reduce_heads: int, pdl: bool | None, kv8: int | None) -> DecodePlan:
     q, kv, out = args.q, args.kv, args.output
     rows, heads, _ = q.shape
     tiles = tile_launch(args, config, DECODE_CONFIG, kv8)
     p = tiles.p
     splits = decode_splits(p, rows, heads, tiles.cfg.block_n, q.device, splits)
     use_pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
-    part_o, part_lse = partial_buffers(rows, splits, heads, p.lanes, torch.float32, q.device)
-    _partial_kernel[(rows, splits, triton.cdiv(heads, HEAD_BLOCK))](
-        q, tiles.pool, p.idx, p.length, p.indptr, part_o, part_lse,
-        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
-        q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-        PDL=use_pdl, **tiles.consts,
-    )
-    reduce_partials(part_o, part_lse, p, out, splits, use_pdl, reduce_values, heads_per_program=reduce_heads)
+    clock = clock_for(q.device)
+    device = device_key(q.device) if q.is_cuda else -1
+    scalars = (p.skv, p.width, heads)
+    flags = (p.ragged, p.has_len, p.lanes, splits, q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2),
+             p.idx_s0, p.idx_s1, p.len_s0)
+    consts = {"PDL": use_pdl, **tiles.consts, "CLOCK": max(clock, 0)}
+    n = rows * splits * heads
+    return DecodePlan(
+        device, clock, (rows, splits, triton.cdiv(heads, HEAD_BLOCK)), scalars, flags, consts, tiles.pool is not kv,
+        (n * p.lanes, n, torch.float32),
+        reduce_plan(torch.float32, p, out, splits, use_pdl, clock, device=device, reduce_values=reduce_values,
+                    heads_per_program=reduce_heads),
+        launch_key(device, (q, tiles.pool, p.idx, p.length, p.indptr), scalars + flags, consts))
 
 
-def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out: torch.Tensor, splits: int,
-                    use_pdl: bool, reduce_values: int | None = None, heads_per_program: int = 1) -> None:
-    """Launch the reduce over ``splits`` partials per row (also used after the Hopper kernel's partials).
+def partials(part: tuple, device: torch.device, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partials' buffers, flat, from the stream's scratch: outputs (``part[2]``), lse (fp32)."""
+    numel_o, numel_lse, dtype = part
+    pad = scratch()
+    return (pad.get(f"decode_o_{dtype}", numel_o, dtype, device, stream, zeroed=False),
+            pad.get("decode_lse", numel_lse, torch.float32, device, stream, zeroed=False))
 
-    ``part_o`` may be fp32 or 16-bit; the reduce computes in fp32. ``heads_per_program`` (a power of
-    two) heads share a program, which then loads ``reduce_values`` values for all of them.
+
+def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
+           reduce_values: int | None = None, reduce_heads: int = 1, pdl: bool | None = None,
+           kv8: int | None = None) -> str | None:
+    """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not.
+
+    The keyword options exist for tests; the defaults are the tuned choices, and ``pdl=None`` means "where the GPU
+    and Triton support it". The partials live in the stream's scratch; a stamped call (``args.stamp``) has its
+    start written by the partial kernel and its end by the reduce.
     """
-    rows, _, heads, _ = part_o.shape
-    hb = int(heads_per_program)
-    if hb < 1 or hb & (hb - 1):
-        raise ValueError(f"heads_per_program must be a power of two, got {heads_per_program}")
-    s_block, l_block = reduce_blocks(splits, p.lanes, reduce_values, hb)
-    extra = {"launch_pdl": True} if use_pdl else {}
-    _reduce_kernel[(rows, triton.cdiv(heads, hb), triton.cdiv(p.lanes, l_block))](
-        part_o, part_lse, p.sink, out, heads, p.has_sink, p.lanes, splits,
-        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        S_BLOCK=s_block, L_BLOCK=l_block, PDL=use_pdl, HB=hb, num_warps=4, **extra,
-    )
+    if empty_call(args):
+        return
+    if not triton_supports(args):
+        torch_sparse_decode(args)
+        return "torch"
+    options = (config, splits, reduce_values, reduce_heads, pdl, kv8)
+    plan = planned(args, "triton_decode", options, lambda: _plan(args, *options))
+    q = args.q
+    pool = args.kv.view(torch.uint8) if plan.as_bytes else args.kv
+    stream = current_stream(plan.device)
+    part_o, part_lse = partials(plan.part, q.device, stream)
+    idx, length, indptr, sink = index_operands(args)
+    times, counts, at = stamp_operands(args, q.device, plan.clock)
+    run(_partial_kernel, plan.key, plan.grid, (q, pool, idx, length, indptr, part_o, part_lse) + plan.scalars
+        + (float(args.scale) * LOG2E,) + plan.flags + (times, counts, at, -1), plan.consts, stream)
+    run_reduce(plan.reduce, part_o, part_lse, sink, args.output, (times, counts, -1, at), stream)

@@ -62,10 +62,10 @@ def _lazy(module: str) -> Callable[[KernelArgs], None]:
     """A launch that imports its kernel module (and so Triton) on first use only."""
     box: list[Callable[[KernelArgs], None]] = []
 
-    def launch(args: KernelArgs) -> None:
+    def launch(args: KernelArgs) -> str | None:
         if not box:
             box.append(importlib.import_module(module, __package__).launch)
-        box[0](args)
+        return box[0](args)  # "torch" where Triton handed the call to torch
 
     launch.__name__ = f"triton_launch{module}"
     return launch
@@ -79,14 +79,15 @@ def _gluon_or_triton(kernel: str) -> Callable[[KernelArgs], str]:
         if not box:
             g = importlib.import_module(".gluon_sm90", __package__)
             t = importlib.import_module(".triton_prefill" if kernel == "prefill" else ".triton_decode", __package__)
+            planned = importlib.import_module(".plan", __package__).planned
             box.extend((g.supports_prefill if kernel == "prefill" else g.supports_decode,
-                        g.launch_prefill if kernel == "prefill" else g.launch_decode, t.launch))
-        supports, fast, fallback = box
-        if supports(args):
+                        g.launch_prefill if kernel == "prefill" else g.launch_decode, t.launch, planned))
+        supports, fast, fallback, planned = box
+        # what supports() reads is the call's signature, alignment and device: asked once per such call
+        if planned(args, kernel + " on gluon", (), lambda: supports(args)):
             fast(args)
             return "gluon"
-        fallback(args)
-        return "triton"
+        return fallback(args) or "triton"
 
     launch.__name__ = f"gluon_or_triton_{kernel}"
     return launch

@@ -24,8 +24,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import KernelArgs, empty_call, sm_count
+from .common import KernelArgs, device_key, empty_call, sm_count
 from .fp8_ptx import kv_load, kv_operand
+from .launcher import current_stream
+from .launcher import launch as run
+from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
+from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
 from .torch_ref import ragged_prefill as torch_ragged_prefill
 
 HEAD_BLOCK = 16  # heads per program, as vLLM's in-tree grid (rows, ceil(H / 16)); also tl.dot's minimum M
@@ -340,29 +344,34 @@ def prefill_item(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
     store_rows(o_row, o_s2, scale, hmask, lanes, acc0, acc1, acc2, acc3, acc_b, CH, NCH, BLOCK_B, V_B)
 
 
-@triton.jit(do_not_specialize=_FLAGS)
+@triton.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
 def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                     skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                     q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
+                    stamp_ptr, count_ptr, stamp_first, stamp_last,
                     D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                     HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr = 0):
+                    IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, KV8: tl.constexpr = 0, CLOCK: tl.constexpr = 0):
+    stamp_start(stamp_ptr, stamp_first, CLOCK)
     prefill_item(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, tl.program_id(0), tl.program_id(1),
                  skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                  q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                  D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, CNT_BLOCK, KV8)
+    stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
 
-@triton.jit(do_not_specialize=_FLAGS + ["n_items", "n_hb", "span"])
+@triton.jit(do_not_specialize=_FLAGS + ["n_items", "n_hb", "span"] + STAMP_ARGS)
 def _redo_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                  skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                  q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
-                 redo_ptr, n_items, n_hb, span,
+                 stamp_ptr, count_ptr, stamp_first, stamp_last, redo_ptr, n_items, n_hb, span,
                  D: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr, BLOCK_B: tl.constexpr,
                  HAS_B: tl.constexpr, V_B: tl.constexpr, BLOCK_N: tl.constexpr, HB: tl.constexpr,
-                 IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, SPAN: tl.constexpr, KV8: tl.constexpr = 0):
+                 IEEE: tl.constexpr, CNT_BLOCK: tl.constexpr, SPAN: tl.constexpr, KV8: tl.constexpr = 0,
+                 CLOCK: tl.constexpr = 0):
     """The items flagged in ``redo_ptr`` (row-major over (row, head block)), each program ``span`` (<= SPAN) of
-    them: one load of their flags, and in the rare span with one set, each flagged item in turn."""
+    them: one load of their flags, and in the rare span with one set, each flagged item in turn. The program then
+    zeroes its span, so the flags are ready for the next call without a memset launch."""
     first = tl.program_id(0) * span
     offs = first + tl.arange(0, SPAN)
     mine = (tl.arange(0, SPAN) < span) & (offs < n_items)
@@ -373,6 +382,8 @@ def _redo_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                              skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                              q_s0, q_s1, q_s2, kv_s0, kv_s2, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
                              D, CH, NCH, BLOCK_B, HAS_B, V_B, BLOCK_N, HB, IEEE, CNT_BLOCK, KV8)
+        tl.store(redo_ptr + offs, tl.zeros([SPAN], tl.int32), mask=mine)
+    stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
 
 REDO_SPAN = 64  # the most flags one redo program scans
@@ -413,36 +424,70 @@ def tile_launch(args: KernelArgs, config: TileConfig | None, default: TileConfig
     return TileLaunch(p, pool, cfg, consts)
 
 
+class PrefillPlan(NamedTuple):
+    """What a Triton prefill (or redo) launch of one call signature works out on the host (``plan.planned``)."""
+
+    device: int  # CUDA device index, -1 under the interpreter
+    clock: int  # the stamps' clock (triton_stamps), -1: this device's kernels do not stamp
+    grid: tuple[int, int]
+    scalars: tuple  # skv, width, H
+    flags: tuple  # ragged ... o_s2: everything after the scale
+    consts: dict  # constexprs and launch options
+    as_bytes: bool  # the pool goes in as its bytes (an fp8 pool converted by PTX)
+    redo: tuple  # (grid, n_items, n_hb, span) of the redo kernel
+    key: tuple  # everything the JIT specialises on: the compiled handle's key (launcher.Launcher)
+
+
+def _plan(args: KernelArgs, config: TileConfig | None, kv8: int | None) -> PrefillPlan:
+    q, kv, out = args.q, args.kv, args.output
+    rows, heads, _ = q.shape
+    tiles = tile_launch(args, config, PREFILL_CONFIG, kv8)
+    p = tiles.p
+    clock = clock_for(q.device)
+    grid = (rows, triton.cdiv(heads, HEAD_BLOCK))
+    items = grid[0] * grid[1]
+    span = redo_span(items, sm_count(q.device))
+    device = device_key(q.device) if q.is_cuda else -1
+    scalars = (p.skv, p.width, heads)
+    flags = (p.ragged, p.has_len, p.has_sink, p.lanes, q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
+             kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0, p.sink.stride(0) if p.has_sink else 0, out.stride(0),
+             out.stride(1), out.stride(2))
+    consts = {**tiles.consts, "CLOCK": max(clock, 0)}
+    key = launch_key(device, (q, tiles.pool, p.idx, p.length, p.indptr, p.sink, out), scalars + flags, consts)
+    return PrefillPlan(device, clock, grid, scalars, flags, consts, tiles.pool is not kv,
+                       ((triton.cdiv(items, span),), items, grid[1], span), key)
+
+
 def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | None = None,
-           redo: torch.Tensor | None = None) -> None:
+           redo: torch.Tensor | None = None) -> str | None:
     """Write the ragged prefill into ``args.output`` in place; torch serves dtypes Triton does not.
 
-    ``kv8`` overrides how an fp8 pool is converted (``fp8_ptx``; timing experiments and tests only).
-    ``redo``: int32, one flag per item (row, head block of 16), row-major: only the flagged items are written
-    (the Hopper prefill's items to compute again, ``gluon_sm90_ws.redo_flagged``), by ``_redo_kernel``, whose
-    programs each scan ``redo_span`` flags; torch, where it serves, writes them all.
+    ``kv8`` overrides how an fp8 pool is converted (``fp8_ptx``; tests only). ``redo``: int32, one flag per item
+    (row, head block of 16), row-major: only the flagged items are written (the Hopper prefill's items to compute
+    again, ``gluon_sm90_ws.redo_flagged``), by ``_redo_kernel``, whose programs each scan ``redo_span`` flags and
+    zero them after; torch, where it serves, writes them all. A call with ``args.stamp`` gets its stamps: both from
+    the prefill kernel, the end only from the redo kernel (the Hopper kernel before it wrote the start).
     """
     if empty_call(args):
         return
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, _ = q.shape
-    grid = (rows, triton.cdiv(heads, HEAD_BLOCK))
-    if redo is not None and (redo.dtype != torch.int32 or redo.numel() != grid[0] * grid[1]
-                             or redo.device != q.device):
-        raise ValueError(f"redo: one int32 flag per item on {q.device}, {grid[0] * grid[1]} of them "
-                         f"(rows x head blocks); got {redo.dtype} x {redo.numel()} on {redo.device}")
+    q = args.q
+    if redo is not None:
+        items = q.shape[0] * triton.cdiv(q.shape[1], HEAD_BLOCK)
+        if redo.dtype != torch.int32 or redo.numel() < items or redo.device != q.device:
+            raise ValueError(f"redo: one int32 flag per item on {q.device}, {items} of them (rows x head blocks); "
+                             f"got {redo.dtype} x {redo.numel()} on {redo.device}")
     if not triton_supports(args):
         torch_ragged_prefill(args)
-        return
-    tiles = tile_launch(args, config, PREFILL_CONFIG, kv8)
-    p = tiles.p
-    common = (q, tiles.pool, p.idx, p.length, p.indptr, p.sink, out,
-              p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
-              q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(2), p.idx_s0, p.idx_s1, p.len_s0,
-              p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2))
+        return "torch"
+    plan = planned(args, "triton_prefill", (config, kv8), lambda: _plan(args, config, kv8))
+    pool = args.kv.view(torch.uint8) if plan.as_bytes else args.kv
+    head = ((q, pool, *index_operands(args), args.output) + plan.scalars + (float(args.scale) * LOG2E,)
+            + plan.flags)
+    times, counts, at = stamp_operands(args, q.device, plan.clock)
+    stream = current_stream(plan.device)
     if redo is None:
-        _prefill_kernel[grid](*common, **tiles.consts)
+        run(_prefill_kernel, plan.key, plan.grid, head + (times, counts, at, at), plan.consts, stream)
         return
-    items = grid[0] * grid[1]
-    span = redo_span(items, sm_count(q.device))
-    _redo_kernel[(triton.cdiv(items, span),)](*common, redo, items, grid[1], span, SPAN=REDO_SPAN, **tiles.consts)
+    grid, items, n_hb, span = plan.redo
+    run(_redo_kernel, (plan.key, redo.data_ptr() & 15), grid, head + (times, counts, -1, at, redo, items, n_hb, span),
+        {**plan.consts, "SPAN": REDO_SPAN}, stream)

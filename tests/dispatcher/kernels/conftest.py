@@ -17,7 +17,8 @@ from types import ModuleType
 import pytest
 import torch
 
-KERNEL_MODULES = ("dispatcher.kernels.fp8_ptx", "dispatcher.kernels.triton_prefill", "dispatcher.kernels.triton_decode")
+KERNEL_MODULES = ("dispatcher.kernels.fp8_ptx", "dispatcher.kernels.triton_stamps", "dispatcher.kernels.triton_prefill",
+                  "dispatcher.kernels.triton_decode")
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 HAVE_CUDA = torch.cuda.is_available()
 
@@ -32,7 +33,10 @@ def _interpreted(obj: object) -> bool:
 
 
 def _kernel(mod: ModuleType) -> object:
-    return getattr(mod, "_prefill_kernel", None) or getattr(mod, "_partial_kernel", None) or mod.kv_load
+    for name in ("_prefill_kernel", "_partial_kernel", "stamp_start", "kv_load"):
+        if hasattr(mod, name):
+            return getattr(mod, name)
+    raise AttributeError(f"{mod.__name__} holds no kernel")
 
 
 def _load(interpret: bool) -> tuple[ModuleType, ModuleType]:
@@ -43,7 +47,7 @@ def _load(interpret: bool) -> tuple[ModuleType, ModuleType]:
         if stale or _interpreted(_kernel(mod)) != interpret:
             mod, stale = importlib.reload(mod), True
         mods.append(mod)
-    return mods[1], mods[2]
+    return mods[2], mods[3]
 
 
 @pytest.fixture()
@@ -69,3 +73,17 @@ def compiled() -> tuple[ModuleType, ModuleType]:
     if not HAVE_TRITON:
         pytest.skip("triton is not installed")
     return _load(interpret=False)
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    """Plans are kept per call signature and scratch per stream; a test that pretends another GPU (its
+    multiprocessor count) or counts buffers must not see what an earlier test made."""
+    from dispatcher.kernels import plan
+    from dispatcher.kernels.scratch import scratch
+
+    plan.forget()
+    scratch().clear()
+    yield
+    plan.forget()
+    scratch().clear()

@@ -205,9 +205,15 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     assert kw["part_o_ptr"].dtype == torch.bfloat16 and kw["part_lse_ptr"].dtype == torch.float32  # 16-bit partials
     assert len(reduced) == 1 and reduced[0][4] == 8  # the reduce combines the 8 splits
     n = len(rec.calls)
-    monkeypatch.setattr(gluon_sm90, "launch_partials", lambda *a, **k: reduced.append("one warpgroup"))
+    one, red = RecordingLaunch(gluon_sm90._partial_kernel), RecordingLaunch(triton_decode._reduce_kernel)
+    monkeypatch.setattr(gluon_sm90, "_partial_kernel", one)
+    monkeypatch.setattr(triton_decode, "_reduce_kernel", red)
     gluon_sm90.launch_decode(d)  # the default: the one-warpgroup partials, the ws kernel untouched
-    assert len(rec.calls) == n and reduced[-2] == "one warpgroup"
+    assert len(rec.calls) == n and len(one.calls) == 1 and len(red.calls) == 1
+    (grid, kw), (rgrid, rkw) = one.calls[0], red.calls[0]
+    assert grid == (16, kw["splits"], 1) and kw["o_ptr"] is rkw["o_ptr"] and kw["lse_ptr"] is rkw["lse_ptr"]
+    assert kw["o_ptr"].dtype == torch.bfloat16 and kw["o_ld"] == 512 and rkw["splits"] == kw["splits"]
+    assert kw["stamp_first"] == kw["stamp_last"] == rkw["stamp_first"] == rkw["stamp_last"] == -1  # not stamped
 
 
 @needs_gluon
@@ -334,14 +340,14 @@ COMPILE = textwrap.dedent("""
         for db in (64, 0):
             for kv, q in (("bf16", "bf16"), ("fp8e4nv", "bf16"), ("fp8e5", "fp16")):
                 consts = {"DB": db, "PDL": True, "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": True,
-                          "idx_s1": 1, "o_s2": 1}
+                          "idx_s1": 1, "o_s2": 1, "CLOCK": 1}
                 found[f"{db}_{kv}"] = compile_one(f"ws_{db}_{kv}", gluon_sm90_ws._ws_kernel, consts, ptrs(q, kv),
                                                   {"num_warps": 4, "maxnreg": 128})
     elif sys.argv[2] == "fp8":  # the decode's partial kernel on an fp8 pool's bytes, every mode, both block shapes
         for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
             cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "CHAINS": 1, "PIPE": False,
-                      "CNT_BLOCK": 2048, "PDL": True, "KV8": kv8, "idx_s1": 1}
+                      "CNT_BLOCK": 2048, "PDL": True, "KV8": kv8, "idx_s1": 1, "CLOCK": 1}
             found[f"{db}_{kv8}"] = compile_one(f"p_{db}_{kv8}", gluon_sm90._partial_kernel, consts,
                                                ptrs(q, "u8" if kv8 else q), {"num_warps": 4})
     else:
@@ -353,7 +359,8 @@ COMPILE = textwrap.dedent("""
                     cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
                 consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "CHAINS": cfg.chains,
                           "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
-                          "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0}
+                          "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0,
+                          "CLOCK": 1}
                 if d512 and fn is d512[0]:  # its own workers' registers
                     consts.update(WREGS=gluon_sm90_ws_d512.WORKER_REGS)
                 opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
@@ -429,3 +436,59 @@ def test_the_ws_kernel_converts_an_fp8_pool_in_its_own_stages(tmp_path):
             assert got["hgmma"] == base["hgmma"] == 2 * (32 + (4 if db else 0)) + 32 and got["hmma"] == 0, (db, kv)
             assert got["asm"] == base["asm"] + 2 * (16 + (2 if db else 0)), (db, kv, got, base)
             assert got["warps"] == 16 and got["stack"] <= 256, (db, kv, got)  # a few spilled scalars, bounded
+
+
+@needs_gluon
+def test_a_stamped_call_hands_its_stamp_to_its_first_and_last_kernels(monkeypatch):
+    """The Hopper launches give a stamped call's entry to the kernel that starts it and the one that ends it: the
+    decode's partials and reduce; the prefill's warp-specialised kernel alone (the exact max), or it and the redo
+    kernel (the reference max). The stamp is armed; an unstamped call passes -1."""
+    from dispatcher.kernels import gluon_sm90_ws, triton_decode, triton_prefill
+    from dispatcher.kernels.stamps import DeviceStamp
+
+    recs = {}
+    for mod, name in ((gluon_sm90, "_partial_kernel"), (triton_decode, "_reduce_kernel"),
+                      (gluon_sm90_ws, "_ws_kernel"), (triton_prefill, "_redo_kernel")):
+        recs[name] = RecordingLaunch(getattr(mod, name))
+        monkeypatch.setattr(mod, name, recs[name])
+    pretend_sms(monkeypatch)
+    cpu = torch.device("cpu")
+
+    def stamped(a):
+        return a._replace(stamp=DeviceStamp(torch.zeros(8, 2, dtype=torch.int64), torch.zeros(8, dtype=torch.int32), 6))
+
+    def last(name):
+        kw = recs[name].calls[-1][1]
+        return kw["stamp_first"], kw["stamp_last"]
+
+    d = stamped(build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
+    gluon_sm90.launch_decode(d)
+    assert d.stamp.armed and last("_partial_kernel") == (6, -1) and last("_reduce_kernel") == (-1, 6)
+    wide = stamped(build(64, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
+    gluon_sm90.launch_prefill(wide)  # top-k 2048: the reference max, then the redo kernel ends the call
+    assert reference_max(recs["_ws_kernel"].calls[-1][1])
+    assert last("_ws_kernel") == (6, -1) and last("_redo_kernel") == (-1, 6) and wide.stamp.armed
+    narrow = stamped(build(64, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=128, kv_len=8192))
+    redos = len(recs["_redo_kernel"].calls)
+    gluon_sm90.launch_prefill(narrow)  # the exact max: the warp-specialised kernel starts and ends the call
+    assert last("_ws_kernel") == (6, 6) and len(recs["_redo_kernel"].calls) == redos
+    gluon_sm90.launch_prefill(narrow._replace(stamp=None))
+    assert last("_ws_kernel") == (-1, -1)
+
+
+@needs_gluon
+def test_the_prefill_flags_come_from_scratch_once_zeroed(monkeypatch):
+    """No memset a call: the reference max's flags are one zeroed buffer per stream, handed out again; the redo
+    kernel (tested under the interpreter) zeroes what it read."""
+    from dispatcher.kernels import gluon_sm90_ws
+
+    rec = RecordingLaunch(gluon_sm90_ws._ws_kernel)
+    monkeypatch.setattr(gluon_sm90_ws, "_ws_kernel", rec)
+    redone = []
+    monkeypatch.setattr(gluon_sm90_ws, "redo_flagged", lambda a, flags: redone.append(flags))
+    pretend_sms(monkeypatch)
+    cpu = torch.device("cpu")
+    for rows in (40, 20, 40):
+        gluon_sm90_ws.launch_prefill_ws(build(rows, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu,
+                                              topk=2048, kv_len=4096))
+    assert redone[0] is redone[1] is redone[2] and redone[0].numel() == 40 and not redone[0].any()

@@ -257,3 +257,52 @@ def test_chunks_shrink_to_fit_the_head_block(interp):
     assert prefill.chunks_for(32, 4) == 2  # 16 lanes is the least a chunk may have
     assert prefill.chunks_for(16, 4) == 1
     assert prefill.chunks_for(64, 1) == 1
+
+
+def _stamp_table():
+    from dispatcher.kernels.stamps import DeviceStamp
+
+    times, counts = torch.zeros(8, 2, dtype=torch.int64), torch.zeros(8, dtype=torch.int32)
+    return times, counts, lambda at: DeviceStamp(times, counts, at)
+
+
+@pytest.mark.parametrize("which", ["prefill", "decode"])
+def test_a_stamped_call_gets_its_start_from_the_first_kernel_and_its_end_from_the_last(interp, which):
+    """Under the interpreter the clock is a constant (start 1, end 2): the entry asked for is written, by the right
+    kernels, the counter is back to zero for the entry's next use, and the stamp is armed; no other entry moves."""
+    prefill, decode = interp
+    times, counts, stamp_at = _stamp_table()
+    case = make_case(3, sq=6, heads=20)
+    for _ in range(2):  # twice: the counter the first call left must serve the second
+        args = case.fresh_output()._replace(stamp=stamp_at(3))
+        (prefill if which == "prefill" else decode).launch(args)
+        assert args.stamp.armed
+        assert times[3].tolist() == [1, 2] and not times[torch.arange(8) != 3].any()
+        assert not counts.any()
+        check(case, args.output, torch.float16)
+        times.zero_()
+
+
+def test_an_unstamped_call_writes_no_stamp(interp):
+    prefill, decode = interp
+    times, counts, _ = _stamp_table()
+    case = make_case(3, sq=6, heads=20)
+    for mod in (prefill, decode):
+        args = case.fresh_output()
+        mod.launch(args)
+        check(case, args.output, torch.float16)
+    assert not times.any() and not counts.any()
+
+
+def test_the_redo_ends_the_call_and_leaves_its_flags_zeroed(interp):
+    """After the Hopper prefill (which wrote the start) the redo kernel writes the end, and zeroes every flag it
+    scanned: the flags need no memset before the next call."""
+    prefill, _ = interp
+    times, counts, stamp_at = _stamp_table()
+    case = make_case(7, sq=40, heads=20)
+    args = case.fresh_output()._replace(stamp=stamp_at(5))
+    flags = torch.zeros(80, dtype=torch.int32)
+    flags[[4, 5, 79]] = 1
+    prefill.launch(args, redo=flags)
+    assert times[5].tolist() == [0, 2] and not counts.any()
+    assert not flags.any()
