@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What the figures of docs/benchmarks.md ("Host cost of a call", "Timing fidelity", "CUDA graphs", "What a gate
+# change saves") rest on, on the GPU, in one command; each phase under a time limit, its output in $OUT.
+#   bash scripts/gpu/h200_check.sh [phase ...]      phases: host fidelity reroute graphs tests launch ab (default: all)
+# Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
+# image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
+# comes back as $OUT/tcache.tgz, so carrying it spares the next run the compiles.
+set -uo pipefail
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT" .tcache
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.tcache
+[ -f .tcache/tcache.tgz ] && tar -xzf .tcache/tcache.tgz -C .tcache && rm .tcache/tcache.tgz
+rs() { python3 -c "import sys; from routescope.cli import main; sys.argv[0] = 'routescope'; main()" "$@"; }
+phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $OUT/log.txt (few files come back)
+  local name=$1 limit=$2; shift 2
+  echo "== $name ($(date +%T))" | tee -a "$OUT/log.txt"
+  echo "=== $name" >> "$OUT/results.txt"
+  timeout "$limit" "$@" >> "$OUT/results.txt" 2>> "$OUT/log.txt"; echo "   rc=$? ($(date +%T))" | tee -a "$OUT/log.txt"
+}
+phases=${*:-host fidelity reroute graphs tests launch ab}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+git rev-parse --short HEAD 2>/dev/null || true
+for p in $phases; do
+  case $p in
+    host) phase host 120 rs bench host --json ;;
+    fidelity) phase fidelity 240 rs bench fidelity --json ;;
+    reroute) phase reroute 120 rs bench fidelity --guard reroute --rows 1,2,16 --json ;;
+    graphs) phase graphs 120 rs bench graphs --json ;;
+    tests) phase tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
+             tests/dispatcher/kernels/test_nan_propagation.py ;;
+    launch) phase launch 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_launch_gpu.py ;;
+    ab) phase ab 300 python3 -m advise.ab_cli --calls 600 --repeats 3 --json ;;
+    *) echo "unknown phase $p" >&2 ;;
+  esac
+done
+tar -czf "$OUT/tcache.tgz" -C .tcache . 2>/dev/null
+[ "$(stat -c %s "$OUT/tcache.tgz")" -gt 15000000 ] && rm -f "$OUT/tcache.tgz"
+ls -la "$OUT"
