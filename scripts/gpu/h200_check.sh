@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.tcache
 [ -f .tcache/tcache.tgz ] && tar -xzf .tcache/tcache.tgz -C .tcache && rm .tcache/tcache.tgz
-rs() { python3 -c "import sys; from routescope.cli import main; sys.argv[0] = 'routescope'; main()" "$@"; }
+RS=(python3 -c "import sys; from routescope.cli import main; sys.argv[0] = 'routescope'; main()")  # `routescope`
 phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $OUT/log.txt (few files come back)
   local name=$1 limit=$2; shift 2
   echo "== $name ($(date +%T))" | tee -a "$OUT/log.txt"
@@ -24,10 +24,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 git rev-parse --short HEAD 2>/dev/null || true
 for p in $phases; do
   case $p in
-    host) phase host 120 rs bench host --json ;;
-    fidelity) phase fidelity 240 rs bench fidelity --json ;;
-    reroute) phase reroute 120 rs bench fidelity --guard reroute --rows 1,2,16 --json ;;
-    graphs) phase graphs 120 rs bench graphs --json ;;
+    host) phase host 120 "${RS[@]}" bench host --json ;;
+    fidelity) phase fidelity 240 "${RS[@]}" bench fidelity --json ;;
+    reroute) phase reroute 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16 --json ;;
+    graphs) phase graphs 120 "${RS[@]}" bench graphs --json ;;
     tests) phase tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
              tests/dispatcher/kernels/test_nan_propagation.py ;;
     launch) phase launch 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_launch_gpu.py ;;
