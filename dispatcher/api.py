@@ -11,7 +11,7 @@ import torch
 from .classify import classify
 from .kernels.aiter import AiterSymbolMissing
 from .kernels.common import KernelArgs, SparseIndex
-from .kernels.registry import KernelImpl, KernelRegistry, default_registry
+from .kernels.registry import KernelRegistry, default_registry
 from .platform import Platform, detect
 from .policy import DecisionCache, Policy, PolicySettings
 from .probe import Probe
@@ -87,10 +87,17 @@ class Dispatcher:
             num_decode_tokens=num_decode_tokens, num_prefills=num_prefills,
             spec_tokens=self.policy.spec_tokens,
         )
-        decision = self._cache.decide(shape, batch.call_class)
+        cache = self._cache
+        known = memo.get(batch.call_class) if memo is not None else None  # the signature's decision, if this
+        if known is not None and known[0] is cache:  # cache made it: a call of a known shape decides for free
+            decision = known[1]
+        else:
+            decision = cache.decide(shape, batch.call_class)
+            if memo is not None:
+                memo[batch.call_class] = (cache, decision)
         args = KernelArgs(q, kv, SparseIndex(indices, topk_length, ragged_indices, ragged_indptr), float(scale),
                           attn_sink, output, None, memo)
-        impl = self.registry.resolve(decision.kernel, q.device.type)
+        impl = self.registry.resolve(decision.kernel, "cuda" if q.is_cuda else q.device.type)
         announced = impl.impl
         probe = self.probe
         token = None
@@ -109,7 +116,12 @@ class Dispatcher:
         try:
             if decision.refused:
                 raise DecodeInPrefillError(decision, shape, batch, model)
-            decision, ran = self._launch(decision, shape, batch, args, impl)
+            try:
+                ran = impl.launch(args) or announced
+            except AiterSymbolMissing:
+                if decision.kernel is not Kernel.AITER_OPUS:
+                    raise
+                decision, ran = self._opus_declined(shape, batch, args)
         except BaseException as exc:
             if probe is not None:
                 try:
@@ -124,20 +136,14 @@ class Dispatcher:
                 self.probe_failures += 1
         return decision
 
-    def _launch(self, decision: Decision, shape: CallShape, batch: Batch, args: KernelArgs,
-                impl: KernelImpl) -> tuple[Decision, str]:
-        try:
-            ran = impl.launch(args)
-        except AiterSymbolMissing:
-            if decision.kernel is not Kernel.AITER_OPUS:
-                raise
-            # gfx950: a missing OPUS symbol declines the branch; re-decide without it.
-            self.platform = replace(self.platform, opus_importable=False)
-            self._cache = DecisionCache(self.platform, self.policy)
-            decision = self._cache.decide(shape, batch.call_class)
-            impl = self.registry.resolve(decision.kernel, args.q.device.type)
-            ran = impl.launch(args)
-        return decision, ran or impl.impl
+    def _opus_declined(self, shape: CallShape, batch: Batch, args: KernelArgs) -> tuple[Decision, str]:
+        """gfx950: a missing OPUS symbol declines the branch; decide again without it (a new cache: the signature
+        memos' decisions, made by the old one, are not used again) and launch."""
+        self.platform = replace(self.platform, opus_importable=False)
+        self._cache = DecisionCache(self.platform, self.policy)
+        decision = self._cache.decide(shape, batch.call_class)
+        impl = self.registry.resolve(decision.kernel, args.q.device.type)
+        return decision, impl.launch(args) or impl.impl
 
 
 def sparse_attn_prefill(*args: Any, dispatcher: Dispatcher | None = None, **kwargs: Any) -> Decision:

@@ -45,6 +45,7 @@ for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -52,8 +53,7 @@ import torch
 from .common import KernelArgs, device_capability, device_key, empty_call
 from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .gluon_sm90_parts import HAVE_GLUON
-from .launcher import current_stream
-from .launcher import launch as run
+from .launcher import Step, current_stream
 from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
 from .stamps import no_stamp
 from .triton_prefill import HEAD_BLOCK, LOG2E, count_block, pack
@@ -255,7 +255,7 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
     if empty_call(args):
         return
     if ws:
-        ws_module(args).launch_prefill_ws(args)
+        planned(args, "gluon prefill", (), lambda: prefill_recipe(args))(args)
         return
     cfg = config or PREFILL_SM90
     p = pack(args)
@@ -331,6 +331,46 @@ def _decode_plan(args: KernelArgs) -> DecodePlan:
         (launch_key(device, (q, pool, p.idx, p.length, p.indptr), scalars + flags, consts), dtype))
 
 
+def decode_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
+    """The default Hopper split-K decode of calls of ``args``'s signature, worked out once (``plan.planned`` keeps
+    it): a function of a call's operands launching the one-warpgroup partials and Triton's reduce, the partials in
+    the stream's scratch, a stamped call's start from the partials and its end from the reduce."""
+    from . import triton_decode
+
+    if empty_call(args):
+        return _gluon_nothing
+    plan = _decode_plan(args)
+    step = Step(_partial_kernel, plan.key, plan.grid, plan.consts)
+    reduce = triton_decode.reduce_step(plan.reduce)
+    scalars, flags, as_bytes, device, clock, where, part = (plan.scalars, plan.flags, plan.as_bytes, plan.device,
+                                                            plan.clock, args.q.device, plan.part)
+    buffers = triton_decode.PerStream(lambda stream: triton_decode.partials(part, where, stream))
+
+    def run(a: KernelArgs) -> str:
+        stream = current_stream(device)
+        part_o, part_lse = buffers(stream)
+        idx, length, indptr, sink = index_operands(a)
+        stamps = stamp_operands(a, where, clock)
+        pool = a.kv.view(torch.uint8) if as_bytes else a.kv
+        step((a.q, pool, idx, length, indptr, part_o, part_lse) + scalars + (float(a.scale) * LOG2E,) + flags
+             + (stamps[0], stamps[1], stamps[2], -1), stream)
+        reduce(part_o, part_lse, sink, a.output, stamps, stream)
+        return "gluon"
+
+    return run
+
+
+def prefill_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
+    """The default Hopper prefill of calls of ``args``'s signature (``gluon_sm90_ws.prefill_recipe``)."""
+    if empty_call(args):
+        return _gluon_nothing
+    return ws_module(args).prefill_recipe(args)
+
+
+def _gluon_nothing(args: KernelArgs) -> str:
+    return "gluon"
+
+
 def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
                   pdl: bool | None = None, ws: bool | None = None) -> None:
     """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
@@ -346,16 +386,7 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     if empty_call(args):
         return
     if splits is None and config is None and pdl is None and not ((DECODE_WARP_SPECIALISED and ws is None) or ws):
-        plan = planned(args, "gluon_decode", (), lambda: _decode_plan(args))
-        q = args.q
-        stream = current_stream(plan.device)
-        part_o, part_lse = triton_decode.partials(plan.part, q.device, stream)
-        idx, length, indptr, sink = index_operands(args)
-        times, counts, at = stamp_operands(args, q.device, plan.clock)
-        pool = args.kv.view(torch.uint8) if plan.as_bytes else args.kv
-        run(_partial_kernel, plan.key, plan.grid, (q, pool, idx, length, indptr, part_o, part_lse) + plan.scalars
-            + (float(args.scale) * LOG2E,) + plan.flags + (times, counts, at, -1), plan.consts, stream)
-        triton_decode.run_reduce(plan.reduce, part_o, part_lse, sink, args.output, (times, counts, -1, at), stream)
+        planned(args, "gluon decode", (), lambda: decode_recipe(args))(args)
         return
     q = args.q
     rows, heads, _ = q.shape

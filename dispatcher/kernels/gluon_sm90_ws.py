@@ -61,12 +61,13 @@ run time (S31-3, S31-4).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from .common import KernelArgs, device_key, empty_call, sm_count
-from .launcher import current_stream
+from .launcher import Step, current_stream
 from .launcher import launch as run
 from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
 from .scratch import scratch
@@ -243,6 +244,43 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
         + (float(args.scale) * LOG2E,) + plan.flags + (flags, times, counts, first, last), plan.consts, stream)
     if redo:
         redo_flagged(args, flags)
+
+
+def prefill_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
+    """The default prefill of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a function
+    of a call's operands launching this kernel with the reference max where it pays (``prefill_reference``) and
+    then the redo kernel, or with the exact max alone; flags from the stream's scratch; a stamped call's start from
+    this kernel, its end from the last kernel."""
+    from . import triton_decode, triton_prefill
+
+    redo = prefill_reference(args)
+    plan = _plan(args, 1, None, False, redo, {"WREGS": WORKER_REGS, "HALVES": _halves(args, None)})
+    step = Step(_ws_kernel, plan.key, plan.grid, plan.consts)
+    redo_run = triton_prefill.redo_recipe(args) if redo else None
+    scalars, flags, items, device, clock, where = (plan.scalars, plan.flags, plan.items, plan.device, plan.clock,
+                                                   args.q.device)
+    pad = scratch()
+
+    def fetch(stream: int) -> tuple:
+        unread = pad.get("ws_unread", 1, torch.float32, where, stream, zeroed=False)
+        if redo_run is None:
+            return unread, pad.get("no_redo", 1, torch.int8, where, stream, zeroed=False)
+        return unread, pad.get("redo_flags", items, torch.int32, where, stream, zeroed=True)
+
+    buffers = triton_decode.PerStream(fetch)
+
+    def run(a: KernelArgs) -> str:
+        stream = current_stream(device)
+        unread, marks = buffers(stream)
+        stamps = stamp_operands(a, where, clock)
+        last = stamps[2] if redo_run is None else -1
+        step((a.q, a.kv, *index_operands(a), a.output, unread, unread) + scalars + (float(a.scale) * LOG2E,) + flags
+             + (marks, stamps[0], stamps[1], stamps[2], last), stream)
+        if redo_run is not None:
+            redo_run(a, marks, stamps, stream)
+        return "gluon"
+
+    return run
 
 
 def redo_flagged(args: KernelArgs, flags: torch.Tensor) -> None:

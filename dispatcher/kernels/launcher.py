@@ -92,3 +92,32 @@ def alignment(*tensors: Any) -> int:
     for t in tensors:
         out = out * 16 + (0 if t is None else t.data_ptr() & 15)
     return out
+
+
+class Step:
+    """One kernel launch of a launch recipe: the kernel, its handle key, grid and constexprs fixed; ``step(args,
+    stream)`` launches it. After the first launch compiled it, the handle's ``run`` is kept here, so a call pays
+    neither the JIT nor a lookup of the handle."""
+
+    __slots__ = ("fn", "key", "grid", "consts", "_run", "_head", "_tail")
+
+    def __init__(self, fn: Any, key: Any, grid: tuple, consts: dict[str, Any]) -> None:
+        self.fn, self.key, self.grid, self.consts = fn, key, grid, consts
+        self._run: Any = None
+        self._head: tuple = ()
+        self._tail: tuple = ()
+
+    def __call__(self, args: tuple, stream: int) -> None:
+        run = self._run
+        if run is not None and DIRECT:
+            g = self._head
+            run(g[0], g[1], g[2], stream, g[3], g[4], None, None, None, *args, *self._tail)
+            return
+        launch(self.fn, self.key, self.grid, args, self.consts, stream)
+        entry = _HANDLES.get((self.fn, self.key))
+        if entry is not None:
+            handle, self._tail = entry
+            grid = self.grid
+            self._head = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                          handle.function, handle.packed_metadata)
+            self._run = handle.run

@@ -49,6 +49,10 @@ class Scratch:
     def __len__(self) -> int:
         return len(self._buffers)
 
+    def holds(self, buf: torch.Tensor) -> bool:
+        """Whether ``buf`` is one this scratch keeps (not a capture's own): a launch recipe may keep it too."""
+        return any(b is buf for b in self._buffers.values())
+
     def clear(self) -> None:
         """Drop every buffer (tests; a process that wants the memory back)."""
         self._buffers.clear()

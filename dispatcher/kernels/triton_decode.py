@@ -17,6 +17,7 @@ their count of valid indices, and keeping the partial outputs in 16 bits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -24,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .common import KernelArgs, device_key, empty_call, sm_count
-from .launcher import current_stream
+from .launcher import Step, current_stream
 from .launcher import launch as run
 from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
 from .scratch import scratch
@@ -264,6 +265,76 @@ def partials(part: tuple, device: torch.device, stream: int) -> tuple[torch.Tens
             pad.get("decode_lse", numel_lse, torch.float32, device, stream, zeroed=False))
 
 
+class PerStream:
+    """A recipe's scratch buffers per stream: fetched from the scratch once, then kept (those made for a capture
+    never are). A buffer the scratch later grows past stays valid for this recipe: it holds it."""
+
+    __slots__ = ("_fetch", "_kept")
+
+    def __init__(self, fetch: Callable[[int], tuple]) -> None:
+        self._fetch = fetch
+        self._kept: dict[int, tuple] = {}
+
+    def __call__(self, stream: int) -> tuple:
+        bufs = self._kept.get(stream)
+        if bufs is None:
+            bufs = self._fetch(stream)
+            pad = scratch()
+            if all(pad.holds(b) for b in bufs):
+                self._kept[stream] = bufs
+        return bufs
+
+
+def reduce_step(plan: ReducePlan) -> Callable[..., None]:
+    """A planned reduce as a recipe step: ``run(part_o, part_lse, sink, out, stamps, stream)``; ``stamps`` is
+    (table, counters, entry), the reduce ending a stamped call."""
+    step = Step(_reduce_kernel, plan.key, plan.grid, plan.consts)
+    ints = plan.ints
+
+    def run(part_o: torch.Tensor, part_lse: torch.Tensor, sink: torch.Tensor, out: torch.Tensor, stamps: tuple,
+            stream: int) -> None:
+        step((part_o, part_lse, sink, out) + ints + (stamps[0], stamps[1], -1, stamps[2]), stream)
+
+    return run
+
+
+def _torch(args: KernelArgs) -> str:
+    torch_sparse_decode(args)
+    return "torch"
+
+
+def _nothing(args: KernelArgs) -> None:
+    return None
+
+
+def recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None]:
+    """The default split-K decode of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a
+    function of a call's operands launching the partials and the reduce; "torch" where torch serves."""
+    if empty_call(args):
+        return _nothing
+    if not triton_supports(args):
+        return _torch
+    plan = _plan(args, None, None, None, 1, None, None)
+    step = Step(_partial_kernel, plan.key, plan.grid, plan.consts)
+    reduce = reduce_step(plan.reduce)
+    scalars, flags, as_bytes, device, clock, where, part = (plan.scalars, plan.flags, plan.as_bytes, plan.device,
+                                                            plan.clock, args.q.device, plan.part)
+
+    buffers = PerStream(lambda stream: partials(part, where, stream))
+
+    def run(a: KernelArgs) -> None:
+        stream = current_stream(device)
+        part_o, part_lse = buffers(stream)
+        idx, length, indptr, sink = index_operands(a)
+        stamps = stamp_operands(a, where, clock)
+        pool = a.kv.view(torch.uint8) if as_bytes else a.kv
+        step((a.q, pool, idx, length, indptr, part_o, part_lse) + scalars + (float(a.scale) * LOG2E,) + flags
+             + (stamps[0], stamps[1], stamps[2], -1), stream)
+        reduce(part_o, part_lse, sink, a.output, stamps, stream)
+
+    return run
+
+
 def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | None = None,
            reduce_values: int | None = None, reduce_heads: int = 1, pdl: bool | None = None,
            kv8: int | None = None) -> str | None:
@@ -273,12 +344,13 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     and Triton support it". The partials live in the stream's scratch; a stamped call (``args.stamp``) has its
     start written by the partial kernel and its end by the reduce.
     """
-    if empty_call(args):
-        return
-    if not triton_supports(args):
-        torch_sparse_decode(args)
-        return "torch"
     options = (config, splits, reduce_values, reduce_heads, pdl, kv8)
+    if options == (None, None, None, 1, None, None):
+        return planned(args, "triton decode", (), lambda: recipe(args))(args)
+    if empty_call(args):
+        return None
+    if not triton_supports(args):
+        return _torch(args)
     plan = planned(args, "triton_decode", options, lambda: _plan(args, *options))
     q = args.q
     pool = args.kv.view(torch.uint8) if plan.as_bytes else args.kv
@@ -289,3 +361,4 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     run(_partial_kernel, plan.key, plan.grid, (q, pool, idx, length, indptr, part_o, part_lse) + plan.scalars
         + (float(args.scale) * LOG2E,) + plan.flags + (times, counts, at, -1), plan.consts, stream)
     run_reduce(plan.reduce, part_o, part_lse, sink, args.output, (times, counts, -1, at), stream)
+    return None

@@ -65,7 +65,7 @@ def _lazy(module: str) -> Callable[[KernelArgs], None]:
     def launch(args: KernelArgs) -> str | None:
         if not box:
             box.append(importlib.import_module(module, __package__).launch)
-        return box[0](args)  # "torch" where Triton handed the call to torch
+        return box[0](args)  # "torch" where Triton handed the call to torch (its default launch: a kept recipe)
 
     launch.__name__ = f"triton_launch{module}"
     return launch
@@ -81,13 +81,17 @@ def _gluon_or_triton(kernel: str) -> Callable[[KernelArgs], str]:
             t = importlib.import_module(".triton_prefill" if kernel == "prefill" else ".triton_decode", __package__)
             planned = importlib.import_module(".plan", __package__).planned
             box.extend((g.supports_prefill if kernel == "prefill" else g.supports_decode,
-                        g.launch_prefill if kernel == "prefill" else g.launch_decode, t.launch, planned))
-        supports, fast, fallback, planned = box
-        # what supports() reads is the call's signature, alignment and device: asked once per such call
-        if planned(args, kernel + " on gluon", (), lambda: supports(args)):
-            fast(args)
-            return "gluon"
-        return fallback(args) or "triton"
+                        g.prefill_recipe if kernel == "prefill" else g.decode_recipe, t.recipe, planned))
+        supports, gluon_recipe, triton_recipe, planned = box
+
+        def choose() -> Callable[[KernelArgs], str]:
+            # what supports() reads is the call's signature, alignment and device: asked once per such call
+            if supports(args):
+                return gluon_recipe(args)
+            fallback = triton_recipe(args)
+            return lambda a: fallback(a) or "triton"
+
+        return planned(args, kernel + " recipe", (), choose)(args)
 
     launch.__name__ = f"gluon_or_triton_{kernel}"
     return launch

@@ -18,6 +18,7 @@ used by both products.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -26,7 +27,7 @@ import triton.language as tl
 
 from .common import KernelArgs, device_key, empty_call, sm_count
 from .fp8_ptx import kv_load, kv_operand
-from .launcher import current_stream
+from .launcher import Step, current_stream
 from .launcher import launch as run
 from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
 from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
@@ -458,6 +459,53 @@ def _plan(args: KernelArgs, config: TileConfig | None, kv8: int | None) -> Prefi
                        ((triton.cdiv(items, span),), items, grid[1], span), key)
 
 
+def _torch(args: KernelArgs) -> str:
+    torch_ragged_prefill(args)
+    return "torch"
+
+
+def _nothing(args: KernelArgs) -> None:
+    return None
+
+
+def recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None]:
+    """The default launch of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a function
+    of a call's operands that launches the prefill kernel, stamps included; "torch" where torch serves."""
+    if empty_call(args):
+        return _nothing
+    if not triton_supports(args):
+        return _torch
+    plan = _plan(args, None, None)
+    step = Step(_prefill_kernel, plan.key, plan.grid, plan.consts)
+    scalars, flags, as_bytes, device, clock, where = (plan.scalars, plan.flags, plan.as_bytes, plan.device, plan.clock,
+                                                      args.q.device)
+
+    def run(a: KernelArgs) -> None:
+        pool = a.kv.view(torch.uint8) if as_bytes else a.kv
+        times, counts, at = stamp_operands(a, where, clock)
+        step((a.q, pool, *index_operands(a), a.output) + scalars + (float(a.scale) * LOG2E,) + flags
+             + (times, counts, at, at), current_stream(device))
+
+    return run
+
+
+def redo_recipe(args: KernelArgs) -> Callable[..., None]:
+    """The redo kernel of calls of ``args``'s signature, after the Hopper prefill: ``run(call, flags, stamps,
+    stream)`` computes the flagged items again, zeroes the flags and ends a stamped call (``stamps``: table,
+    counters, entry)."""
+    plan = _plan(args, None, None)
+    grid, items, n_hb, span = plan.redo
+    step = Step(_redo_kernel, (plan.key, 0), grid, {**plan.consts, "SPAN": REDO_SPAN})
+    scalars, flags, as_bytes, tail = plan.scalars, plan.flags, plan.as_bytes, (items, n_hb, span)
+
+    def run(a: KernelArgs, redo: torch.Tensor, stamps: tuple, stream: int) -> None:
+        pool = a.kv.view(torch.uint8) if as_bytes else a.kv
+        step((a.q, pool, *index_operands(a), a.output) + scalars + (float(a.scale) * LOG2E,) + flags
+             + (stamps[0], stamps[1], -1, stamps[2], redo) + tail, stream)
+
+    return run
+
+
 def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | None = None,
            redo: torch.Tensor | None = None) -> str | None:
     """Write the ragged prefill into ``args.output`` in place; torch serves dtypes Triton does not.
@@ -468,8 +516,10 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
     zero them after; torch, where it serves, writes them all. A call with ``args.stamp`` gets its stamps: both from
     the prefill kernel, the end only from the redo kernel (the Hopper kernel before it wrote the start).
     """
+    if redo is None and config is None and kv8 is None:
+        return planned(args, "triton prefill", (), lambda: recipe(args))(args)
     if empty_call(args):
-        return
+        return None
     q = args.q
     if redo is not None:
         items = q.shape[0] * triton.cdiv(q.shape[1], HEAD_BLOCK)
