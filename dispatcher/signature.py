@@ -42,9 +42,13 @@ class ValidatedCalls:
             if type(scale) is not float and type(scale) is not int:
                 raise TypeError  # noqa: TRY301
             key = (q.shape, q.stride(), q.dtype, q.device, kv.shape, kv.stride(), kv.dtype, kv.device,
-                   output.shape, output.stride(), output.dtype, output.device, _tensor_key(indices),
-                   _tensor_key(topk_length), _tensor_key(attn_sink), _tensor_key(ragged_indices),
-                   _tensor_key(ragged_indptr), scale, head_dim, nope_head_dim, rope_head_dim)
+                   output.shape, output.stride(), output.dtype, output.device,
+                   None if indices is None else _tensor_key(indices),
+                   None if topk_length is None else _tensor_key(topk_length),
+                   None if attn_sink is None else _tensor_key(attn_sink),
+                   None if ragged_indices is None else _tensor_key(ragged_indices),
+                   None if ragged_indptr is None else _tensor_key(ragged_indptr),
+                   scale, head_dim, nope_head_dim, rope_head_dim)
             hit = self._shapes.get(key)
         except (AttributeError, TypeError):  # not tensors, or odd scalars: the full check says what is wrong
             return validate(q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim,

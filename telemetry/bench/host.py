@@ -37,12 +37,15 @@ ROWS = (2, 16, 1024)
 
 
 def per_call_us(fn: Callable[[], Any], *, batch: int, batches: int, sync: Callable[[], None]) -> float:
-    """Median over ``batches`` of the wall µs per call of issuing ``batch`` calls back to back."""
+    """Median over ``batches`` of the wall µs per call of issuing ``batch`` calls back to back (each batch after a
+    sync and three untimed calls, so the first launches after an idle moment are not in it)."""
     for _ in range(3):
         fn()
     sync()
     times = []
     for _ in range(batches):
+        for _ in range(3):
+            fn()
         t0 = time.perf_counter_ns()
         for _ in range(batch):
             fn()
@@ -66,7 +69,7 @@ def _triton_noop() -> Callable[[torch.Tensor], Any] | None:
     return lambda x: noop[(1,)](x, x.numel(), BLOCK=16)
 
 
-def run(*, rows: tuple[int, ...] = ROWS, batch: int = 50, batches: int = 21, topk: int = 2048,
+def run(*, rows: tuple[int, ...] = ROWS, batch: int = 100, batches: int = 21, topk: int = 2048,
         layout: Layout = Layout(512, 64), heads: int = 16, kv_len: int = 8192) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")

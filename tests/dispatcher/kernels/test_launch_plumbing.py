@@ -121,3 +121,39 @@ def test_a_stamp_is_armed_by_the_launch_that_takes_it():
 @pytest.mark.parametrize("device", ["cpu"])
 def test_the_clock_is_the_interpreters_counter_off_cuda(device):
     assert plan.clock_for(torch.device(device)) == 0
+
+
+class ThreeSixLauncher:
+    """Stands in for Triton 3.6's CudaLauncher: its __call__ reads as that one does (the C launcher with four
+    arguments of its own in front)."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.launch = lambda *a: self.calls.append(a)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):  # noqa: N803 - Triton's names
+        global_scratch = profile_scratch = None
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, global_scratch, profile_scratch, *args)  # noqa: E501
+
+
+class OtherLauncher(ThreeSixLauncher):
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):  # noqa: N803
+        self.launch(gridX, gridY, gridZ, stream, function, *args)
+
+
+def test_a_step_calls_the_c_launcher_only_where_the_launcher_reads_as_expected():
+    for kind, direct in ((ThreeSixLauncher, True), (OtherLauncher, False)):
+        k = FakeKernel([("x", False, None), ("BLOCK", True, None)])
+        k.handle.run = kind()
+        step = launcher.Step(k, ("key", kind.__name__), (2, 3), {"BLOCK": 8})
+        step(("a",), 5)  # the JIT, the first time
+        step(("b",), 6)
+        want = (2, 3, 1, 6, "fn", False, True, None, None, "meta", None, None, None, "b", 8)
+        assert (k.handle.run.calls == [want]) is direct, kind
+        assert len(k.jit_calls) == 1
+    scratchy = ThreeSixLauncher()
+    scratchy.global_scratch_size = 64  # a kernel with global scratch keeps Triton's own call
+    assert launcher._c_launcher(scratchy) is None
