@@ -22,11 +22,12 @@ STAMP_ARGS = ["stamp_first", "stamp_last"]  # entry indices, -1 or not: never sp
 
 
 @triton.jit
-def _clock(CLOCK: tl.constexpr, VALUE: tl.constexpr):
+def _clock(CLOCK: tl.constexpr, VALUE: tl.constexpr, scalar):
+    """%globaltimer, or ``VALUE`` as a scalar made from ``scalar`` (a constant tensor needs a layout in Gluon)."""
     if CLOCK == 1:
         t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
     else:
-        t = tl.full([], VALUE, tl.int64)
+        t = (scalar * 0 + VALUE).to(tl.int64)
     return t
 
 
@@ -35,7 +36,7 @@ def stamp_start(stamp_ptr, stamp_first, CLOCK: tl.constexpr):
     """The call's start, written by program (0, 0, 0) of its first kernel as it begins."""
     if stamp_first >= 0:
         if tl.program_id(0) + tl.program_id(1) + tl.program_id(2) == 0:
-            tl.store(stamp_ptr + 2 * stamp_first, _clock(CLOCK, 1))
+            tl.store(stamp_ptr + 2 * stamp_first, _clock(CLOCK, 1, stamp_first))
 
 
 @triton.jit
@@ -45,5 +46,5 @@ def stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK: tl.constexpr):
         total = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
         done = tl.atomic_add(count_ptr + stamp_last, 1)
         if done == total - 1:
-            tl.store(stamp_ptr + 2 * stamp_last + 1, _clock(CLOCK, 2))
+            tl.store(stamp_ptr + 2 * stamp_last + 1, _clock(CLOCK, 2, stamp_last))
             tl.store(count_ptr + stamp_last, 0)

@@ -360,7 +360,7 @@ COMPILE = textwrap.dedent("""
                 consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "CHAINS": cfg.chains,
                           "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
                           "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": gluon_sm90_ws.STAGE_HALVES, "KV8": 0,
-                          "CLOCK": 1}
+                          "CLOCK": 1 if db else 0}  # the stamps' clock: %globaltimer, or (plain launches) none
                 if d512 and fn is d512[0]:  # its own workers' registers
                     consts.update(WREGS=gluon_sm90_ws_d512.WORKER_REGS)
                 opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
