@@ -82,20 +82,6 @@ def test_tma_probe_whole_row_boxes_cover_a_row_and_compile_apart(labs):
     assert [tma_probe.checked_lanes(m) for m in modes] == [512, 512, 512, 512, 576]
 
 
-@needs_gluon
-def test_ablate_probe_sets_only_flags_the_kernel_reads(labs):
-    import ablate_probe
-    from dispatcher.kernels import gluon_sm90_ws_parts
-
-    assert set(ablate_probe.LEFT_OUT) == set(ablate_probe.NAMES) and ablate_probe.LEFT_OUT[0] == ()
-    for flags in ablate_probe.LEFT_OUT.values():
-        for flag in flags:  # each a module constexpr, off in the production build
-            assert getattr(gluon_sm90_ws_parts, flag).value is False, flag
-    src = Path(gluon_sm90_ws_parts.__file__).read_text()
-    for flag in {f for flags in ablate_probe.LEFT_OUT.values() for f in flags}:
-        assert src.count(flag) >= 2, flag  # defined and read
-
-
 def test_ncu_waits_splits_partitions_and_charges_each_barrier_wait(labs):
     """A made-up source page: two partitions after their USETMAXREG, a wait (inline try, then the branch
     into the retry loop at the end) in each, and a short hand-off stretch that is no partition."""
@@ -166,22 +152,6 @@ def test_depth_probe_register_reference_folds_each_programs_tiles(labs):
                         want[r] ^= k[s, 128 * c:128 * c + 128]
         assert torch.equal(got[p], want)
     assert got[0].any() and not got[:, 5].any() and not got[:, 9].any()
-
-
-@needs_gluon
-def test_ws_flags_on_sets_the_kernels_timing_flags_and_refuses_any_other_name(labs, monkeypatch):
-    import kernel_lab
-    from dispatcher.kernels import gluon_sm90_ws_parts
-
-    for flag in ("NO_GATHER", "TRACE"):  # restored after the test: the production build has them off
-        monkeypatch.setattr(gluon_sm90_ws_parts, flag, getattr(gluon_sm90_ws_parts, flag))
-    kernel_lab.ws_flags_on(["NO_GATHER", "TRACE"])  # a flag besides NO_* (WS_TRIALS) is named as they are
-    assert gluon_sm90_ws_parts.NO_GATHER.value is True and gluon_sm90_ws_parts.TRACE.value is True
-    assert gluon_sm90_ws_parts.NO_PV.value is False  # only what was named
-    for bad in ("NO_GATHR", "STAGES", "WORKER_REGS", "no_gather"):  # a typo, or a module value that is no flag
-        with pytest.raises(ValueError, match=bad):
-            kernel_lab.ws_flags_on([bad])
-    assert not hasattr(gluon_sm90_ws_parts, "NO_GATHR")
 
 
 def test_jit_probe_names_the_arguments_whose_specialisation_changed(labs):
