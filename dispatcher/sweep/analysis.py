@@ -28,7 +28,7 @@ class Result(NamedTuple):
     min_us: float
     repeats: int
     timer: str
-    kv_dtype: str | None = None  # the kv pool's dtype (records written without one: dtype's)
+    kv_dtype: str | None = None  # the kv pool's dtype (records before session 23 have none: dtype's)
 
     @property
     def pool_dtype(self) -> str:
@@ -169,7 +169,7 @@ def pool_note(results: list[Result], l2_bytes: int | None) -> str | None:
     The sweep's default pool (``grid.default_kv_len``) fits in an H200's L2 (60 MiB, as the device
     reports it), so kv rows a call gathers more than once come from L2 after the first time; a serving
     pool of long contexts does not fit, and there every gather goes to HBM, which moves the kernels'
-    times and the ratios near the gate (docs/benchmarks.md, "Kernel targets").
+    times and the ratios near the gate (docs/benchmarks.md, session 11).
     """
     if not l2_bytes or not results:
         return None

@@ -5,7 +5,7 @@ ranges: one on the CPU (the host's time in the call) and one on the GPU, from th
 call's first kernel to the end of its last (``gpu_user_annotation`` in a trace). The GPU range is
 the kernel time of the call: launch gaps between its own kernels count, the cost of timing it
 does not. A CUDA event pair around the same call reads about 3-4 µs more on an H200
-(docs/benchmarks.md: "event timing against CUPTI").
+(docs/benchmarks.md: "event timing against CUPTI", and session 8).
 
 ``spans`` reads the profiler's events into plain records; ``call_seconds`` and ``call_kernels`` (each
 call's kernels one by one) are the pure part.

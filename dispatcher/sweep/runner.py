@@ -112,7 +112,7 @@ def _time_one(
     try:
         # One untimed call first: it says which implementation ran, and it also puts every kernel's run
         # at the same level of the event pair's cost, which differs by ~0.7 µs with what ran just before
-        # (docs/benchmarks.md, "The gate sweep": with it, the same kernel timed as A and as B reads the same).
+        # (docs/benchmarks.md, session 12: with it, the same kernel timed as A and as B reads the same).
         ran = impl.launch(sets[0]) or impl.impl
         return timer.time(impl.launch, sets, warmup=plan.warmup, repeats=plan.repeats), ran
     except Exception as exc:

@@ -14,8 +14,8 @@ from ..kernels.common import KernelArgs
 from .cupti import Span, call_name, call_seconds, spans
 from .inputs import L2_FLUSH_BYTES
 
-# ~0.5 ms at H200 clocks: the GPU waits while the host enqueues the call. 0.1 ms is too short for
-# a two-launch decode on a busy host (medians double, the p20-p80 spread doubles).
+# ~0.5 ms at H200 clocks: the GPU waits while the host enqueues the call. 0.1 ms was too short for
+# a two-launch decode on a busy host (session 2: medians doubled, p20-p80 spread 2x).
 HOLD_CYCLES = 1_000_000
 
 
@@ -47,7 +47,7 @@ class GpuTimer:
     altogether and launches inside the graph are cheaper than stream launches.
 
     The pair's own cost comes at two levels about 0.7 µs apart on an H200, set by the calls
-    launched just before a run, not by the call timed (docs/benchmarks.md, "The gate sweep"): two
+    launched just before a run, not by the call timed (docs/benchmarks.md, session 12): two
     variants timed in turn can differ by that much with the same kernel. ``KernelTimer``'s kernel
     time does not move; the sweep's order (one untimed call before each run) puts both kernels at
     one level.

@@ -1,7 +1,7 @@
 """TEST DOUBLES of a few vLLM modules, written as files into a temporary package named ``vllm``.
 
 vLLM is not installable on these machines. These files are NOT vLLM: each mirrors only the
-layout routescope's plugin relies on (docs/vllm.md: the ROCm sparse MLA ops module with
+layout routescope's plugin relies on (DESIGN.md §3: the ROCm sparse MLA ops module with
 ``rocm_sparse_attn_prefill`` and the AITER getters, a backend module that imported the name,
 the forward context, the config getter, the TP rank getter). The fixture in conftest.py puts
 them on sys.path under the ``vllm.*`` names and removes them afterwards. The attention math
