@@ -215,9 +215,9 @@ def ws_module(args: KernelArgs, *, prefill: bool = True):
     """The warp-specialised kernel's module for this call, the faster of two on an H200.
 
     The prefill takes ``gluon_sm90_ws`` at every layout: with its reference max where that pays
-    (``gluon_sm90_ws.reference_pays``; 4.25 ms at 16,384 rows, 512+0, against 4.78 for ``gluon_sm90_ws_d512``), and
-    with the exact max elsewhere, where at D = 512 it is as fast as ``gluon_sm90_ws_d512`` or faster (within 0.5 µs,
-    or 1-4% faster from 1,024 rows at top-k 128-256). ``launch_decode(ws=True)``'s partials (``prefill=False``) keep
+    (``gluon_sm90_ws.reference_pays``; 4.29 ms at 16,384 rows, D = 512, against 4.79 for ``gluon_sm90_ws_d512``), and
+    with the exact max elsewhere, where at D = 512 it is as fast as ``gluon_sm90_ws_d512`` or faster.
+    ``launch_decode(ws=True)``'s partials (``prefill=False``) keep
     the exact max, and at D = 512 (448+64, 512+0: no rope lanes to buffer) take ``gluon_sm90_ws_d512``, 3.6-4.6%
     faster there; with rope lanes (512+64) ``gluon_sm90_ws``. An fp8 pool takes ``gluon_sm90_ws`` at every layout:
     only it converts one. Figures: docs/benchmarks.md, "Prefill kernel design figures".

@@ -73,8 +73,7 @@ if HAVE_GLUON:
         sl0 = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
         # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ), copied by
         # cp.async ahead of the first gathers, in their commit group: a plain load is scheduled after
-        # the gathers' issue and queues behind every program's gathers (17% of the decode's time would go to
-        # waiting for it: docs/benchmarks.md, "Decode kernel design figures").
+        # the gathers' issue and queues behind every program's gathers.
         _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
         m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
         l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums: reduced once, at the end

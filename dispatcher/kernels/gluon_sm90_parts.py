@@ -93,9 +93,10 @@ if HAVE_GLUON:
         """Ask L1 for the slot numbers of positions [lo, min(hi, lo + 256)): one ``prefetch.global.L1`` a slot.
 
         Without topk_length the count of valid indices loads the whole row (``_row_len``), and the
-        later tiles' slot loads hit L1. With topk_length or ragged indices nothing would, and the
-        2-stage decode at 512+64 would take 0.6 µs longer at 16 rows: each later tile's slot load
-        queues behind every program's gathers (docs/benchmarks.md, "Decode kernel design figures").
+        later tiles' slot loads hit L1. With topk_length or ragged indices nothing would: each later
+        tile's slot load would queue behind every program's gathers, and the lengths would cost the
+        16-row decode at 512+64 0.57-0.71 µs instead of 0.28-0.39 (docs/benchmarks.md, "Decode kernel
+        design figures").
         Issued before the first gathers, this returns nothing and waits for nothing. The
         warp-specialised loaders ask for each item's slot numbers this way, 256 at a time, with or
         without lengths.
@@ -152,9 +153,8 @@ if HAVE_GLUON:
         counts[k] arrivals a phase.
 
         One allocation per kind of barrier: the compiler's shared-memory hazard analysis cannot tell apart two
-        entries of one allocation indexed at run time, and puts a partition-wide barrier between every arrive and
-        wait on it (3.6% slower at 512+0 with them all in one; docs/benchmarks.md, "Prefill kernel design
-        figures")."""
+        entries of one allocation indexed at run time, and would put a partition-wide barrier between every arrive
+        and wait on it."""
         bars = ()
         for k in gl.static_range(len(counts)):
             bars = bars + (gl.allocate_shared_memory(gl.int64, [n, 1], mbarrier.MBarrierLayout()),)

@@ -124,10 +124,10 @@ WORKER_REGS = (160, 160, 56)
 
 # Where the reference max repays its fixed cost: (the narrowest mean row width, the fewest index positions a call,
 # items x width, from which it is kept), widest first. Measured side by side by kernel time (bf16, 512+64 and
-# 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs 3-5 µs a call (the
-# flags' memset, the redo launch and the gaps between them) and saves 8-11% of a 32-tile item's time (top-k
-# 2048), 7-11% of an 8-16-tile one, 0.6-3% of a 4-tile one, and nothing of a 2-tile one (top-k 128: 7-8% slower
-# even at 16,384 rows). docs/benchmarks.md, "Prefill kernel design figures".
+# 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs a fixed 3.2-4.5 µs
+# a call (the flags' memset, the redo launch and the gaps between them) and saves a share of each item's tiles:
+# 8.5-10.8% from 2,048 rows at top-k 2048, nothing of a 2-tile item (top-k 128: 7-8% slower even at 16,384 rows).
+# docs/benchmarks.md, "Prefill kernel design figures".
 REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
 
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
@@ -148,7 +148,7 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     (``_softmax_tile_redo``), flags any item whose sums of P under it outgrow P's dtype (``_flag_redo``), and
     ``redo_flagged`` computes those items again. The flags' dtype tells the kernel which: int32 flags, zeroed,
     with a reference; an unread int8 one without (the exact running max). Each is its own specialisation, so
-    neither carries the other's code: one binary choosing at run time costs the exact max 5-7% (docs/benchmarks.md,
+    neither carries the other's code: one binary choosing at run time costs the exact max 6-9% (docs/benchmarks.md,
     "Prefill kernel design figures").
     """
     if empty_call(args):

@@ -10,10 +10,8 @@ also combines the Hopper kernels' partials (``gluon_sm90.launch_decode``), fp32 
 
 A decode call is short enough that launch latency counts: on NVIDIA GPUs of compute capability 9.0 and up the
 reduce is launched with programmatic dependent launch (PDL), so it is scheduled while the partials still run and
-waits for them in-kernel (``gdc_wait``): 0.6-3.0 µs off a 13-25 µs call launched eagerly, up to 0.9 µs under
-CUDA-graph replay. Splits follow each row's count of valid positions, not its width, and the partials stay fp32:
-splitting by width, or partials in 16 bits, gain this kernel nothing. Figures: docs/benchmarks.md, "Decode kernel
-design figures".
+waits for them in-kernel (``gdc_wait``): 0.8-2.2 µs off the eager call at 2-16 rows. Splits follow each row's count
+of valid positions; the partials are fp32. Figures: docs/benchmarks.md, "Triton kernel design figures".
 
 Limits: those of ``triton_prefill`` (``triton_supports``); PDL needs sm_90 or later and a Triton with
 ``griddepcontrol`` (3.4 and later).
@@ -45,7 +43,8 @@ except Exception:  # noqa: BLE001 - older Triton, or a build without the CUDA ex
     def gdc_launch_dependents():
         pass
 
-# The fastest config of those measured on an H200 at 2 and 16 rows, 512+64 (docs/benchmarks.md, "Kernel targets").
+# The fastest config of those measured on an H200 at 2 and 16 rows, 512+64 (docs/benchmarks.md, "Triton kernel
+# design figures").
 DECODE_CONFIG = TileConfig(64, 4, 2, 4)
 MAX_SPLITS = 64  # the reduce loads every split of a row at once
 PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor: the fastest with DECODE_CONFIG on an H200
