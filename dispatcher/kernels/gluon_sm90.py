@@ -288,9 +288,9 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
                   pdl: bool | None = None, ws: bool | None = None) -> None:
     """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
 
-    The partials come from this module's one-warpgroup kernel by default (``DECODE_WARP_SPECIALISED``), from a
-    warp-specialised kernel (``ws_module``, split work items) with ``ws=True``; an explicit ``config`` always means
-    this module's kernel.
+    The partials come from this module's one-warpgroup kernel by default (``DECODE_WARP_SPECIALISED``
+    is False: faster at 2-16 rows, S4), from the warp-specialised kernel (``gluon_sm90_ws``, split
+    work items) with ``ws=True``; an explicit ``config`` always means this module's kernel.
     """
     from . import triton_decode
 

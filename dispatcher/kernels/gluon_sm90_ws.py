@@ -148,8 +148,8 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     (``_softmax_tile_redo``), flags any item whose sums of P under it outgrow P's dtype (``_flag_redo``), and
     ``redo_flagged`` computes those items again. The flags' dtype tells the kernel which: int32 flags, zeroed,
     with a reference; an unread int8 one without (the exact running max). Each is its own specialisation, so
-    neither carries the other's code: one binary choosing at run time costs the exact max 6-9% (docs/benchmarks.md,
-    "Prefill kernel design figures").
+    neither carries the other's code (S31-3: with one binary choosing at run time, the exact max ran 5-7% slower
+    than before the reference existed).
     """
     if empty_call(args):
         return

@@ -169,8 +169,8 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
            kv8: int | None = None) -> None:
     """Write the split-K decode into ``args.output`` in place; torch serves dtypes Triton does not.
 
-    The keyword options are for tests and measurements; the defaults are the tuned choices, and ``pdl=None``
-    means "where the GPU and Triton support it".
+    The keyword options exist for tuning and tests (scripts/gpu/kernel_lab.py); the defaults are
+    the tuned choices, and ``pdl=None`` means "where the GPU and Triton support it".
     """
     if empty_call(args):
         return

@@ -426,7 +426,7 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
            redo: torch.Tensor | None = None) -> None:
     """Write the ragged prefill into ``args.output`` in place; torch serves dtypes Triton does not.
 
-    ``kv8`` overrides how an fp8 pool is converted (``fp8_ptx.kv_operand``; tests).
+    ``kv8`` overrides how an fp8 pool is converted (``fp8_ptx``; timing experiments and tests only).
     ``redo``: int32, one flag per item (row, head block of 16), row-major: only the flagged items are written
     (the Hopper prefill's items to compute again, ``gluon_sm90_ws.redo_flagged``), by ``_redo_kernel``, whose
     programs each scan ``redo_span`` flags; torch, where it serves, writes them all.
