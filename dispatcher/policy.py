@@ -1,6 +1,6 @@
 """The routing rule itself: a pure ``decide(call, platform, policy)`` with a readable gate trace.
 
-Branch order follows vLLM's ``rocm_sparse_attn_prefill`` (DESIGN.md §3): the gfx950 OPUS
+Branch order follows vLLM's ``rocm_sparse_attn_prefill`` (docs/kernels.md): the gfx950 OPUS
 attempt, then the gfx942 ``pa_prefill_sparse`` gate of the seed PR, then the in-tree kernel.
 Nothing here touches a tensor, the environment or a global.
 """

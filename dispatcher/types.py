@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 
 class Kernel(str, Enum):
-    """Kernel names: a stable contract (DESIGN.md §5) used as metric label values."""
+    """Kernel names: a stable contract (docs/metrics.md, "Label values") used as metric label values."""
 
     INTREE_RAGGED_PREFILL = "intree.ragged_prefill"
     INTREE_SPARSE_DECODE = "intree.sparse_decode"
@@ -30,7 +30,7 @@ PREFILL_KERNELS = frozenset(
 
 
 class CallClass(str, Enum):
-    """What kind of batch reached the prefill entry (DESIGN.md §5)."""
+    """What kind of batch reached the prefill entry: the ``call_class`` label (docs/metrics.md, "Label values")."""
 
     PREFILL = "prefill"
     MIXED = "mixed"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable
 
-POW2_TOP = 16384  # last power-of-two edge: `16384+` (DESIGN.md §5)
+POW2_TOP = 16384  # last power-of-two edge: `16384+` (docs/metrics.md, "Label values")
 
 
 def _label(lo: int, nxt: int | None) -> str:

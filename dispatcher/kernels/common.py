@@ -1,4 +1,10 @@
-"""Argument bundle every kernel implementation takes, and helpers they share."""
+"""What every kernel implementation takes (``KernelArgs``, ``SparseIndex``), and the helpers they share.
+
+``row_slots`` reads an index the way the contract of docs/kernels.md defines a row's valid slots (the torch
+implementations use it; the GPU kernels compute the same in their tile loops); ``index_width`` and ``empty_call``
+are host-side facts of a call; ``device_capability`` and ``sm_count`` ask the driver once per device, since
+launches ask on every call.
+"""
 
 from __future__ import annotations
 

@@ -1,23 +1,22 @@
-"""fp8 kv tiles to q's dtype in PTX, four bytes at a time: how the Triton tile loop, and on Hopper the Gluon
-decode (``gluon_sm90_parts._convert_tile``), read an fp8 pool on NVIDIA.
+"""fp8 kv tiles to q's dtype in PTX, four bytes at a time: how the Triton tile loop and the Hopper kernels
+(``gluon_sm90_parts._convert_tile``, ``gluon_sm90_ws_fp8``) read an fp8 pool (e4m3fn, e5m2) on NVIDIA GPUs.
 
-Why not ``tl.load(...).to(tl.bfloat16)``: Triton (3.6) sinks that conversion into each ``tl.dot`` operand
-layout the tile feeds, so a tile used by the scores (transposed) and by P·V is converted twice, and an 8-bit
-load with two converted uses is not pipelined: it is read synchronously, then through plain shared loads
-(docs/benchmarks.md, session 24). An inline-asm conversion with side effects (``is_pure=False``) cannot be
-duplicated or moved, so the tile is converted once, in the layout it was loaded in, and the loads stay
-asynchronous like a 16-bit pool's. Every conversion here is exact (every fp8 value is a bf16 and an fp16
-value), NaN and inf included.
+Every conversion here is exact (every fp8 value is a bf16 and an fp16 value), NaN and inf included: the kernels
+compute on the pool's own values, unscaled. e4m3 goes through ``cvt.rn.f16x2.e4m3x2`` (sm_89 and later); e5m2 is
+fp16 cut to its top byte, so a byte permute makes it fp16; bf16 comes from fp16 through fp32.
 
-On an H200 (docs/benchmarks.md, session 24) this took the 16,384-row e4m3fn prefill at 512+64 from 15.9 to
-13.3 ms at the same tile config, and to 12.2 ms at ``triton_prefill.FP8_CONFIG``, which compiles without
-spills here. An fp8 tile still costs more than a bf16 one: it lands in shared memory, is read into registers,
-converted, and stored to shared memory again for the MMAs, where a bf16 tile goes from its copy straight
-to the MMAs' operand loads. Integer ops in place of ``cvt`` (the e4m3 bits placed in bf16's fields, times
-2^120, NaN restored) were slower, 15.7 ms, and were dropped.
+Why inline PTX rather than ``tl.load(...).to(tl.bfloat16)``: Triton sinks that conversion into each ``tl.dot``
+operand layout the tile feeds, so a tile used by the scores (transposed) and by P·V is converted twice, and an
+8-bit load with two converted uses is not pipelined: it is read synchronously, then through plain shared loads.
+An inline-asm conversion with side effects (``is_pure=False``) cannot be duplicated or moved, so the tile is
+converted once, in the layout it was loaded in, and the loads stay asynchronous like a 16-bit pool's. ``cvt``
+rather than integer ops (the e4m3 bits placed in bf16's fields, times 2^120, NaN restored), which are slower.
+An fp8 tile still costs more than a bf16 one: it lands in shared memory, is read into registers, converted, and
+stored to shared memory again for the MMAs, where a bf16 tile goes from its copy straight to the MMAs' operand
+loads. Figures: docs/benchmarks.md, "fp8 kv pools".
 
-``kv8_mode`` picks the conversion for a call; 0 means ``.to()`` (a 16/32-bit pool, Triton's CPU interpreter,
-which cannot run PTX, ROCm, or a GPU before sm_89, which lacks ``cvt.f16x2.e4m3x2``).
+``kv8_mode`` picks the conversion for a call; TO (0) means ``.to()``: a 16/32-bit pool, Triton's CPU interpreter
+(which cannot run PTX), ROCm, or a GPU before sm_89.
 """
 
 from __future__ import annotations
@@ -104,7 +103,7 @@ def convert(pool: torch.Tensor, dtype: torch.dtype, mode: int | None = None) -> 
 
 
 # The PTX conversion for each (pool, q) pair, by torch's dtype names: ASM_MODES here, and the Gluon
-# kernels' compile-time choice (gluon_sm90_ws._kv8_mode), read this one table.
+# kernels' compile-time choice (gluon_sm90_ws_fp8._kv8_mode), read this one table.
 MODES_BY_NAME = {("float8_e4m3fn", "bfloat16"): E4M3_BF16, ("float8_e5m2", "bfloat16"): E5M2_BF16,
                  ("float8_e4m3fn", "float16"): E4M3_F16, ("float8_e5m2", "float16"): E5M2_F16}
 
@@ -129,8 +128,8 @@ def kv8_mode(kv_dtype: torch.dtype, q_dtype: torch.dtype, backend: str, capabili
 def kv_operand(kv: torch.Tensor, q_dtype: torch.dtype, mode: int | None = None) -> tuple[torch.Tensor, int]:
     """(the pool as the kernel takes it, KV8): its uint8 bits for a PTX conversion, else itself.
 
-    ``mode`` overrides the choice (timing experiments: scripts/gpu/kernel_lab.py). A 16-bit pool, every call's
-    case in bf16 serving, returns before any device query."""
+    ``mode`` overrides the choice (tests; the Triton launches' ``kv8``). A 16-bit pool, every call's case in bf16
+    serving, returns before any device query."""
     if mode is None:
         if (kv.dtype, q_dtype) not in ASM_MODES or kv.device.type != "cuda" or torch.version.hip:
             mode = TO

@@ -1,46 +1,38 @@
-"""Sparse MLA attention for Hopper (sm_90) in Gluon: wgmma with the kv slots as M.
+"""Sparse MLA attention for Hopper (sm_90) in Gluon, one warpgroup a program: wgmma with the kv slots as M.
 
-The Triton kernels (``triton_prefill``, ``triton_decode``) put the 16 heads of a head block on
-the MMA's M and run ``mma.sync``: every kv tile is written to shared memory once, read twice
-through ``ldmatrix``, and each of the 4 warps re-reads q, about 300 KB of shared-memory traffic
-per 64-slot tile. Here one warpgroup turns the products around so Hopper's ``wgmma`` takes both
-operands straight from shared memory, the tile and q each read once per product:
+Computes the contract of docs/kernels.md, as ``triton_prefill`` does: scores over each row's valid slots, online
+softmax in fp32 (base 2), the sink as mass with no value, rows without a valid slot written as 0.
+
+How. The Triton kernels put the 16 heads of a head block on the MMA's M and run ``mma.sync``: every kv tile is
+written to shared memory once, read twice through ``ldmatrix``, and each of the 4 warps re-reads q, about 300 KB
+of shared-memory traffic per 64-slot tile. Here one warpgroup turns the products around so that Hopper's
+``wgmma`` takes both operands straight from shared memory, the tile and q each read once per product:
 
     Sᵀ [64 slots × 16 heads]  = KV [64 × D] · qᵀ [D × 16]        (A: the kv tile, B: q, resident)
     Oᵀ [512 lanes × 16 heads] += Vᵀ [512 × 64] · Pᵀ [64 × 16]    (A: the same tile, transposed view)
 
-The tile is gathered by ``cp.async`` (16-byte copies, invalid slots zero-filled) into
-128-byte-swizzled buffers, ``stages`` deep so the next tile's gather runs under this tile's
-products. The online softmax runs along Sᵀ's columns (base 2, as every kernel here). The math,
-arguments and edge cases are those of ``triton_prefill`` (DESIGN.md §3: sink, -1 and
-out-of-range slots, topk_length, ragged indices, int64 offsets); the layouts it takes are the
-production ones, a 512-lane block plus an optional 64-lane rope block (512+64, 448+64, 512+0),
-fp16 or bf16, and ``supports()`` says so. The registry hands every other call to Triton.
+Each tile is gathered by ``cp.async`` (16-byte copies, invalid slots zero-filled) into 128-byte-swizzled buffers,
+``stages`` deep, so the next tiles' gathers run under this tile's products. The softmax runs along Sᵀ's columns;
+its state (the running max, per-thread partial sums, Oᵀ) lives in the warpgroup's registers. The loops are in
+``gluon_sm90_attend``, the blocks every Hopper kernel shares in ``gluon_sm90_parts``.
 
-On an H200 (docs/benchmarks.md, session 3) this beats the Triton kernels by 1% (16,384-row
-prefill, 512+64), 11% (512+0) and 17-24% (16-row split-K decode). One warpgroup overlaps little
-of the softmax with the tensor cores, so the prefill's default is a warp-specialised, persistent
-kernel, ``gluon_sm90_ws`` (5.48-5.60 ms at 512+64 against 6.97 in session 5; since session 30, 4.84 at
-512+64 and 4.30 at 512+0); ``launch_decode(ws=True)``'s partials take ``gluon_sm90_ws_d512`` at D = 512
-(``ws_module`` picks). The split-K
-decode's default partials run this module's kernel, which is faster at 2-16 rows than the warp-specialised ones,
-and are kept in q's dtype for ``triton_decode``'s reduce (``DECODE_PARTIALS_16BIT``, S8). At
-D = 512 (512+0, 448+64), where three stages fit, the partials take ``_attend_pipe``: tile t - 1's
-P·V runs on the tensor cores under tile t's softmax (1-3% faster, S9; ``decode_config``). At
-512+64 a pipelined kernel with one rope buffer was correct but 1 µs slower at 16 rows (S17).
+- ``_partial_kernel``: the split-K decode's partials (``launch_decode``), kept in q's dtype for ``triton_decode``'s
+  reduce. At D = 512 (512+0, 448+64), where three stages fit, tile t - 1's P·V runs on the tensor cores under
+  tile t's softmax (``_attend_pipe``); at 512+64 two stages; an fp8 pool (e4m3fn, e5m2) lands in the stages as
+  bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile the products read.
+- ``_prefill_kernel``: the one-warpgroup prefill, run only with an explicit ``config``. The prefill's default is
+  warp-specialised and persistent (``gluon_sm90_ws``, picked by ``ws_module``), which overlaps the softmax with
+  the tensor cores where one warpgroup cannot.
 
-The split-K decode also reads fp8 pools (e4m3fn, e5m2; ``supports_decode``, ``DECODE_SM90_FP8``): the stages
-hold the tiles' bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile that the
-products read (session 24: 9.0-9.1 µs at 2 rows, 18.6-18.7 at 16, 512+64, against 10.4 and 23.0 through
-Triton). The default prefill reads them too (``supports_prefill``): ``gluon_sm90_ws`` lands each tile's bytes in
-the stage they are converted into (session 25: 8.8-9.0 ms at 16,384 rows, 512+64, against 12.1-12.4 through
-Triton; a bf16 pool takes 5.3).
+Limits: an NVIDIA sm_90 GPU (H100, H200, H20, GH200); q fp16 or bf16; kv in q's dtype, or e4m3fn/e5m2 for the
+decode and the default prefill; D = 512 + 0 or 64 rope lanes (512+64, 448+64, 512+0); output lanes <= 512; rows
+16-byte aligned. ``supports``, ``supports_decode`` and ``supports_prefill`` say so, and the registry hands every
+other call to Triton. Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module
+only for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
 
-This module holds the configurations, ``supports()``, the two kernels and their launches; the loops they run
-are in ``gluon_sm90_attend``, and the building blocks every Hopper kernel shares in ``gluon_sm90_parts``.
-
-Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module only
-for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
+Why: docs/benchmarks.md, "Decode kernel design figures" (these partials against Triton's and the
+warp-specialised ones at 2-16 rows, the pipelined kernel at D = 512, 16-bit partials), "Prefill kernel design
+figures" (against Triton's prefill and the warp-specialised one) and "fp8 kv pools".
 """
 
 from __future__ import annotations
@@ -83,20 +75,27 @@ class Sm90Config(NamedTuple):
     pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe): 3 stages, D = 512 only
 
 
-PREFILL_SM90 = Sm90Config(2, chains=2)  # picked on an H200 (docs/benchmarks.md, session 3)
-PREFILL_WARP_SPECIALISED = True  # the prefill's default is warp-specialised (ws_module; faster on an H200)
-DECODE_SM90 = Sm90Config(2)  # the partial kernel at D = 576 (512+64)
-# At D = 512 (512+0, and 448+64, whose rope lanes sit in the 512-lane block) three stages fit, and
-# tile t - 1's P·V runs under tile t's softmax: kernel time at 16 rows 14.10-14.24 -> 13.95-14.05 µs,
-# at 2 rows 8.38-8.45 -> 8.22-8.29 (S9-2 to S9-4; docs/benchmarks.md).
+# The one-warpgroup prefill's fastest config on an H200 (docs/benchmarks.md, "Prefill kernel design figures").
+PREFILL_SM90 = Sm90Config(2, chains=2)
+# The prefill's default is warp-specialised (gluon_sm90_ws, ws_module): faster than this module's kernel on an H200
+# (docs/benchmarks.md, "Prefill kernel design figures").
+PREFILL_WARP_SPECIALISED = True
+DECODE_SM90 = Sm90Config(2)  # the partial kernel at D = 576 (512+64): two 73.7 KB stages fit, three do not
+# At D = 512 (512+0, and 448+64, whose rope lanes sit in the 512-lane block) three stages fit, and tile t - 1's P·V
+# runs under tile t's softmax: kernel time at 16 rows 13.95-14.05 µs against 14.10-14.24 with two stages, at 2
+# rows 8.22-8.29 against 8.38-8.45 (docs/benchmarks.md, "Decode kernel design figures").
 DECODE_SM90_D512 = Sm90Config(3, pipe=True)
-# An fp8 pool: its stages hold bytes (36 KB a 576-lane tile), converted into one q-dtype tile per tile (S24).
+# An fp8 pool: its stages hold bytes (36 KB a 576-lane tile), so three fit; each landed tile is converted into one
+# q-dtype tile the products read.
 DECODE_SM90_FP8 = Sm90Config(3)
-DECODE_WARP_SPECIALISED = False  # warp-specialised partials: slower than this module's kernel at 2-16 rows (S4, S5)
+# The decode's partials from this module's kernel: the warp-specialised ones (ws=True) are slower at 2-16 rows
+# (docs/benchmarks.md, "Decode kernel design figures").
+DECODE_WARP_SPECIALISED = False
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
-# The decode's partials in q's dtype (fp16/bf16), as FlashInfer keeps its split-KV states: the reduce
-# reads half the bytes. Kernel time 15.4-15.5 -> 15.0-15.1 µs at 16 rows, 9.1-9.5 -> 8.8-8.9 at 2 (S8-2..S8-4);
-# rel err 2.2e-3 against 1.9e-3 (each partial is a convex mix of v, so it stays in v's range).
+# The decode's partials in q's dtype (fp16/bf16), as FlashInfer keeps its split-KV states: the reduce reads half
+# the bytes. Kernel time 15.0-15.1 µs at 16 rows against 15.4-15.5 in fp32, 8.8-8.9 at 2 against 9.1-9.5
+# (docs/benchmarks.md, "Decode kernel design figures"); relative error 2.2e-3 against 1.9e-3 (each partial is a
+# convex mix of v, so it stays in v's range).
 DECODE_PARTIALS_16BIT = True
 
 
@@ -132,12 +131,12 @@ def supports(args: KernelArgs, *, fp8: bool = False) -> bool:
 
 
 def supports_decode(args: KernelArgs) -> bool:
-    """``supports`` for the split-K decode, whose partial kernel also reads fp8 pools (session 24)."""
+    """``supports`` for the split-K decode, whose partial kernels also read fp8 pools."""
     return supports(args, fp8=True)
 
 
 def supports_prefill(args: KernelArgs) -> bool:
-    """``supports`` for the default (warp-specialised) prefill, which also reads fp8 pools (session 25)."""
+    """``supports`` for the default (warp-specialised) prefill, which also reads fp8 pools."""
     return supports(args, fp8=PREFILL_WARP_SPECIALISED)
 
 
@@ -222,12 +221,12 @@ def ws_module(args: KernelArgs, *, prefill: bool = True):
     """The warp-specialised kernel's module for this call, the faster of two on an H200.
 
     The prefill takes ``gluon_sm90_ws`` at every layout: with its reference max where that pays
-    (``gluon_sm90_ws.reference_pays``; 4.25 ms at 16,384 rows, 512+0, against 4.78 for ``gluon_sm90_ws_d512``,
-    S30-5), and with the exact max elsewhere, where at D = 512 it is as fast as ``gluon_sm90_ws_d512`` or faster
-    (within 0.5 µs, or 1-4% faster from 1,024 rows at top-k 128-256; S31-4). ``launch_decode(ws=True)``'s partials
-    (``prefill=False``) keep the exact max, and at D = 512 (448+64, 512+0: no rope buffer) take session 4's
-    ``gluon_sm90_ws_d512``, which was 3.6-4.6% faster there (S5-1 to S5-5); with rope lanes (512+64)
-    ``gluon_sm90_ws``. An fp8 pool takes ``gluon_sm90_ws`` at every layout: only it converts one (session 25).
+    (``gluon_sm90_ws.reference_pays``; 4.29 ms at 16,384 rows, D = 512, against 4.79 for ``gluon_sm90_ws_d512``), and
+    with the exact max elsewhere, where at D = 512 it is as fast as ``gluon_sm90_ws_d512`` or faster.
+    ``launch_decode(ws=True)``'s partials (``prefill=False``) keep
+    the exact max, and at D = 512 (448+64, 512+0: no rope lanes to buffer) take ``gluon_sm90_ws_d512``, 3.6-4.6%
+    faster there; with rope lanes (512+64) ``gluon_sm90_ws``. An fp8 pool takes ``gluon_sm90_ws`` at every layout:
+    only it converts one. Figures: docs/benchmarks.md, "Prefill kernel design figures".
     """
     if prefill or int(args.q.shape[2]) - LANES_A > 0 or args.kv.dtype != args.q.dtype:
         from . import gluon_sm90_ws

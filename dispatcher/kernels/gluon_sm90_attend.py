@@ -1,7 +1,8 @@
 """The one-warpgroup Hopper attention loops behind ``gluon_sm90``'s kernels: ``_attend`` (STAGES tiles resident,
 the gathers of the next ones under this tile's products) and ``_attend_pipe`` (D = 512: tile t - 1's P·V on the
 tensor cores under tile t's softmax). Each returns one row's (m, l, Oᵀ) over positions [lo, hi) for 16 heads;
-``gluon_sm90._prefill_kernel`` and ``_partial_kernel`` finish them into the output or a split-K partial.
+``gluon_sm90._prefill_kernel`` and ``_partial_kernel`` finish them into the output or a split-K partial. The design
+(wgmma with the kv slots as M, the softmax state in registers) is in ``gluon_sm90``'s docstring.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _attend(q_ptr, kv_ptr, idx_ptr, row, h0, lo, hi, seg, base, idx_s1, skv, H, sm_scale2,
-                q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                CHAINS: gl.constexpr, KV8: gl.constexpr = 0):
+                q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK: gl.constexpr, DB: gl.constexpr,
+                STAGES: gl.constexpr, ROPE1: gl.constexpr, CHAINS: gl.constexpr, KV8: gl.constexpr = 0):
         """Online softmax over positions [lo, hi) of one row for 16 heads: (m, l, Oᵀ), base 2, Oᵀ [512, 16] fp32.
 
         Positions at or past the row's length (``_row_len``) are gathered where they hold a slot
         but masked out of the softmax. The prologue asks for the first tile's slot numbers before
         anything else, and the length's loads go out with the first gathers but are reduced only
-        under tile 0's scores, so the loop's set-up runs while they are in flight (S17: 0.3-0.45 µs
-        off the 16-row decode at 512+64).
+        under tile 0's scores, so the loop's set-up runs while they are in flight (0.3-0.45 µs off the
+        16-row decode at 512+64: docs/benchmarks.md, "Decode kernel design figures").
 
         STAGES tiles of the 512 lanes are resident: while one is computed, STAGES - 1 gathers are in
         flight. The DB rope lanes have a buffer per stage, or with ROPE1 a single one, refilled for
@@ -68,12 +69,11 @@ if HAVE_GLUON:
         if DB > 0:
             qb_smem = gl.allocate_shared_memory(dt, [16, DB], gl.NVMMASharedLayout.get_default_for([16, DB], dt))
         # The first tile's slot numbers head the chain every tile waits on (their load, then the gather,
-        # then the products): they are asked for before anything else is issued (S17).
+        # then the products): they are asked for before anything else is issued.
         sl0 = _load_slots(idx_ptr, base, idx_s1, lo, hi, rows_cp)
         # q: 16 heads, resident in shared memory for every tile (wgmma's B operand, as qᵀ), copied by
         # cp.async ahead of the first gathers, in their commit group: a plain load is scheduled after
-        # the gathers' issue and queues behind every program's gathers (S5-1: 17% of the decode's time
-        # went to waiting for it).
+        # the gathers' issue and queues behind every program's gathers.
         _copy_q(qa_smem, qb_smem, q_ptr, q_s0, q_s1, H, row, h0, DB)
         m = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma))
         l_acc = gl.zeros([64, 16], gl.float32, mma)  # per-thread partial sums: reduced once, at the end
@@ -94,9 +94,9 @@ if HAVE_GLUON:
                     _gather(kv_ptr, kv_s0, sl, skv, g_b.index(i), 512, DB, gcp)
             async_copy.commit_group()
         slots = _load_slots(idx_ptr, base, idx_s1, lo + AHEAD * 64, hi, rows_cp)
-        # The row's length is loaded here but reduced only once tile 0's scores are issued: reduced here,
-        # the warps waited for it and only then ran the loop's set-up, about 0.3 µs after tile 0 had
-        # landed (S17). Positions [lim, hi) are past the row's length.
+        # The row's length is loaded here but reduced only once tile 0's scores are issued: reduced here, the
+        # warps would wait for it and only then run the loop's set-up, about 0.3 µs after tile 0 has landed.
+        # Positions [lim, hi) are past the row's length.
         given, first = _row_len_start(idx_ptr, base, idx_s1, seg, len_ptr, len_s0, row, ragged, has_len, CNT_BLOCK)
         lim = hi  # until the length is known, in tile 0
         for t in range(n_tiles):

@@ -1,10 +1,12 @@
-"""The Gluon building blocks the Hopper kernels share: a row's span and length, slot loads and cp.async gathers,
-q's copy, the online-softmax step, fp8 conversion, and the output and partial stores.
+"""The Gluon building blocks the Hopper kernels share: a row's length, slot loads and cp.async gathers, q's copy,
+mbarrier sets, the online-softmax step, fp8 conversion, and the output and partial stores.
 
 ``gluon_sm90`` (the one-warpgroup prefill and the split-K decode's partials, through ``gluon_sm90_attend``),
-``gluon_sm90_ws`` and ``gluon_sm90_ws_d512`` (the warp-specialised kernels) build on these. Every function is
-``@gluon.jit`` and inlined where it is called; the math and edge cases are ``triton_prefill``'s (DESIGN.md §3).
-``HAVE_GLUON`` is False where this Triton has no Gluon (or there is no Triton): then nothing else is defined.
+``gluon_sm90_ws`` and ``gluon_sm90_ws_d512`` (the warp-specialised kernels) build on these; a row's span
+(``triton_prefill.row_bounds``) and the output's final factor (``finish_scale``) they take from the Triton tile
+loop itself. Every function is ``@gluon.jit`` and inlined where it is called; the math and edge cases are the
+contract of docs/kernels.md. ``HAVE_GLUON`` is False where this Triton has no Gluon (or there is no Triton): then
+nothing else is defined.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ if HAVE_GLUON:
         Only the softmax needs it: the kernels split and gather by the row's width, so this runs
         while the first gathers are in flight instead of before them. ``_attend`` issues the same loads
         (``_row_len_start``) and reduces them (``_row_len_finish``) apart; written as those two, this
-        one compiled differently in the warp-specialised kernels (a 16-byte spill at 512+64).
+        one would spill 16 bytes in the warp-specialised kernels at 512+64.
         """
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         n = seg
@@ -91,11 +93,13 @@ if HAVE_GLUON:
         """Ask L1 for the slot numbers of positions [lo, min(hi, lo + 256)): one ``prefetch.global.L1`` a slot.
 
         Without topk_length the count of valid indices loads the whole row (``_row_len``), and the
-        later tiles' slot loads hit L1. With topk_length or ragged indices nothing did, and the
-        2-stage decode at 512+64 took 0.6 µs longer at 16 rows (S10-7, S11-1): each later tile's
-        slot load queued behind every program's gathers. Issued before the first gathers, this
-        returns nothing and waits for nothing. The warp-specialised loaders ask for each item's
-        slot numbers this way, 256 at a time, with or without lengths (S11-7).
+        later tiles' slot loads hit L1. With topk_length or ragged indices nothing would: each later
+        tile's slot load would queue behind every program's gathers, and the lengths would cost the
+        16-row decode at 512+64 0.57-0.71 µs instead of 0.28-0.39 (docs/benchmarks.md, "Decode kernel
+        design figures").
+        Issued before the first gathers, this returns nothing and waits for nothing. The
+        warp-specialised loaders ask for each item's slot numbers this way, 256 at a time, with or
+        without lengths.
         """
         lay: gl.constexpr = gl.BlockedLayout([2], [32], [4], [0])
         if lo < hi:  # an empty split asks for nothing: position lo may be past the row, even past the tensor
@@ -149,9 +153,8 @@ if HAVE_GLUON:
         counts[k] arrivals a phase.
 
         One allocation per kind of barrier: the compiler's shared-memory hazard analysis cannot tell apart two
-        entries of one allocation indexed at run time, and puts a partition-wide barrier between every arrive and
-        wait on it (3.6% slower at 512+0 with them all in one; docs/benchmarks.md, "Prefill kernel design
-        figures")."""
+        entries of one allocation indexed at run time, and would put a partition-wide barrier between every arrive
+        and wait on it."""
         bars = ()
         for k in gl.static_range(len(counts)):
             bars = bars + (gl.allocate_shared_memory(gl.int64, [n, 1], mbarrier.MBarrierLayout()),)

@@ -1,62 +1,45 @@
-"""Sparse MLA attention for Hopper with warp specialisation: a loader, two scores+softmax warpgroups, P·V.
+"""Sparse MLA attention for Hopper, warp-specialised and persistent: a loader, two scores+softmax warpgroups, P·V.
 
-``gluon_sm90`` runs gathers, scores, softmax and P·V in one warpgroup, so the tensor cores idle
-while it does the softmax and the gathers share its instruction stream. Here four partitions
-hand tiles over through mbarriers, FlashAttention-3 style:
+Computes the contract of docs/kernels.md: the prefill on Hopper (its default, ``gluon_sm90.launch_prefill``) and the
+split-K decode's partials with ``launch_decode(ws=True)`` where ``gluon_sm90.ws_module`` picks this module.
 
-- the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 once P·V of tile t - 3 has
-  released it, each 256-lane half as soon as that half is free (``STAGE_HALVES``), then its 64
-  rope lanes into buffer t % 2 once P·V has read what that buffer held;
-- two scores+softmax warpgroups (workers) take alternate tiles of an item, tile t going to
-  warpgroup t % 2 with rope buffer t % 2: each computes Sᵀ = KV · qᵀ and the
-  online softmax, then writes the tile's P and rescale factors (and, at its last tile of the
-  item, its totals) over the rope lanes its scores are done with. One's exponentials and
-  hand-over run while the other's scores are on the tensor cores. Only the running max passes
-  between them (m_smem), so P·V sees one max sequence; each keeps its own sum;
-- the P·V partition (4 warps, the default partition since S14-12) keeps Oᵀ (two 256-lane halves),
-  rescales and accumulates, releases each half of the stage as soon as its product is done, then
-  the buffer, and writes the output with both warpgroups' totals merged: the attention output
-  (the prefill), or a normalised
-  partial and its log-sum-exp (the split-K decode's partial pass, which ``triton_decode``'s
-  reduce combines).
+How. ``gluon_sm90``'s one warpgroup runs gathers, scores, softmax and P·V in one instruction stream, so the tensor
+cores idle under the softmax. Here four partitions hand tiles over through mbarriers, FlashAttention-3 style (their
+code is in ``gluon_sm90_ws_parts``):
 
-Three 73.7 KB stages do not fit in 227 KB; three 64 KB stages, two 8 KB buffers that hold first a
-tile's rope lanes and then its P, and q do (232,232 bytes). The grid is one program per
-multiprocessor, each taking work items (query row, split, head block) pid, pid + grid, ...: the
-loader runs on into the next item's tiles while the others finish the current one.
+- the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 by cp.async once P·V of tile t - 3 has released
+  it, each 256-lane half as soon as that half is free (``STAGE_HALVES``), then its 64 rope lanes into buffer t % 2
+  once P·V has read what that buffer held;
+- two scores+softmax warpgroups take alternate tiles of an item, tile t going to warpgroup t % 2 with rope buffer
+  t % 2: each computes Sᵀ = KV · qᵀ by wgmma and the online softmax, then writes the tile's P and rescale factors
+  (and, at its last tile of the item, its totals) over the rope lanes its scores are done with. One's exponentials
+  and hand-over run while the other's scores are on the tensor cores. Only the running max passes between them
+  (m_smem), so P·V sees one max sequence; each keeps its own sum, in registers;
+- P·V (4 warps, the default partition) keeps Oᵀ in registers as two 256-lane halves, rescales and accumulates,
+  releases each half of a stage as soon as its product is done, then the buffer, and writes the item with both
+  warpgroups' totals merged: the attention output (the prefill), or a normalised partial and its log-sum-exp (the
+  decode's partials, which ``triton_decode``'s reduce combines).
 
-An fp8 pool (e4m3fn, e5m2; session 25) keeps all of that: each tile's bytes land in the upper half of the
-q-dtype stage half (and rope buffer) they become, and the softmax warpgroup whose tile it is converts them
-there, in place, before its scores (``_expand_half``). 8.8-9.0 ms at 16,384 rows, 512+64, against 12.1-12.4
-for the Triton prefill on the same pool; a bf16 pool takes 5.3 (docs/benchmarks.md, session 25).
+Shared memory: three 64 KB stages, two 8 KB buffers that hold first a tile's rope lanes and then its P, and q:
+232,232 of 232,448 bytes (three 73.7 KB stages of all 576 lanes do not fit). One program per multiprocessor takes
+work items (query row, split, head block) pid, pid + grid, ...: the loader runs on into the next item's tiles while
+the others finish the current one.
 
-This module holds the kernel and its launches; the partitions, and the flags the GPU labs set, are in
-``gluon_sm90_ws_parts``; an fp8 pool's landing and conversion in ``gluon_sm90_ws_fp8``.
+The reference max and the redo. What bounds this kernel is the softmax's chain: each shared-memory step on it (the
+tile max across the warps, the hand-overs) takes 2.7 times as long beside wgmma's operand reads. So where the call
+is wide and big enough to repay a fixed cost (``reference_pays``), the prefill keeps each item's first finite max
+as P's reference (``_softmax_tile_redo``): no tile max between an item's scores and its P after that, and the items
+whose sums of P outgrow P's dtype are flagged and computed again, exactly, by Triton's redo kernel, launched after
+this one (``redo_flagged``). Elsewhere, and always for the decode's partials, the exact running max. The two are
+separate specialisations, chosen by the flags' dtype (``launch_kernel``).
 
-Same math, arguments and ``supports()`` as ``gluon_sm90`` (``supports_prefill`` for fp8 pools);
-``gluon_sm90.ws_module`` picks it for the prefill at every layout (since session 30: at D = 512 as well, where
-session 4's ``gluon_sm90_ws_d512`` was the faster until this kernel kept a reference max), and for
-``launch_decode(ws=True)``'s partials with rope lanes (512+64) or an fp8 pool (slower than the one-warpgroup
-kernel at 2-16 rows, so not the decode's default). On an H200
-(docs/benchmarks.md, session 5): 5.48-5.60 ms at 16,384 rows, 512+64, against 5.85-5.88 for
-session 4's kernel (``gluon_sm90_ws_d512``, one rope buffer) in the same runs; at D = 512 it was
-3.6-4.6% slower than that one, which therefore keeps D = 512. Stages handed over in halves made
-it 0.8-1.9% faster (S13), and P·V as the default partition another 1.9%: 5.35-5.37 ms (S14).
-What that time is made of (docs/benchmarks.md, session 14): the products, softmax and hand-overs
-alone take 4.82 ms, and add up rather than overlap; the gathers alone 4.31-4.38 ms, at a per-SM
-ceiling of about 8.8 TB/s from L2 that follows bytes, not the number or kind of copies. Why they add
-up (session 29): each shared-memory step on the softmax's chain takes 2.7 times as long beside wgmma's
-operand reads. So the prefill keeps P relative to each item's first finite max (``_softmax_tile_redo``):
-no per-tile max across the warps on the way from scores to P, and the items whose sums of P outgrow P's
-dtype are flagged and computed again by Triton's prefill (``redo_flagged``). 5.00-5.02 ms at 512+64 (S29-8).
-Session 30: the running max passes between the softmax warpgroups only until the reference is set, and the
-redo scans its flags in spans of up to 64 instead of launching a program per item: 4.79 ms at 512+64, 4.25-4.26
-at D = 512 (S30-8; ``gluon_sm90_ws_d512`` took 4.79-4.80 there, S30-5).
-Session 31: the reference costs a fixed 3-5 µs (the flags' memset, the redo launch and the gaps between them)
-and saves a share of each item's tiles, so it is kept only where the call is wide and big enough to repay it
-(``reference_pays``); elsewhere the prefill keeps the exact running max, in a specialisation of its own
-(int8 flags, ``launch_kernel``), 6-9% faster than the exact path of sessions 29-30's one binary, which chose at
-run time (S31-3, S31-4).
+An fp8 pool (e4m3fn, e5m2) keeps all of that: each tile's bytes land in the upper half of the q-dtype stage half
+(and rope buffer) they become, and the softmax warpgroup whose tile it is converts them there, in place, before its
+scores (``gluon_sm90_ws_fp8``).
+
+Limits: those of ``gluon_sm90.supports_prefill`` (sm_90; q fp16/bf16; 512+64, 448+64, 512+0; a pool in q's dtype
+or fp8). Figures: docs/benchmarks.md, "Prefill kernel design figures" (what bounds the kernel, the partitions,
+halves, the default partition, the reference max and where it pays) and "fp8 kv pools".
 """
 
 from __future__ import annotations
@@ -136,8 +119,9 @@ if HAVE_GLUON:
         zero = gl.program_id(0) * 0  # partition arguments must be values, not Python ints
         largs = (kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                  n_items, n_hb, splits)
-        # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64
-        # than with softmax warpgroup 0 as the default, 3.0% at 512+0 (S14-12; bit-identical answers).
+        # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64 than
+        # with softmax warpgroup 0 as the default, 3.0% at 512+0 (docs/benchmarks.md, "Prefill kernel design
+        # figures"; bit-identical answers).
         gl.warp_specialize([
             (_pv_part, wargs),
             (_softmax_part, sargs + (zero,)),
@@ -147,23 +131,22 @@ if HAVE_GLUON:
         stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)  # the call's end, when no redo kernel follows
 
 
-# Registers per thread of the two softmax warpgroups and the loader (setmaxnreg; P·V, the default partition,
-# gets what is left of 4 x 128 per warp slot, 136 here). With softmax warpgroup 0 as the default partition
-# (before S14-12) the workers were the second softmax warpgroup, P·V and the loader at 160, 128 and 56.
+# Registers per thread of the two softmax warpgroups and the loader (setmaxnreg); P·V, the default partition, gets
+# what is left of 4 x 128 per warp slot, 136. The loader needs few; the softmax warpgroups hold Sᵀ and the sums.
 WORKER_REGS = (160, 160, 56)
 
 # Where the reference max repays its fixed cost: (the narrowest mean row width, the fewest index positions a call,
-# items x width, from which it is kept), widest first. Measured side by side by kernel time (S31-4: bf16, 512+64 and
-# 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs 3-5 µs a call (the
-# flags' memset, the redo launch and the gaps between them) and saves 8-11% of a 32-tile item's time (top-k
-# 2048), 7-11% of an 8-16-tile one, 0.6-3% of a 4-tile one, and nothing of a 2-tile one (top-k 128: 7-8% slower
-# even at 16,384 rows).
+# items x width, from which it is kept), widest first. Measured side by side by kernel time (bf16, 512+64 and
+# 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs a fixed 3.2-4.5 µs
+# a call (the flags' memset, the redo launch and the gaps between them) and saves a share of each item's tiles:
+# 8.5-10.8% from 2,048 rows at top-k 2048, nothing of a 2-tile item (top-k 128: 7-8% slower even at 16,384 rows).
+# docs/benchmarks.md, "Prefill kernel design figures".
 REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
 
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
-# 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (S13-5, S13-6, S13-9;
-# bit-identical). At D = 512 gluon_sm90_ws_d512, then the default there, was slower in halves (S13-6).
+# 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (docs/benchmarks.md, "Prefill kernel
+# design figures"; bit-identical answers).
 STAGE_HALVES = True
 
 
@@ -304,11 +287,11 @@ def reference_pays(items: int, width: float) -> bool:
     """Whether the prefill's reference max (flags, the redo launch) is faster than the exact running max for a call
     of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average (``REFERENCE_FROM``).
 
-    Against S31-4's 40 points a layout (512+64, 448+64): top-k 2048 at any row count (2.7-4.7% faster at 1-64 rows,
-    but within 0.1 µs at one row at 448+64), top-k 512-1024 from 2^19 positions (1,024 and 512 rows: 2.5-5.5%
-    faster; within 0.2 µs or slower below), top-k 256 only from 2^22 (16,384 rows: 0.6-3.2% faster; 0.8-2.9% slower
-    at 2,048), top-k 128 never. Measured on 16-bit pools; an
-    fp8 pool, slower per tile, is given the same boundary.
+    Measured at 40 points a layout (512+64, 448+64; docs/benchmarks.md, "Prefill kernel design figures"): top-k 2048
+    at any row count (2.7-4.7% faster at 1-64 rows, but within 0.1 µs at one row at 448+64), top-k 512-1024 from
+    2^19 positions (1,024 and 512 rows: 2.5-5.5% faster; within 0.2 µs or slower below), top-k 256 only from 2^22
+    (16,384 rows: 0.6-3.2% faster; 0.8-2.9% slower at 2,048), top-k 128 never. Measured on 16-bit pools; an fp8
+    pool, slower per tile, is given the same boundary.
     """
     work = items * width
     return any(width >= w and work >= least for w, least in REFERENCE_FROM)

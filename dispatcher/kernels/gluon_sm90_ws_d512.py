@@ -1,53 +1,28 @@
-"""Session 4's warp-specialised kernel (commit 60b69f0): ``launch_decode(ws=True)``'s partials at D = 512 (448+64,
-512+0), and the prefill's default there until session 30.
+"""Sparse MLA attention for Hopper, warp-specialised with one rope buffer: the ``ws=True`` decode partials at D = 512.
 
-``gluon_sm90_ws`` (two rope buffers, P written over them) was 6% faster at 512+64 but 3.6-4.6%
-slower than this kernel at D = 512 on an H200, where there are no rope lanes to buffer (S5-1 to
-S5-5, same runs; Nsight Compute in S5-4 shows its softmax warpgroups waiting longer for gathered
-stages, the cause not established). So ``gluon_sm90`` took this one for D = 512 and that one
-for 512+64. Since sessions 29-30 ``gluon_sm90_ws``'s prefill keeps P relative to a reference max, and at D = 512
-it takes 4.29-4.30 ms against this kernel's 4.79-4.80 (S30-5, side by side), so it is the prefill's default at
-every layout (with the exact max, where its reference does not pay, it is as fast as this kernel or faster,
-S31-4). This kernel, which keeps the exact running max, serves the ws decode's partials, which must too. Since
-session 6 it takes its work items and launcher from ``gluon_sm90_ws`` (its
-SASS unchanged). Since session 15 P·V is its default partition and both softmax warpgroups are
-workers, as in ``gluon_sm90_ws`` (``PV_DEFAULT``; 0.3-0.9% faster at 448+64 and 512+0, answers
-bit-identical, no spills: docs/benchmarks.md, S15-7). What follows is this kernel's own
-description, as written in session 4 (with the first softmax warpgroup as the default partition).
+Computes the contract of docs/kernels.md, keeping the exact running max. ``gluon_sm90.ws_module`` picks it for
+``launch_decode(ws=True)``'s split-K partials at D = 512 (448+64, 512+0) on a 16-bit pool: with the exact max
+it measured 3.6-4.6% faster there than ``gluon_sm90_ws``, whose two rope buffers have no rope lanes to hold at
+D = 512 (the 16,384-row prefill; docs/benchmarks.md, "Prefill kernel design figures"). ``gluon_sm90_ws`` takes every
+other warp-specialised call, the prefill included.
 
-Sparse MLA attention for Hopper with warp specialisation: a loader, two scores+softmax warpgroups, P·V.
+How: the partitions of ``gluon_sm90_ws``, with the same work items, hand-overs, softmax step and item stores
+(``gluon_sm90_ws_parts``), and its own buffers:
 
-``gluon_sm90`` runs gathers, scores, softmax and P·V in one warpgroup, so the tensor cores idle
-while it does the softmax and the gathers share its instruction stream. Here four partitions
-hand tiles over through mbarriers, FlashAttention-3 style:
+- the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 by cp.async once P·V of tile t - 3 has
+  released it, whole stages, nothing else, so it runs up to three tiles ahead;
+- two scores+softmax warpgroups take alternate tiles of an item: each computes Sᵀ = KV · qᵀ by wgmma and the
+  online softmax, and hands P and the rescale factor to P·V through buffers of their own (p_smem, a_smem). Only
+  the running max passes between them (m_smem), so P·V sees one max sequence; each keeps its own sum and hands
+  its totals over at the item's end (fin_smem). Warpgroup 0 stores each item's q;
+- P·V (4 warps, the default partition) keeps Oᵀ in registers, rescales and accumulates, releases the stage,
+  and writes the item once both softmax warpgroups have published their totals.
 
-- the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 once P·V of tile t - 3 has
-  released it, nothing else, so it runs up to three tiles ahead;
-- two scores+softmax warpgroups (the default partition and a worker) take alternate tiles of an
-  item: each computes Sᵀ = KV · qᵀ, the online softmax, and hands P and the rescale factor to
-  P·V through its own buffer, so one's exponentials and hand-over run while the other's scores
-  are on the tensor cores. Only the running max passes between them (m_smem, m_bar), so P·V
-  sees one max sequence; each keeps its own sum. The 64 rope lanes have one buffer (three 73.7 KB
-  stages do not fit in 227 KB; three 64 KB ones and one 8 KB rope buffer do): the warpgroup
-  whose scores of tile t are done gathers tile t + 1's rope lanes into it (cp.async);
-- the P·V partition (4 warps) keeps Oᵀ, rescales and accumulates, releases the stage, and writes
-  the output once both softmax warpgroups have published their final max and sum: the attention
-  output (the prefill), or a normalised partial and its log-sum-exp (the split-K decode's
-  partial pass, which ``triton_decode``'s reduce combines).
-
-The grid is one program per multiprocessor, each taking work items (query row, split, head block)
-pid, pid + grid, ...: the loader runs on into the next item's tiles while the others finish
-the current one, so the pipeline does not drain at every row.
-
-Same math, arguments and ``supports()`` as ``gluon_sm90``; ``gluon_sm90.launch_prefill`` runs
-it by default, ``launch_decode(ws=True)`` for the decode's partials (slower than the
-one-warpgroup kernel at 2-16 rows, so not the default). On an H200 (docs/benchmarks.md,
-session 4): 5.86 ms at 16,384 rows, 512+64, and 4.89 ms at 512+0, against 6.24 and 6.00 ms for
-session 3's warp-specialised kernel (one softmax warpgroup) in the same run. That kernel was
-bound by its softmax warpgroup's serial chain, not by the gathers (the same time with every index
--1, which gathers nothing: S4-1); two softmax warpgroups take it in turns. What bounds 512+64 now
-is the single rope buffer: each tile's rope gather starts only once the previous tile's scores
-are done, an L2 round trip in every tile's chain, and a second buffer does not fit.
+With rope lanes (``DB`` 64, which no production call sends here) they have one buffer (three 73.7 KB stages do
+not fit in 227 KB; three 64 KB ones and one 8 KB rope buffer do): the warpgroup whose scores of tile t are done
+gathers tile t + 1's rope lanes into it, so each tile's rope gather waits for the previous tile's scores, an L2
+round trip in every tile's chain. That is what ``gluon_sm90_ws``'s two buffers, holding P once the scores are
+done with them, remove.
 """
 
 from __future__ import annotations
@@ -76,7 +51,7 @@ if HAVE_GLUON:
         """A tile's DB rope lanes loaded into registers (16-byte vectors); invalid slots give 0.
 
         Only an item's first tile takes this path (stored with q); later tiles' rope lanes are
-        gathered by cp.async (loads in the softmax warpgroups' own stream cost more: S4-6).
+        gathered by cp.async (loads in the softmax warpgroups' own stream cost more).
         """
         slot = slots.to(gl.int64)
         valid = (slot >= 0) & (slot < skv)
@@ -99,8 +74,8 @@ if HAVE_GLUON:
 
         The rope lanes have one buffer (there is no room for two): the warpgroup whose scores of
         tile t are done gathers tile t + 1's into it (cp.async, arriving on rope_ready), while the
-        other has started tile t + 1's scores over the 512 lanes and adds the rope lanes' last.
-        (Starting with the rope lanes' product to free the buffer sooner was slower: S4.)
+        other has started tile t + 1's scores over the 512 lanes and adds the rope lanes' last (starting
+        with the rope lanes' product, to free the buffer sooner, is slower).
         """
         kv_ready, kv_empty, p_ready, p_empty, m_bar, rope_ready, fin, fin_empty, q_ready, q_free = bars
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.

@@ -1,10 +1,12 @@
-"""How ``gluon_sm90_ws`` reads an fp8 pool (session 25): each tile's bytes land inside the q-dtype stage half
-(and rope buffer) they become, and the softmax warpgroup whose tile it is converts them there, in place.
+"""How ``gluon_sm90_ws`` reads an fp8 pool (e4m3fn, e5m2): each tile's bytes land inside the q-dtype stage half
+(and rope buffer) they become, and the softmax warpgroup whose tile it is converts them there, in place, exactly.
 
+So the stages keep their size and number, and the products read q-dtype tiles as with a 16-bit pool.
 ``_as_blocks`` gives the byte view the loader gathers into, ``_expand_half`` and ``_expand_rope`` the
-conversions, ``_kv8_mode`` the compile-time choice of ``fp8_ptx``'s PTX from the pointers' element types.
-8.8-9.0 ms at 16,384 rows, 512+64, against 5.3 for a bf16 pool: the conversion writes the bf16 tile a bf16
-pool's gather writes, after reading the fp8 one (docs/benchmarks.md, sessions 25 and 26).
+conversions, ``_kv8_mode`` the compile-time choice of ``fp8_ptx``'s PTX from the pointers' element types. An fp8
+pool's prefill is slower than a bf16 pool's (8.8-9.0 ms at 16,384 rows, 512+64, against 5.3), and cannot reach
+it: the conversion writes the bf16 tile a bf16 pool's gather writes, after reading the fp8 one (docs/benchmarks.md,
+"fp8 kv pools").
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ if HAVE_GLUON:
             return fp8_ptx.TO
         return fp8_ptx.MODES_BY_NAME[(_TORCH_NAMES[str(kv_ty)], _TORCH_NAMES[str(q_ty)])]
 
-    # An fp8 pool (session 25): a tile's bytes land inside the q-dtype stage they are converted into, so the
-    # stages keep their size and number. ``kv8``/``rp8`` see the stages and rope buffers as 4 KB blocks of
+    # An fp8 pool: a tile's bytes land inside the q-dtype stage they are converted into, so the stages keep
+    # their size and number. ``kv8``/``rp8`` see the stages and rope buffers as 4 KB blocks of
     # [64 slots, 64 lanes] bytes: block 16 s + 8 h + c is bytes [4096 c, 4096 c + 4096) of stage s's half h
     # (its lanes [256 h, 256 h + 256), 32 KB: an NVMMA tile keeps each 64-lane column, 8 KB, contiguous).
     # A half's bytes land in its blocks 4-7, the upper 16 KB, and the rope lanes' in the upper 4 KB of

@@ -95,7 +95,8 @@ if HAVE_GLUON:
         ``triton_decode``'s reduce). With HALVES ``o`` holds lanes [0, 256) and ``o_hi`` lanes [256, 512); else
         ``o`` holds all 512. ``dst``: (out, o_s0, o_s1, o_s2, part_o, part_lse, sink, sink_s0, has_sink, H, lanes,
         splits, partial)."""
-        out_ptr, o_s0, o_s1, o_s2, part_o_ptr, part_lse_ptr, sink_ptr, sink_s0, has_sink, H, lanes, splits, partial = dst
+        (out_ptr, o_s0, o_s1, o_s2, part_o_ptr, part_lse_ptr, sink_ptr, sink_s0, has_sink, H, lanes, splits,
+         partial) = dst
         m, l = _merge_totals(m0, l0, m1, l1)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, MMA))
         hmask = offs_h < H
@@ -163,16 +164,17 @@ if HAVE_GLUON:
         relative to it (the reference) rather than to the running max.
 
         That leaves out the tile max, whose reduction across the warps (a shared-memory round trip and two barriers,
-        2.7 times slower beside wgmma's operand reads) is on the way from each tile's scores to its P (S29). Any max
+        2.7 times slower beside wgmma's operand reads) is on the way from each tile's scores to its P. Any max
         already seen serves the online softmax as its reference: P, the sums and Oᵀ only grow with the scores above
         it, and ``_flag_redo`` has the item computed again should they grow too far.
 
-        The running max passes between the warpgroups only until the reference is set (S30-1: 2.8% faster at
-        512+64 than passing it at every tile, answers bit-identical): a tile done exactly passes its max on; a
-        warpgroup that already holds the reference (its own ``m`` finite) neither waits for one nor passes one
-        on, and one that receives it takes it without passing it back. Waits and passes stay paired: a warpgroup
-        waits at a tile exactly when it holds no reference, which is exactly when the other passed its max at the
-        tile before (both test the same max, the last one passed, which each then holds).
+        The running max passes between the warpgroups only until the reference is set (2.8% faster at 512+64 than
+        passing it at every tile, answers bit-identical; docs/benchmarks.md, "Prefill kernel design figures"): a
+        tile done exactly passes its max on; a warpgroup that already holds the reference (its own ``m`` finite)
+        neither waits for one nor passes one on, and one that receives it takes it without passing it back. Waits
+        and passes stay paired: a warpgroup waits at a tile exactly when it holds no reference, which is exactly
+        when the other passed its max at the tile before (both test the same max, the last one passed, which each
+        then holds).
         """
         held = gl.min(m, axis=0) > float("-inf")  # this warpgroup holds the item's reference
         if held:
@@ -236,21 +238,21 @@ if HAVE_GLUON:
         """One of two scores+softmax warpgroups: the tiles t with t % 2 == par of every item.
 
         The scores, the exponentials and the P hand-over of consecutive tiles run in the two
-        warpgroups at once; only the running max passes from one to the other (m_smem, m_bar), so
+        warpgroups at once; only the running max passes from one to the other (m_smem, m_ready), so
         P·V sees one max sequence as with a single softmax. Each keeps its own sum, relative to the
-        last max it saw, and writes both beside its last P of the item; P·V merges the two. Warpgroup 0 also writes each item's
-        q into shared memory, once both are done with the previous item's (q_free), and tells
-        warpgroup 1 (q_ready).
+        last max it saw, and writes both beside its last P of the item; P·V merges the two. Warpgroup 0
+        also writes each item's q into shared memory, once both are done with the previous item's
+        (q_free), and tells warpgroup 1 (q_ready).
 
         Buffer ``par`` of ``rp`` is this warpgroup's: the loader gathers its tile's rope lanes there,
         and once the scores are done this warpgroup writes the tile's P and rescale factors over
-        them, for P·V, which releases the buffer (rope_empty) to the loader for the warpgroup's
+        them, for P·V, which releases the buffer (buf_empty) to the loader for the warpgroup's
         next tile.
 
         With int32 flags at ``redo_ptr`` (the prefill where its reference pays, ``gluon_sm90_ws.reference_pays``),
         P is kept relative to each item's reference max (``_softmax_tile_redo``) and items are flagged to compute
         again; with int8 ones (the prefill elsewhere, the decode's partials), the exact running max (``_softmax_tile``):
-        two specialisations, each with only its own path's code (S31-3).
+        two specialisations, each with only its own path's code.
         """
         kv_ready, kv_empty, p_ready, buf_empty, m_ready, rope_ready, q_ready, q_free = bars
         # Worker partitions take no constexpr arguments (Triton 3.6): the rope width comes from q's buffer.
@@ -265,7 +267,7 @@ if HAVE_GLUON:
         s0 = gl.zeros([64, 16], gl.float32, mma)
         gbase = 0  # tiles of this program's earlier items: stage and phase of kv_ready
         c = 0  # tiles this warpgroup has handed to P·V: phase of its buffer's barriers
-        cm = 0  # running maxima received from the other warpgroup: phase of its m_bar
+        cm = 0  # running maxima received from the other warpgroup: phase of its m_ready
         k = 0  # items done
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
             row, h0, split, base, seg, lo, hi, nt = _item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr,
@@ -404,7 +406,7 @@ if HAVE_GLUON:
         if FP8:
             kv_ptr = kv_ptr.to(gl.pointer_type(gl.uint8), bitcast=True)
         g = 0
-        c0 = 0  # rope lanes gathered into buffer 0, and 1: the phases of rope_empty
+        c0 = 0  # rope lanes gathered into buffer 0, and 1: the phases of buf_empty
         c1 = 0
         for w in range(gl.program_id(0), n_items, gl.num_programs(0)):
             base, lo, hi, nt = _loader_item(w, n_hb, splits, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged)

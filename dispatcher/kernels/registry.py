@@ -1,4 +1,10 @@
-"""Which implementation runs each kernel name on which device: Triton, torch, or AITER."""
+"""Which implementation runs each kernel name on which device: Gluon, Triton, torch, or AITER (docs/kernels.md).
+
+The in-tree names (``intree.ragged_prefill``, ``intree.sparse_decode``) have Gluon (Hopper) and Triton
+implementations where Triton imports (``triton_impls``), and torch everywhere; the AITER names have AITER's own
+kernels behind lazy adapters (``aiter``). The first in line that runs on the call's device takes it, resolved once
+per (name, device type).
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The in-tree ragged prefill in plain torch: no split-K, fp32 accumulation, bounded memory.
 
-Rows are processed in chunks sized so that the gathered kv rows and the score matrix of one
-chunk stay under ``workspace_bytes``; a 16,384-row x top-k 2048 call never materialises the
-whole gather. It runs on any device torch runs on and is the reference the fast kernels
-are checked against.
+Computes the contract of docs/kernels.md directly: each chunk's valid slots (``common.row_slots``), the scores
+over them, a softmax with the sink's mass, V the first ``lanes`` lanes. Rows are processed in chunks sized so
+that the gathered kv rows and the score matrix of one chunk stay under ``workspace_bytes``; a 16,384-row x top-k
+2048 call never materialises the whole gather. It runs on any device and dtype torch runs on and is the reference
+the fast kernels are checked against.
 """
 
 from __future__ import annotations

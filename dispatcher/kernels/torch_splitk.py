@@ -1,8 +1,8 @@
 """Split-K sparse decode in plain torch: the top-k split into partials, then one reduce.
 
-The same function as the ragged prefill, computed the way a decode kernel does it (each
-split keeps its own running max and sum; the reduce rescales and adds the sink). It stands
-in for ``intree.sparse_decode`` where no Triton kernel runs, and documents the algorithm.
+The same function as the ragged prefill (the contract of docs/kernels.md), computed the way a decode kernel does
+it: each split keeps its own running max and sum; the reduce rescales and adds the sink. It stands in for
+``intree.sparse_decode`` where no Triton kernel runs, and documents the algorithm.
 """
 
 from __future__ import annotations

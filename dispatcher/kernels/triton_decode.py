@@ -1,18 +1,20 @@
 """Split-K sparse decode (``intree.sparse_decode``) in Triton: partials over (rows, splits, head blocks), then a reduce.
 
-A decode-sized call has too few rows to fill the GPU with one program per row (the seed's 9x
-slowdown); splitting each row's top-k across programs does. Each partial program runs the same
-tile loop as the prefill over its share of the row and writes a normalised partial output and
-its log-sum-exp (base 2); the reduce rescales the partials, adds the sink's mass and writes the
-output. The split count follows the row count: enough programs to cover the GPU.
+Computes the contract of docs/kernels.md, split-K. A decode-sized call has too few rows to fill the GPU with one
+program per row (the seed's 9x slowdown); splitting each row's positions across programs does. Each partial program
+runs the prefill's tile loop (``triton_prefill.attend``) over its share of the row's length and writes a
+normalised partial output (fp32) and its log-sum-exp (base 2); the reduce loads every split of a row at once,
+rescales the partials to their common max, adds the sink's mass and writes the output. The split count follows
+the row count: about ``PROGRAMS_PER_SM`` programs per multiprocessor (``choose_splits``). ``reduce_partials``
+also combines the Hopper kernels' partials (``gluon_sm90.launch_decode``), fp32 or 16-bit.
 
-A decode call is short enough that launch latency counts: on NVIDIA GPUs of compute capability
-9.0 and up the reduce is launched with programmatic dependent launch (PDL), so it is scheduled
-while the partials still run and waits for them in-kernel (``gdc_wait``); on an H200 that took
-0.6-3.0 µs off a 13-25 µs call launched eagerly, and up to 0.9 µs under CUDA-graph replay
-(docs/benchmarks.md, "What changed in session 2"). Two other changes were
-measured there and dropped for gaining nothing: splitting dense rows by width instead of by
-their count of valid indices, and keeping the partial outputs in 16 bits.
+A decode call is short enough that launch latency counts: on NVIDIA GPUs of compute capability 9.0 and up the
+reduce is launched with programmatic dependent launch (PDL), so it is scheduled while the partials still run and
+waits for them in-kernel (``gdc_wait``): 0.8-2.2 µs off the eager call at 2-16 rows. Splits follow each row's count
+of valid positions; the partials are fp32. Figures: docs/benchmarks.md, "Triton kernel design figures".
+
+Limits: those of ``triton_prefill`` (``triton_supports``); PDL needs sm_90 or later and a Triton with
+``griddepcontrol`` (3.4 and later).
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ except Exception:  # noqa: BLE001 - older Triton, or a build without the CUDA ex
     def gdc_launch_dependents():
         pass
 
-DECODE_CONFIG = TileConfig(64, 4, 2, 4)  # picked on an H200 by scripts/gpu/kernel_lab.py (docs/benchmarks.md)
+# The fastest config of those measured on an H200 at 2 and 16 rows, 512+64 (docs/benchmarks.md, "Triton kernel
+# design figures").
+DECODE_CONFIG = TileConfig(64, 4, 2, 4)
 MAX_SPLITS = 64  # the reduce loads every split of a row at once
-PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor (picked on an H200 with the configs)
+PROGRAMS_PER_SM = 2  # partial programs to aim for per multiprocessor: the fastest with DECODE_CONFIG on an H200
 REDUCE_VALUES = 4096  # partial values one reduce program loads: fewer means more, lighter programs
 _FLAGS = ["ragged", "has_len", "has_sink", "lanes", "splits", "width"]  # names absent from a kernel are ignored
 _PDL: dict[int, bool] = {}

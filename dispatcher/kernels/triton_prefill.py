@@ -1,19 +1,27 @@
-"""In-tree ragged sparse MLA prefill in Triton: one program per query row x 16-head block, no split-K.
+"""In-tree ragged sparse MLA prefill in Triton, one program per query row x 16-head block, no split-K; and the
+tile loop the split-K decode (``triton_decode``) shares.
 
-Same math as ``torch_ref.ragged_prefill`` (DESIGN.md §3): scores over the row's valid slots,
-online softmax in fp32 (base 2), V the first ``lanes`` lanes of each kv row, the sink as extra
-mass with no value, rows without a valid slot written as 0. The head dim is split into a
-power-of-two block ``DA`` (512 for every production layout) and a masked remainder block
-(the 64 rope lanes of 512+64), so no lane is loaded twice and no power-of-two padding of 576
-is paid. Shared pieces (row bounds, the tile loop, the output store, host-side argument
-packing) live here and are reused by the split-K decode kernel in ``triton_decode``.
+Computes the contract of docs/kernels.md (as ``torch_ref.ragged_prefill``): scores over the row's valid slots,
+online softmax in fp32 (base 2), V the first ``lanes`` lanes of each kv row, the sink as extra mass with no value,
+rows without a valid slot written as 0. The softmax state (running max and sum, the accumulators) lives in the
+program's registers for its 16 heads.
 
-The power-of-two block is further cut into ``chunks`` column blocks, each its own MMA. With 16
-heads as the MMA's M the score tile S = q·Kᵀ is only 16 × BLOCK_N, so one 512-deep product is a
-single serial chain of accumulating MMAs per fragment; four 128-deep products are four
-independent chains the warp scheduler can overlap, and their sum is the same S (docs/benchmarks.md
-has the H200 figures). The P·V product is cut the same way, so each kv chunk is loaded once and
-used by both products.
+Tiles of ``BLOCK_N`` kv slots: their slot numbers loaded and checked (-1 and out-of-range slots masked, offsets
+int64), the kv rows gathered by masked loads that Triton pipelines ``num_stages`` deep (``TileConfig``). The head
+dim is split into a power-of-two block ``DA`` (512 for every production layout) and a masked remainder block (the
+64 rope lanes of 512+64), so no lane is loaded twice and no power-of-two padding of 576 is paid. The power-of-two
+block is further cut into ``chunks`` column blocks, each its own MMA: with 16 heads as the MMA's M the score tile
+S = q·Kᵀ is only 16 × BLOCK_N, so one 512-deep product is a single serial chain of accumulating MMAs per
+fragment, where four 128-deep products are four independent chains the warp scheduler can overlap, and their sum
+is the same S. The P·V product is cut the same way, so each kv chunk is loaded once and used by both products.
+
+``launch(redo=flags)`` computes only the items (row, head block) the Hopper prefill flagged under its reference
+max (``gluon_sm90_ws.redo_flagged``): ``_redo_kernel``, whose programs each scan a span of flags.
+
+Limits: q fp16, bf16 or fp32 (fp32 products in full precision); kv in q's dtype or an fp8 format the device reads
+(``fp8_kv_dtypes``, converted exactly); D >= 16; CUDA and ROCm GPUs, and Triton's CPU interpreter (the tests).
+torch serves the rest (``triton_supports``). Figures: docs/benchmarks.md, "Triton kernel design figures" and "fp8
+kv pools".
 """
 
 from __future__ import annotations
@@ -63,10 +71,11 @@ class TileConfig(NamedTuple):
         return opts
 
 
-# Picked on an H200 by scripts/gpu/kernel_lab.py (docs/benchmarks.md, "Kernel tuning, session 2").
+# The fastest config of those measured on an H200 at 16,384 rows, 512+64 (docs/benchmarks.md, "Triton kernel design
+# figures").
 PREFILL_CONFIG = TileConfig(64, 4, 2, 4)
-# Both kernels' config for an fp8 pool read through fp8_ptx (kernel_lab.py --kv-dtype, session 24): the fastest
-# prefill and 16-row decode with either format; (64,4,2) 4 chains spills there.
+# Both kernels' config for an fp8 pool read through fp8_ptx: the fastest prefill and 16-row decode with either
+# format, where 64-slot tiles in 4 chains spill (docs/benchmarks.md, "Triton kernel design figures").
 FP8_CONFIG = TileConfig(32, 4, 2, 4)
 
 
@@ -393,8 +402,8 @@ REDO_SPAN = 64  # the most flags one redo program scans
 def redo_span(items: int, sms: int) -> int:
     """Items per redo program: as many as keep the grid near two programs per multiprocessor (about what the
     prefill's own grid runs at once, so even with every item flagged the redo is no less parallel), at most
-    ``REDO_SPAN``. With a program per item, each reading its flag, the 16,384-row prefill took 34-42 µs longer
-    (S30-4 and S30-5 against S30-7)."""
+    ``REDO_SPAN``. With a program per item, each reading its flag, the 16,384-row prefill takes 37-42 µs longer
+    (docs/benchmarks.md, "Prefill kernel design figures")."""
     return max(1, min(REDO_SPAN, triton.cdiv(items, 2 * sms)))
 
 

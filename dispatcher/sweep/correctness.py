@@ -1,8 +1,8 @@
 """Full-shape correctness of the Triton kernels against the torch reference, on a GPU, every edge case.
 
-Used by the GPU tests (marker ``gpu``) and by scripts/gpu/h200_run.py. The reference runs in
+Used by the GPU tests (marker ``gpu``) and by the H200 runner. The reference runs in
 fp32 and writes fp32, so the error measured is the kernel's own (bf16 operands: 1e-3 to 1e-2
-by METHOD.md); outputs are poisoned with NaN first so an unwritten element fails.
+by docs/benchmarks.md, "Correctness on GPU"); outputs are poisoned with NaN first so an unwritten element fails.
 """
 
 from __future__ import annotations

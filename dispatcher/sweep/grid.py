@@ -10,7 +10,7 @@ GPU_ROWS = (1, 2, 16, 256, 512, 1024, 2048, 16384)
 GPU_TOPK = (128, 512, 2048)
 CPU_ROWS = (1, 2, 16, 64)
 CPU_TOPK = (64, 256)
-# The issue's "both head layouts": the two DESIGN.md §3 names for production, DSV4 (448+64) and GLM-5.3
+# The issue's "both head layouts": the two production layouts of docs/kernels.md, DSV4 (448+64) and GLM-5.3
 # (512+0). DeepSeek V3.2's 576-lane layout (512+64, alias v32) is one `--layout` away.
 DEFAULT_LAYOUTS = ("448+64", "512+0")
 LAYOUT_ALIASES = {"dsv4": "448+64", "glm": "512+0", "v32": "512+64"}  # names `routescope explain` uses too

@@ -1,6 +1,6 @@
 """What the plugin expects to find in vLLM, and a check that says exactly what is missing.
 
-The names are vLLM's (DESIGN.md §3 and vLLM's public source); a test passes its own
+The names are vLLM's (docs/vllm.md and vLLM's public source); a test passes its own
 :class:`Layout` or registers test doubles under these names. Nothing here imports vLLM at
 module import: :func:`inspect_ops` looks at a module object it is given.
 """

@@ -1,6 +1,6 @@
 """An independent, deliberately slow reference: one query row and one head at a time, in float64.
 
-Written from DESIGN.md §3's math, not from the implementation: it shares no code with it.
+Written from the math contract of docs/kernels.md, not from the implementation: it shares no code with it.
 """
 
 from __future__ import annotations

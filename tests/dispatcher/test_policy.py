@@ -1,4 +1,4 @@
-"""The gate matrix: every condition the seed PR and DESIGN.md §3 name, both sides of each threshold."""
+"""The gate matrix: every condition the seed PR and vLLM's ``rocm_sparse_attn_prefill`` name, both sides of each threshold."""
 
 from __future__ import annotations
 

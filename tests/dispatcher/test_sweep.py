@@ -337,7 +337,7 @@ def test_sweep_json_flag_prints_the_document(tmp_path):
 
 
 def test_the_default_layouts_are_the_issues_two_dsv4_and_glm(tmp_path):
-    """Issue 6: the grid's "both head layouts" are DESIGN.md's production ones, 448+64 and 512+0."""
+    """The grid's "both head layouts" are the production ones of docs/kernels.md, 448+64 and 512+0."""
     r = _cli("--rows", "1", "--topk", "8", "--heads", "2", "--repeats", "1", "--warmup", "0",
              "--dtype", "float32", "--json", "--out", str(tmp_path))
     assert r.exit_code == 0, r.output

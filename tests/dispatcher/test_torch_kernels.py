@@ -97,7 +97,7 @@ def test_ragged_indices(kernel):
 
 
 def test_interior_minus_one_follows_count_rule():
-    # topk_length None: the row length is the count of indices >= 0 (DESIGN.md §3).
+    # topk_length None: the row length is the count of indices >= 0 (docs/kernels.md).
     q, kv, idx, _, scale, _, out, lanes = make_case(8, sq=2, empty_row=False, out_of_range=False)
     idx[1] = torch.tensor([4, -1, 6] + [-1] * (idx.shape[1] - 3), dtype=torch.int32)
     run("ragged_prefill", q, kv, idx, None, scale, None, out)

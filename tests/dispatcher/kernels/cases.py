@@ -1,6 +1,6 @@
 """Test inputs for the Triton kernels, and an independent float64 loop to check them against.
 
-``loop_attention`` is written from DESIGN.md §3 alone, one query row at a time, and shares no
+``loop_attention`` is written from the contract of docs/kernels.md alone, one query row at a time, and shares no
 code with the kernels or with the torch reference.
 """
 
@@ -48,7 +48,7 @@ def loop_attention(q, kv, rows_slots, scale, sink, lanes) -> torch.Tensor:
 
 
 def valid_slots(indices, topk_length, skv, ragged_indices=None, ragged_indptr=None) -> list[list[int]]:
-    """Each row's valid slots, in order, by the rules of DESIGN.md §3."""
+    """Each row's valid slots, in order, by the rules of docs/kernels.md."""
     rows = []
     n = int(ragged_indptr.numel() - 1) if ragged_indptr is not None else int(indices.shape[0])
     for i in range(n):
