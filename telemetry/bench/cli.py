@@ -35,8 +35,8 @@ def _emit(result: dict, as_json: bool, render) -> None:  # noqa: ANN001 - a rend
 @bench_app.command("host")
 def host_command(
     rows: Annotated[str, typer.Option(help="comma-separated rows per call")] = "2,16,1024",
-    batch: Annotated[int, typer.Option(min=1, help="calls issued per timed batch")] = 100,
-    batches: Annotated[int, typer.Option(min=3, help="timed batches (the median is reported)")] = 21,
+    batch: Annotated[int, typer.Option(min=1, help="calls issued per timed batch")] = 20,
+    batches: Annotated[int, typer.Option(min=3, help="timed batches (the median is reported)")] = 51,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Host µs per call: torch no-op, Triton no-op, each kernel's launch, the whole dispatcher call (one run)."""

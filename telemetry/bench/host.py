@@ -1,8 +1,9 @@
 """`routescope bench host`: the host's time per call on the launch path, piece by piece, in one run.
 
 What is timed, each as the wall time of issuing a batch of calls with nothing synchronising
-inside it (the device queue never fills at these sizes, so the host's own cost is what
-shows), median over batches:
+inside it, median over batches. A batch is short (20 calls) and starts on an idle GPU, so even
+a call whose kernels take longer than its launch does not fill the device's queue: the host's
+own cost is what shows. What is timed:
 
 - ``torch_noop``: a one-element in-place add (the floor of any device op);
 - ``triton_noop``: a trivial Triton kernel through the JIT launcher (the floor of a Triton launch);
@@ -69,7 +70,7 @@ def _triton_noop() -> Callable[[torch.Tensor], Any] | None:
     return lambda x: noop[(1,)](x, x.numel(), BLOCK=16)
 
 
-def run(*, rows: tuple[int, ...] = ROWS, batch: int = 100, batches: int = 21, topk: int = 2048,
+def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, topk: int = 2048,
         layout: Layout = Layout(512, 64), heads: int = 16, kv_len: int = 8192) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -95,7 +96,8 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 100, batches: int = 21, to
     watched = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=registry))
     try:
         for r in rows:
-            a = make_sets(r, topk, heads, layout, max(kv_len, r), dtype=dtype, device=device)[0]
+            # the launch is handed a call as the dispatcher prepares it: with its signature's memo
+            a = make_sets(r, topk, heads, layout, max(kv_len, r), dtype=dtype, device=device)[0]._replace(memo={})
             for name, kernel in (("prefill", Kernel.INTREE_RAGGED_PREFILL), ("decode", Kernel.INTREE_SPARSE_DECODE)):
                 impl = registry.resolve(kernel, device.type)
                 us[f"launch_{name}_{r}"] = per_call_us(lambda: impl.launch(a), batch=batch, batches=batches,
