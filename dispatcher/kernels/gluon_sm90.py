@@ -30,7 +30,7 @@ decode and the default prefill; D = 512 + 0 or 64 rope lanes (512+64, 448+64, 51
 other call to Triton. Gluon (``triton.experimental.gluon``) ships with Triton; the registry imports this module
 only for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
 
-Why: docs/benchmarks.md, "Decode kernel design figures" (these partials against Triton's and the
+Why: docs/kernels.md, "Decode kernel design figures" (these partials against Triton's and the
 warp-specialised ones at 2-16 rows, the pipelined kernel at D = 512, 16-bit partials), "Prefill kernel design
 figures" (against Triton's prefill and the warp-specialised one) and "fp8 kv pools".
 """
@@ -75,26 +75,26 @@ class Sm90Config(NamedTuple):
     pipe: bool = False  # tile t - 1's P·V under tile t's softmax (_attend_pipe): 3 stages, D = 512 only
 
 
-# The one-warpgroup prefill's fastest config on an H200 (docs/benchmarks.md, "Prefill kernel design figures").
+# The one-warpgroup prefill's fastest config on an H200 (docs/kernels.md, "Prefill kernel design figures").
 PREFILL_SM90 = Sm90Config(2, chains=2)
 # The prefill's default is warp-specialised (gluon_sm90_ws, ws_module): faster than this module's kernel on an H200
-# (docs/benchmarks.md, "Prefill kernel design figures").
+# (docs/kernels.md, "Prefill kernel design figures").
 PREFILL_WARP_SPECIALISED = True
 DECODE_SM90 = Sm90Config(2)  # the partial kernel at D = 576 (512+64): two 73.7 KB stages fit, three do not
 # At D = 512 (512+0, and 448+64, whose rope lanes sit in the 512-lane block) three stages fit, and tile t - 1's P·V
 # runs under tile t's softmax: kernel time at 16 rows 13.95-14.05 µs against 14.10-14.24 with two stages, at 2
-# rows 8.22-8.29 against 8.38-8.45 (docs/benchmarks.md, "Decode kernel design figures").
+# rows 8.22-8.29 against 8.38-8.45 (docs/kernels.md, "Decode kernel design figures").
 DECODE_SM90_D512 = Sm90Config(3, pipe=True)
 # An fp8 pool: its stages hold bytes (36 KB a 576-lane tile), so three fit; each landed tile is converted into one
 # q-dtype tile the products read.
 DECODE_SM90_FP8 = Sm90Config(3)
 # The decode's partials from this module's kernel: the warp-specialised ones (ws=True) are slower at 2-16 rows
-# (docs/benchmarks.md, "Decode kernel design figures").
+# (docs/kernels.md, "Decode kernel design figures").
 DECODE_WARP_SPECIALISED = False
 DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared memory (168, 225 KB each)
 # The decode's partials in q's dtype (fp16/bf16), as FlashInfer keeps its split-KV states: the reduce reads half
 # the bytes. Kernel time 15.0-15.1 µs at 16 rows against 15.4-15.5 in fp32, 8.8-8.9 at 2 against 9.1-9.5
-# (docs/benchmarks.md, "Decode kernel design figures"); relative error 2.2e-3 against 1.9e-3 (each partial is a
+# (docs/kernels.md, "Decode kernel design figures"); relative error 2.2e-3 against 1.9e-3 (each partial is a
 # convex mix of v, so it stays in v's range).
 DECODE_PARTIALS_16BIT = True
 
@@ -226,7 +226,7 @@ def ws_module(args: KernelArgs, *, prefill: bool = True):
     ``launch_decode(ws=True)``'s partials (``prefill=False``) keep
     the exact max, and at D = 512 (448+64, 512+0: no rope lanes to buffer) take ``gluon_sm90_ws_d512``, 3.6-4.6%
     faster there; with rope lanes (512+64) ``gluon_sm90_ws``. An fp8 pool takes ``gluon_sm90_ws`` at every layout:
-    only it converts one. Figures: docs/benchmarks.md, "Prefill kernel design figures".
+    only it converts one. Figures: docs/kernels.md, "Prefill kernel design figures".
     """
     if prefill or int(args.q.shape[2]) - LANES_A > 0 or args.kv.dtype != args.q.dtype:
         from . import gluon_sm90_ws

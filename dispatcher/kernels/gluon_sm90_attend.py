@@ -28,7 +28,7 @@ if HAVE_GLUON:
         but masked out of the softmax. The prologue asks for the first tile's slot numbers before
         anything else, and the length's loads go out with the first gathers but are reduced only
         under tile 0's scores, so the loop's set-up runs while they are in flight (0.3-0.45 µs off the
-        16-row decode at 512+64: docs/benchmarks.md, "Decode kernel design figures").
+        16-row decode at 512+64: docs/kernels.md, "Decode kernel design figures").
 
         STAGES tiles of the 512 lanes are resident: while one is computed, STAGES - 1 gathers are in
         flight. The DB rope lanes have a buffer per stage, or with ROPE1 a single one, refilled for

@@ -95,7 +95,7 @@ if HAVE_GLUON:
         Without topk_length the count of valid indices loads the whole row (``_row_len``), and the
         later tiles' slot loads hit L1. With topk_length or ragged indices nothing would: each later
         tile's slot load would queue behind every program's gathers, and the lengths would cost the
-        16-row decode at 512+64 0.57-0.71 µs instead of 0.28-0.39 (docs/benchmarks.md, "Decode kernel
+        16-row decode at 512+64 0.57-0.71 µs instead of 0.28-0.39 (docs/kernels.md, "Decode kernel
         design figures").
         Issued before the first gathers, this returns nothing and waits for nothing. The
         warp-specialised loaders ask for each item's slot numbers this way, 256 at a time, with or

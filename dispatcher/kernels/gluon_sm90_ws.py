@@ -38,7 +38,7 @@ An fp8 pool (e4m3fn, e5m2) keeps all of that: each tile's bytes land in the uppe
 scores (``gluon_sm90_ws_fp8``).
 
 Limits: those of ``gluon_sm90.supports_prefill`` (sm_90; q fp16/bf16; 512+64, 448+64, 512+0; a pool in q's dtype
-or fp8). Figures: docs/benchmarks.md, "Prefill kernel design figures" (what bounds the kernel, the partitions,
+or fp8). Figures: docs/kernels.md, "Prefill kernel design figures" (what bounds the kernel, the partitions,
 halves, the default partition, the reference max and where it pays) and "fp8 kv pools".
 """
 
@@ -120,7 +120,7 @@ if HAVE_GLUON:
         largs = (kv_a, rp, kv8, rp8, bars, kv_ptr, kv_s0, idx_ptr, idx_s0, idx_s1, width, indptr_ptr, ragged, skv,
                  n_items, n_hb, splits)
         # P·V is the default partition, the softmax warpgroups and the loader workers: 1.9% faster at 512+64 than
-        # with softmax warpgroup 0 as the default, 3.0% at 512+0 (docs/benchmarks.md, "Prefill kernel design
+        # with softmax warpgroup 0 as the default, 3.0% at 512+0 (docs/kernels.md, "Prefill kernel design
         # figures"; bit-identical answers).
         gl.warp_specialize([
             (_pv_part, wargs),
@@ -140,12 +140,12 @@ WORKER_REGS = (160, 160, 56)
 # 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs a fixed 3.2-4.5 µs
 # a call (the flags' memset, the redo launch and the gaps between them) and saves a share of each item's tiles:
 # 8.5-10.8% from 2,048 rows at top-k 2048, nothing of a 2-tile item (top-k 128: 7-8% slower even at 16,384 rows).
-# docs/benchmarks.md, "Prefill kernel design figures".
+# docs/kernels.md, "Prefill kernel design figures".
 REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
 
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
-# 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (docs/benchmarks.md, "Prefill kernel
+# 16,384 rows at 512+64: 5,380-5,425 µs against 5,445-5,492 with whole stages (docs/kernels.md, "Prefill kernel
 # design figures"; bit-identical answers).
 STAGE_HALVES = True
 
@@ -196,7 +196,7 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
     (``_softmax_tile_redo``), flags any item whose sums of P under it outgrow P's dtype (``_flag_redo``), and
     ``redo_flagged`` computes those items again. The flags' dtype tells the kernel which: int32 flags, zeroed,
     with a reference; an unread int8 one without (the exact running max). Each is its own specialisation, so
-    neither carries the other's code (docs/benchmarks.md, "Prefill kernel design figures"). The flags live in the
+    neither carries the other's code (docs/kernels.md, "Prefill kernel design figures"). The flags live in the
     stream's scratch, zeroed once; the redo kernel zeroes what it read. A stamped prefill (``args.stamp``) has
     its start written here and its end here or, with ``redo``, by the redo kernel; the decode's partials are not
     stamped on this path.
@@ -287,7 +287,7 @@ def reference_pays(items: int, width: float) -> bool:
     """Whether the prefill's reference max (flags, the redo launch) is faster than the exact running max for a call
     of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average (``REFERENCE_FROM``).
 
-    Measured at 40 points a layout (512+64, 448+64; docs/benchmarks.md, "Prefill kernel design figures"): top-k 2048
+    Measured at 40 points a layout (512+64, 448+64; docs/kernels.md, "Prefill kernel design figures"): top-k 2048
     at any row count (2.7-4.7% faster at 1-64 rows, but within 0.1 µs at one row at 448+64), top-k 512-1024 from
     2^19 positions (1,024 and 512 rows: 2.5-5.5% faster; within 0.2 µs or slower below), top-k 256 only from 2^22
     (16,384 rows: 0.6-3.2% faster; 0.8-2.9% slower at 2,048), top-k 128 never. Measured on 16-bit pools; an fp8

@@ -3,7 +3,7 @@
 Computes the contract of docs/kernels.md, keeping the exact running max. ``gluon_sm90.ws_module`` picks it for
 ``launch_decode(ws=True)``'s split-K partials at D = 512 (448+64, 512+0) on a 16-bit pool: with the exact max
 it measured 3.6-4.6% faster there than ``gluon_sm90_ws``, whose two rope buffers have no rope lanes to hold at
-D = 512 (the 16,384-row prefill; docs/benchmarks.md, "Prefill kernel design figures"). ``gluon_sm90_ws`` takes every
+D = 512 (the 16,384-row prefill; docs/kernels.md, "Prefill kernel design figures"). ``gluon_sm90_ws`` takes every
 other warp-specialised call, the prefill included.
 
 How: the partitions of ``gluon_sm90_ws``, with the same work items, hand-overs, softmax step and item stores

@@ -169,7 +169,7 @@ if HAVE_GLUON:
         it, and ``_flag_redo`` has the item computed again should they grow too far.
 
         The running max passes between the warpgroups only until the reference is set (2.8% faster at 512+64 than
-        passing it at every tile, answers bit-identical; docs/benchmarks.md, "Prefill kernel design figures"): a
+        passing it at every tile, answers bit-identical; docs/kernels.md, "Prefill kernel design figures"): a
         tile done exactly passes its max on; a warpgroup that already holds the reference (its own ``m`` finite)
         neither waits for one nor passes one on, and one that receives it takes it without passing it back. Waits
         and passes stay paired: a warpgroup waits at a tile exactly when it holds no reference, which is exactly

@@ -11,7 +11,7 @@ also combines the Hopper kernels' partials (``gluon_sm90.launch_decode``), fp32 
 A decode call is short enough that launch latency counts: on NVIDIA GPUs of compute capability 9.0 and up the
 reduce is launched with programmatic dependent launch (PDL), so it is scheduled while the partials still run and
 waits for them in-kernel (``gdc_wait``): 0.8-2.2 µs off the eager call at 2-16 rows. Splits follow each row's count
-of valid positions; the partials are fp32. Figures: docs/benchmarks.md, "Triton kernel design figures".
+of valid positions; the partials are fp32. Figures: docs/kernels.md, "Triton kernel design figures".
 
 Limits: those of ``triton_prefill`` (``triton_supports``); PDL needs sm_90 or later and a Triton with
 ``griddepcontrol`` (3.4 and later).
@@ -52,7 +52,7 @@ except Exception:  # noqa: BLE001 - older Triton, or a build without the CUDA ex
     def gdc_launch_dependents():
         pass
 
-# The fastest config of those measured on an H200 at 2 and 16 rows, 512+64 (docs/benchmarks.md, "Triton kernel
+# The fastest config of those measured on an H200 at 2 and 16 rows, 512+64 (docs/kernels.md, "Triton kernel
 # design figures").
 DECODE_CONFIG = TileConfig(64, 4, 2, 4)
 MAX_SPLITS = 64  # the reduce loads every split of a row at once

@@ -20,8 +20,8 @@ max (``gluon_sm90_ws.redo_flagged``): ``_redo_kernel``, whose programs each scan
 
 Limits: q fp16, bf16 or fp32 (fp32 products in full precision); kv in q's dtype or an fp8 format the device reads
 (``fp8_kv_dtypes``, converted exactly); D >= 16; CUDA and ROCm GPUs, and Triton's CPU interpreter (the tests).
-torch serves the rest (``triton_supports``). Figures: docs/benchmarks.md, "Triton kernel design figures" and "fp8
-kv pools".
+torch serves the rest (``triton_supports``). Figures: docs/kernels.md, "Triton kernel design figures", and docs/benchmarks.md,
+"fp8 kv pools".
 """
 
 from __future__ import annotations
@@ -71,11 +71,11 @@ class TileConfig(NamedTuple):
         return opts
 
 
-# The fastest config of those measured on an H200 at 16,384 rows, 512+64 (docs/benchmarks.md, "Triton kernel design
+# The fastest config of those measured on an H200 at 16,384 rows, 512+64 (docs/kernels.md, "Triton kernel design
 # figures").
 PREFILL_CONFIG = TileConfig(64, 4, 2, 4)
 # Both kernels' config for an fp8 pool read through fp8_ptx: the fastest prefill and 16-row decode with either
-# format, where 64-slot tiles in 4 chains spill (docs/benchmarks.md, "Triton kernel design figures").
+# format, where 64-slot tiles in 4 chains spill (docs/kernels.md, "Triton kernel design figures").
 FP8_CONFIG = TileConfig(32, 4, 2, 4)
 
 
@@ -403,7 +403,7 @@ def redo_span(items: int, sms: int) -> int:
     """Items per redo program: as many as keep the grid near two programs per multiprocessor (about what the
     prefill's own grid runs at once, so even with every item flagged the redo is no less parallel), at most
     ``REDO_SPAN``. With a program per item, each reading its flag, the 16,384-row prefill takes 37-42 µs longer
-    (docs/benchmarks.md, "Prefill kernel design figures")."""
+    (docs/kernels.md, "Prefill kernel design figures")."""
     return max(1, min(REDO_SPAN, triton.cdiv(items, 2 * sms)))
 
 

@@ -183,3 +183,36 @@ def pool_note(results: list[Result], l2_bytes: int | None) -> str | None:
     if lo > l2_bytes:
         return f"kv pool {span}, past this GPU's {l2} L2 at every point: the gathers come from HBM, as in serving."
     return f"kv pool {span} against this GPU's {l2} L2: inside it at some points, past it at others."
+
+
+# What a CUDA event pair adds to the kernel time it brackets on an H200: 3 to 3.7 µs for a one- or
+# two-kernel call, about 4.3 µs graph-replayed (docs/benchmarks.md, "Clocks: kernel time and the event pair").
+EVENT_PAIR_COST_US = 3.7
+FIDELITY_BOUND = 0.10  # telemetry's latency bound against CUPTI (docs/benchmarks.md, "Timing fidelity")
+
+
+def event_floor_us(bound: float = FIDELITY_BOUND, cost_us: float = EVENT_PAIR_COST_US) -> float:
+    """The shortest event-pair reading whose pair cost stays within ``bound`` of the kernel time under it."""
+    return cost_us * (1.0 + bound) / bound
+
+
+def timer_note(results: list[Result]) -> str | None:
+    """Which event-pair readings are too short to be within 10% of kernel time, in a sentence; None if none.
+
+    The pair's own 3-4 µs is a constant, so a reading under ``event_floor_us()`` (about 41 µs) cannot
+    be within 10% of the kernel time it brackets: decode-sized calls, and small prefills. The ratios
+    still compare A and B at one level (both carry the pair), but the figures are not kernel time;
+    ``--timer cupti`` times them faithfully.
+    """
+    paired = [r for r in results if r.timer in ("cuda-events", "cuda-graph")]
+    floor = event_floor_us()
+    short = [r for r in paired if r.median_us < floor]
+    if not short:
+        return None
+    rows = sorted({r.rows for r in short})
+    shown = ", ".join(str(n) for n in rows[:8]) + (", ..." if len(rows) > 8 else "")
+    return (f"{len(short)} of {len(paired)} event-pair readings are under {floor:.0f} µs (rows {shown}), where the "
+            f"pair's own ~{EVENT_PAIR_COST_US:g} µs is more than {FIDELITY_BOUND:.0%} of the kernel time: those "
+            f"figures are not kernel time (ratios between kernels timed alike still hold). --timer cupti times "
+            f"them faithfully.")
+

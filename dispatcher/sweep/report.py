@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from .analysis import (TOLERANCE, Crossover, GateAdvice, Result, crossovers, pool_note, ratio_rows, ratio_table,
-                       recommend_gate)
+                       recommend_gate, timer_note)
 
 
 def device_name(device: torch.device) -> str:
@@ -40,7 +40,8 @@ def summarize(results: list[Result], a: str, b: str, layouts: list[str],
 def document(results: list[Result], *, a: str, b: str, layouts: list[str], device: str, command: str,
              tolerance: float = TOLERANCE, l2: int | None = None) -> dict[str, Any]:
     """The JSON written beside the CSV: {"device", "results": [...], ratios, crossover, recommendation}, and
-    where the kv pools sat against the GPU's L2 (``l2``, bytes; None on the host)."""
+    where the kv pools sat against the GPU's L2 (``l2``, bytes; None on the host), and which event-pair readings
+    are too short to stand for kernel time (``timer_note``; None when none are)."""
     tables, found, advice = summarize(results, a, b, layouts, tolerance)
     triton_version = None
     try:
@@ -67,6 +68,7 @@ def document(results: list[Result], *, a: str, b: str, layouts: list[str], devic
         "recommendation": advice._asdict(),
         "l2_bytes": l2,
         "kv_pool": pool_note(results, l2),
+        "timer_note": timer_note(results),
     }
 
 
@@ -201,6 +203,8 @@ def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> No
     console.print(f"[bold]recommended gate:[/bold] {doc['recommendation']['reason']}")
     if doc.get("kv_pool"):
         console.print(doc["kv_pool"])
+    if doc.get("timer_note"):
+        console.print(f"[yellow]{doc['timer_note']}[/yellow]")
 
 
 def _md_table(header: list[str], lines: list[list[str]], left: int) -> list[str]:
@@ -211,7 +215,8 @@ def _md_table(header: list[str], lines: list[list[str]], left: int) -> list[str]
 
 def markdown(results: list[Result], doc: dict[str, Any]) -> str:
     """The sweep as Markdown, for a pull request or a doc: what ran and how, the A/B table per layout in
-    the seed's layout, the medians, the crossovers, the gate and where the kv pools sat."""
+    the seed's layout, the medians, the crossovers, the gate, where the kv pools sat and which readings the
+    event pair cannot time faithfully."""
     timers = ", ".join(sorted({r.timer for r in results})) or "-"
     dtypes = ", ".join(sorted({f"q {r.dtype}, kv {r.pool_dtype}" for r in results})) or "-"
     out = [f"# routescope sweep on {doc['device']}", "",
@@ -225,4 +230,6 @@ def markdown(results: list[Result], doc: dict[str, Any]) -> str:
             f"**Recommended gate:** {doc['recommendation']['reason']}"]
     if doc.get("kv_pool"):
         out += ["", doc["kv_pool"]]
+    if doc.get("timer_note"):
+        out += ["", doc["timer_note"]]
     return "\n".join(out) + "\n"

@@ -36,7 +36,7 @@ DEV = torch.device("cuda")
 V32 = Layout(512, 64)
 SWEEP_LAYOUTS = "448+64,512+0,512+64"
 # The chosen Triton configs and their nearest neighbours (block_n, warps, stages, MMA chains);
-# docs/benchmarks.md, "Triton kernel design figures".
+# docs/kernels.md, "Triton kernel design figures".
 PREFILL_CANDIDATES = [TileConfig(64, 4, 2, 4), TileConfig(64, 4, 2, 2), TileConfig(64, 4, 2, 1)]
 DECODE_CANDIDATES = [TileConfig(64, 4, 2, 4), TileConfig(32, 4, 2, 4), TileConfig(32, 4, 2, 1)]
 PER_SM = (2, 4)

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from dispatcher.kernels.registry import default_registry
 from dispatcher.sweep.analysis import (
-    Result, crossover, crossovers, next_pow2, pool_note, ratio_rows, ratio_table, recommend_gate, rows_between,
+    Result, crossover, crossovers, event_floor_us, next_pow2, pool_note, ratio_rows, ratio_table, recommend_gate,
+    rows_between, timer_note,
 )
 from dispatcher.sweep.grid import (
     KernelSpec, Layout, SweepArgError, default_kv_len, parse_int_list, parse_kernels, parse_layouts,
@@ -252,6 +253,33 @@ def test_the_document_and_the_tables_say_where_the_pool_sat(tmp_path):
     assert "kv pool 9.0 MiB, inside this GPU's 50 MiB L2" in console.export_text()
     host = document(res, a=A, b=B, layouts=["512+64"], device="cpu (test)", command="routescope sweep")
     assert host["l2_bytes"] is None and host["kv_pool"] is None
+
+
+def test_event_pair_readings_too_short_for_the_bound_are_named():
+    assert 40.0 < event_floor_us() < 41.0  # 3.7 µs of pair over a 37 µs kernel is 10%
+    events = lambda rows, us: result(A, rows, 2048, us)._replace(timer="cuda-events")  # noqa: E731
+    note = timer_note([events(2, 12.4), events(16, 17.5), events(256, 80.0), result(B, 2, 2048, 9.0)])
+    assert note.startswith("2 of 3 event-pair readings are under 41 µs (rows 2, 16)") and "--timer cupti" in note
+    assert timer_note([events(2, 12.4)._replace(timer="cuda-graph")]).startswith("1 of 1")  # replayed pairs too
+    assert timer_note([events(256, 80.0)]) is None  # every reading long enough
+    assert timer_note([result(A, 2, 2048, 9.0)._replace(timer="cupti")]) is None  # kernel time needs no note
+    many = [events(n, 10.0) for n in range(1, 11)]
+    assert "(rows 1, 2, 3, 4, 5, 6, 7, 8, ...)" in timer_note(many)
+
+
+def test_the_document_the_tables_and_markdown_carry_the_timer_note():
+    from rich.console import Console
+
+    res = [result(A, 2, 128, 30.0)._replace(timer="cuda-events"), result(B, 2, 128, 10.0)._replace(timer="cuda-events")]
+    doc = document(res, a=A, b=B, layouts=["512+64"], device="gpu (test)", command="routescope sweep")
+    assert doc["timer_note"].startswith("2 of 2 event-pair readings")
+    console = Console(record=True, width=400)
+    print_tables(console, res, doc)
+    assert "2 of 2 event-pair readings" in console.export_text()
+    assert doc["timer_note"] in markdown(res, doc)
+    quiet = document([r._replace(median_us=100.0) for r in res], a=A, b=B, layouts=["512+64"], device="gpu",
+                     command="routescope sweep")
+    assert quiet["timer_note"] is None and "event-pair readings" not in markdown(res, quiet)
 
 
 def test_markdown_has_the_seed_table_the_medians_and_the_gate_per_layout():
