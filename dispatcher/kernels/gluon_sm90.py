@@ -38,17 +38,19 @@ figures" (against Triton's prefill and the warp-specialised one) and "fp8 kv poo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from .common import KernelArgs, device_capability, device_key, empty_call
 from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .gluon_sm90_parts import HAVE_GLUON
-from .launcher import Step, current_stream
-from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
+from .plan import clock_for, launch_key, planned
 from .stamps import no_stamp
-from .triton_prefill import HEAD_BLOCK, LOG2E, count_block, pack
+from .triton_prefill import HEAD_BLOCK, count_block, pack
+
+if TYPE_CHECKING:
+    from . import triton_decode
 
 if HAVE_GLUON:
     from triton.experimental import gluon
@@ -290,22 +292,9 @@ def partial_dtype(q_dtype: torch.dtype) -> torch.dtype:
     return q_dtype if DECODE_PARTIALS_16BIT else torch.float32
 
 
-class DecodePlan(NamedTuple):
-    """What the default Hopper split-K decode of one call signature works out on the host (``plan.planned``)."""
-
-    device: int
-    clock: int
-    grid: tuple[int, int, int]
-    scalars: tuple  # skv, width, H
-    flags: tuple  # ragged ... o_ld: everything after the scale
-    consts: dict
-    as_bytes: bool
-    part: tuple  # (numel of the partial outputs, of their lse, their dtype)
-    reduce: Any  # triton_decode.ReducePlan
-    key: tuple
-
-
-def _decode_plan(args: KernelArgs) -> DecodePlan:
+def _decode_plan(args: KernelArgs) -> triton_decode.DecodePlan:
+    """The Hopper split-K decode of ``args``'s signature: a ``triton_decode.DecodePlan`` whose partial pass is
+    this module's kernel (its flags run to ``o_ld``)."""
     from . import triton_decode
 
     q = args.q
@@ -323,7 +312,7 @@ def _decode_plan(args: KernelArgs) -> DecodePlan:
     consts = dict(CNT_BLOCK=count_block(p.width), PDL=use_pdl, CLOCK=max(clock, 0), **_consts(args, cfg, kv8))
     dtype = partial_dtype(q.dtype)
     n = rows * splits * heads
-    return DecodePlan(
+    return triton_decode.DecodePlan(
         device, clock, (rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK), scalars, flags, consts,
         pool is not args.kv, (n * p.lanes, n, dtype),
         triton_decode.reduce_plan(dtype, p, args.output, splits, use_pdl, clock, device=device),
@@ -338,25 +327,7 @@ def decode_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
 
     if empty_call(args):
         return _gluon_nothing
-    plan = _decode_plan(args)
-    step = Step(_partial_kernel, plan.key, plan.grid, plan.consts)
-    reduce = triton_decode.reduce_step(plan.reduce)
-    scalars, flags, as_bytes, device, clock, where, part = (plan.scalars, plan.flags, plan.as_bytes, plan.device,
-                                                            plan.clock, args.q.device, plan.part)
-    buffers = triton_decode.PerStream(lambda stream: triton_decode.partials(part, where, stream))
-
-    def run(a: KernelArgs) -> str:
-        stream = current_stream(device)
-        part_o, part_lse = buffers(stream)
-        idx, length, indptr, sink = index_operands(a)
-        stamps = stamp_operands(a, where, clock)
-        pool = a.kv.view(torch.uint8) if as_bytes else a.kv
-        step((a.q, pool, idx, length, indptr, part_o, part_lse) + scalars + (float(a.scale) * LOG2E,) + flags
-             + (stamps[0], stamps[1], stamps[2], -1), stream)
-        reduce(part_o, part_lse, sink, a.output, stamps, stream)
-        return "gluon"
-
-    return run
+    return triton_decode.split_k_run(_partial_kernel, _decode_plan(args), args.q.device, "gluon")
 
 
 def prefill_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:

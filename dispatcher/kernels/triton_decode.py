@@ -20,7 +20,7 @@ Limits: those of ``triton_prefill`` (``triton_supports``); PDL needs sm_90 or la
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -224,13 +224,14 @@ def reduce_partials(part_o: torch.Tensor, part_lse: torch.Tensor, p: Packed, out
 
 
 class DecodePlan(NamedTuple):
-    """What a Triton split-K decode launch of one call signature works out on the host (``plan.planned``)."""
+    """What a split-K decode launch of one call signature works out on the host (``plan.planned``): Triton's
+    partials here, the Hopper ones in ``gluon_sm90``; the reduce is this module's either way."""
 
     device: int
     clock: int
     grid: tuple[int, int, int]
     scalars: tuple  # skv, width, H
-    flags: tuple  # ragged ... len_s0: everything after the scale
+    flags: tuple  # ragged ...: the integer arguments after the scale
     consts: dict
     as_bytes: bool
     part: tuple  # (numel of the partial outputs, of their lse, their dtype)
@@ -318,15 +319,21 @@ def recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None]:
         return _nothing
     if not triton_supports(args):
         return _torch
-    plan = _plan(args, None, None, None, 1, None, None)
-    step = Step(_partial_kernel, plan.key, plan.grid, plan.consts)
-    reduce = reduce_step(plan.reduce)
-    scalars, flags, as_bytes, device, clock, where, part = (plan.scalars, plan.flags, plan.as_bytes, plan.device,
-                                                            plan.clock, args.q.device, plan.part)
+    return split_k_run(_partial_kernel, _plan(args, None, None, None, 1, None, None), args.q.device, None)
 
+
+def split_k_run(partial_kernel: Any, plan: DecodePlan, where: torch.device,
+                ran: str | None) -> Callable[[KernelArgs], str | None]:
+    """A call's split-K decode by ``plan``: ``partial_kernel`` (this module's, or the Hopper one of ``gluon_sm90``)
+    into the stream's scratch partials, then the reduce; a stamped call's start from the partials, its end from
+    the reduce. Returns ``ran`` (what the registry reports)."""
+    step = Step(partial_kernel, plan.key, plan.grid, plan.consts)
+    reduce = reduce_step(plan.reduce)
+    scalars, flags, as_bytes, device, clock, part = (plan.scalars, plan.flags, plan.as_bytes, plan.device,
+                                                     plan.clock, plan.part)
     buffers = PerStream(lambda stream: partials(part, where, stream))
 
-    def run(a: KernelArgs) -> None:
+    def run(a: KernelArgs) -> str | None:
         stream = current_stream(device)
         part_o, part_lse = buffers(stream)
         idx, length, indptr, sink = index_operands(a)
@@ -335,6 +342,7 @@ def recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None]:
         step((a.q, pool, idx, length, indptr, part_o, part_lse) + scalars + (float(a.scale) * LOG2E,) + flags
              + (stamps[0], stamps[1], stamps[2], -1), stream)
         reduce(part_o, part_lse, sink, a.output, stamps, stream)
+        return ran
 
     return run
 

@@ -6,8 +6,8 @@ Costs no device time: Triton carries ptxas and cuobjdump, so a config that spill
 misses Hopper's wgmma is found here before a GPU run. Integer arguments are specialised the way a real launch
 specialises them (unit strides become constants, multiples of 16 carry that fact), or the loads would not
 vectorise and the report would mislead. Each line also gives the SASS size and the longest loop's length and
-instruction mix (``loop=``: the tile loop, per warp per tile). ``signature`` is shared with the fp8 compile test
-(tests/dispatcher/kernels/test_fp8_ptx.py).
+instruction mix (``loop=``: the tile loop, per warp per tile). ``signature`` is shared with the kernels' compile tests
+(tests/dispatcher/kernels/sm90_build.py).
 """
 
 from __future__ import annotations
@@ -26,17 +26,20 @@ from triton.compiler import ASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dispatcher.kernels import triton_decode, triton_prefill  # noqa: E402
 
-PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*bf16", "indptr_ptr": "*bf16",
-        "sink_ptr": "*bf16", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32",
-        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "redo_ptr": "*i32"}
+PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
+        "sink_ptr": "*fp32", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32",
+        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "redo_ptr": "*i32", "stamp_ptr": "*i64", "count_ptr": "*i32"}
 ONES = {"q_s2", "kv_s2", "idx_s1", "o_s2"}  # unit strides: Triton turns an argument equal to 1 into a constant
 DIV16 = {"q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"}  # 9216, 576, 2048, ...: multiples of 16
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
 
 
 def signature(fn, consts: dict, ptrs: dict[str, str] | None = None) -> tuple[dict, dict, dict]:
-    """(signature, attributes, constexprs) for ``triton.compile``, specialised as a real launch would be."""
-    sig, attrs, consts, ptrs = {}, {}, dict(consts), ptrs or PTRS
+    """(signature, attributes, constexprs) for ``triton.compile``, as a launch with these pointer types (over
+    ``PTRS``) would give: constexprs not named take their defaults, constexprs the kernel lacks are dropped."""
+    sig, attrs = {}, {}
+    consts = {k: v for k, v in consts.items() if k in fn.arg_names}
+    ptrs = {**PTRS, **(ptrs or {})}
     for p in fn.params:  # a constexpr left out takes its default, as at a launch (KV8: a 16-bit pool)
         if p.is_constexpr and p.name not in consts and p.default is not inspect.Parameter.empty:
             consts[p.name] = p.default

@@ -72,9 +72,9 @@ def graphs_command(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Host µs that replay accounting adds per CUDAGraph.replay(), and the counts after the replays."""
-    from .graphs import run
+    from .graphs import render, run
 
-    _emit(run(calls=calls, replays=replays), as_json, lambda r: typer.echo(json.dumps(r, indent=2)))
+    _emit(run(calls=calls, replays=replays), as_json, render)
 
 
 @bench_app.command("overhead")

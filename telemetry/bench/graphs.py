@@ -106,3 +106,25 @@ def run(*, calls: int = 64, replays: int = 200, rounds: int = 11, rows: int = 2)
     finally:
         tel.close()
     return out
+
+
+def render(result: dict[str, Any]) -> None:
+    """The result as a table: what a replay costs, then whether the counts came out exact."""
+    from rich.console import Console
+    from rich.table import Table
+
+    calls = result["calls_per_graph"]
+    table = Table(title=f"replay accounting, {result['device']}, a graph of {calls} calls")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for slots, us in result["apply_us"].items():
+        table.add_row(f"ReplayRecord.apply, {slots.replace('_', ' ')} (µs)", f"{us:.2f}")
+    if "replay_us_with_record" in result:
+        table.add_row("replay() with the record / bare (µs)",
+                      f"{result['replay_us_with_record']:.2f} / {result['replay_us_without']:.2f}")
+        table.add_row("added per replay (µs)", f"{result['added_us_per_replay']:.2f}")
+        table.add_row("calls counted from replays / expected",
+                      f"{result['calls_counted_from_replays']:,} / {result['calls_expected_from_replays']:,}")
+        table.add_row("decode-in-prefill calls counted", f"{result['decode_in_prefill_calls']:,}")
+        table.add_row("exact", "yes" if result["exact"] else "[red]NO[/red]")
+    Console(width=120).print(table)

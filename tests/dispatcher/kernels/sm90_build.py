@@ -6,7 +6,7 @@ ptxas and cuobjdump, so this needs no CUDA install; run it in a process without 
 
 from __future__ import annotations
 
-import inspect
+import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -14,39 +14,18 @@ from pathlib import Path
 import triton
 from triton.backends.compiler import GPUTarget
 
-TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"
-PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
-        "sink_ptr": "*fp32", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32",
-        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "redo_ptr": "*i32", "stamp_ptr": "*i64", "count_ptr": "*i32"}
-ONES = {"q_s2", "kv_s2", "idx_s1", "o_s2"}  # unit strides: Triton turns an argument equal to 1 into a constant
-DIV16 = {"q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"}  # 9216, 576, 2048...: multiples of 16
+
+def _compile_check():
+    """scripts/gpu/compile_check.py, which owns how a launch specialises a kernel's arguments."""
+    path = Path(__file__).resolve().parents[3] / "scripts" / "gpu" / "compile_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_script_compile_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def signature(fn, consts: dict, ptrs: dict[str, str] | None = None) -> tuple[dict, dict, dict]:
-    """(signature, attributes, constexprs) for ``triton.compile``, as a launch with these pointer types would give:
-    constexprs not named take their defaults, constexprs the kernel lacks are dropped."""
-    consts = {k: v for k, v in consts.items() if k in fn.arg_names}
-    ptrs = {**PTRS, **(ptrs or {})}
-    for p in fn.params:
-        if p.is_constexpr and p.name not in consts and p.default is not inspect.Parameter.empty:
-            consts[p.name] = p.default
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in ptrs:
-            sig[name] = ptrs[name]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif name == "sm_scale2":
-            sig[name] = "fp32"
-        elif name in ONES:
-            sig[name] = "constexpr"
-            consts[name] = 1
-        else:
-            sig[name] = "i32"
-            if name in DIV16:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return sig, attrs, consts
+_SCRIPT = _compile_check()
+TOOLS, PTRS, signature = _SCRIPT.TOOLS, _SCRIPT.PTRS, _SCRIPT.signature
 
 
 def compile_sm90(fn, consts: dict, ptrs: dict[str, str] | None = None, **options):

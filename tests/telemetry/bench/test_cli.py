@@ -37,6 +37,13 @@ def test_bench_graphs_times_the_host_side_accounting():
     assert "no CUDA" in out["device"] or out.get("exact") is True
 
 
+def test_bench_graphs_prints_a_table_without_json():
+    res = runner.invoke(app, ["bench", "graphs", "--calls", "4"])
+    assert res.exit_code == 0, res.output
+    assert "ReplayRecord.apply, one slot" in res.stdout and "ReplayRecord.apply, 4 slots" in res.stdout
+    assert not res.stdout.lstrip().startswith("{")
+
+
 def test_bench_fidelity_needs_cuda():
     if torch.cuda.is_available():
         return
