@@ -8,6 +8,7 @@ decodes to split-K must save time. DeepSeek's decodes use the decode entry: no s
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +19,7 @@ from tests.service.live import Served
 
 pytestmark = pytest.mark.slow
 GLM, DSV = "GLM-5.3-Flash", "DeepSeek-V4.1-Flash"
+DIP_GLM = f'routescope_advice_decode_in_prefill_seconds_per_hour{{estimate="mid",model="{GLM}"}}'
 
 
 def _ready(body: dict) -> bool:
@@ -26,15 +28,22 @@ def _ready(body: dict) -> bool:
     return glm_decodes >= 5 and any(e["model"] == DSV for e in traffic)
 
 
+def _metrics_with(s: Served, series: str, timeout: float) -> str:
+    """/metrics once it shows ``series``: the advice gauges may lag /routing by up to two cache periods (2 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = s.get("/metrics").text
+        if series in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.3)
+
+
 def test_serve_demo_with_the_glm_bug_to_advise_json(tmp_path):
     s = Served("--demo", "--demo-glm-bug", log=tmp_path / "serve.log").wait_ready()
     try:
-        if "traffic" not in s.get("/routing").json():
-            pytest.skip("telemetry's `traffic` aggregate (calls per model x kernel x rows bucket x shape) is not in "
-                        "/routing on this branch yet")
         page = s.wait_for(_ready, 90, "GLM pure decodes and DeepSeek calls in /routing's traffic")
         res = CliRunner().invoke(build_app(), ["advise", "--url", s.base, "--json"])  # the CLI in this process
-        metrics = s.get("/metrics").text
+        metrics = _metrics_with(s, DIP_GLM, 10.0)
     finally:
         s.stopped_cleanly()
     assert res.exit_code == 0, res.output
@@ -48,4 +57,4 @@ def test_serve_demo_with_the_glm_bug_to_advise_json(tmp_path):
     assert guard.moved_calls > 0 and guard.saving.mid > 0 and guard.saving.low > 0
     assert models[DSV].decode_in_prefill.calls == 0
     assert page["advice"]["status"] == "ok"  # the page's /routing carries the same advice
-    assert 'routescope_advice_decode_in_prefill_seconds_per_hour{estimate="mid",model="GLM-5.3-Flash"}' in metrics
+    assert DIP_GLM in metrics

@@ -22,7 +22,7 @@ def test_gfx942_table_is_the_seed_published_figures_each_cited():
         assert item["provenance"] == PUBLISHED
         assert "seed PR" in item["source"]
     abs_points = {(p["kernel"], p["rows"]): p["us"] for p in doc["points"]}
-    assert abs_points == {  # DESIGN.md section 2: 16 heads, D=512, top-k 2048 on an MI325X
+    assert abs_points == {  # the seed PR's A/B comment: 16 heads, D=512, top-k 2048 on an MI325X
         ("aiter.pa_prefill_sparse", 2): 293.0, ("aiter.pa_prefill_sparse", 16): 294.0,
         ("aiter.pa_prefill_sparse", 16384): 8780.0, ("intree.sparse_decode", 2): 32.0,
         ("intree.sparse_decode", 16): 36.0, ("intree.sparse_decode", 16384): 12330.0,

@@ -2,7 +2,7 @@
 
 These files are NOT vLLM. tests/vllm_real runs the plugin inside the real vLLM 0.33.0 (its own
 venv); these doubles run in the main venv, fast, and reach what a CPU cannot (AITER launches on
-gfx942/gfx950, exporters, fail-open paths). Each mirrors only the layout routescope's plugin relies on (DESIGN.md §3: the ROCm sparse MLA ops module with
+gfx942/gfx950, exporters, fail-open paths). Each mirrors only the layout routescope's plugin relies on (vLLM 0.33.0's: the ROCm sparse MLA ops module with
 ``rocm_sparse_attn_prefill`` and the AITER getters, a backend module that imported the name,
 the forward context, the config getter, the TP rank getter). The fixture in conftest.py puts
 them on sys.path under the ``vllm.*`` names and removes them afterwards. The attention math
