@@ -17,10 +17,10 @@ from prometheus_fastapi_instrumentator import Instrumentator
 
 from advise.service import AdviceCollector, Cached, CachedAdvice
 from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
+from routescope import __version__
 from telemetry import Telemetry, TelemetryConfig
 from telemetry.config import DEFAULT_COUNTERFACTUALS
 
-from . import __version__
 from .demo.runner import DemoRunner
 from .errors import unexpected_handler, validation_handler
 from .docs import docs_router, swagger_ui_dir

@@ -245,7 +245,7 @@ def routing_view(
     """Telemetry's snapshot, trimmed (last N decisions, newest first) and joined with service facts."""
     now = time.time() if now is None else now
     if not version:
-        from . import __version__ as version
+        from routescope import __version__ as version
     out = dict(snapshot)
     decisions = list(snapshot.get("decisions", []))[-settings.decisions:]
     decisions.reverse()
