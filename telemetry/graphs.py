@@ -9,7 +9,8 @@ capture itself). ``GraphHooks`` wraps ``torch.cuda.graphs.CUDAGraph`` once per p
   capturing is counted as an ordinary call;
 - ``capture_end`` turns the capture's calls into a ``ReplayRecord`` stored on the graph object
   (a capture that fails leaves none); ``replay`` adds it to the same per-slot counters an eager
-  call feeds, after the replay was enqueued; ``reset`` and garbage collection drop it.
+  call feeds (and the decode entry's calls to its per-model counters), after the replay was
+  enqueued; ``reset`` and garbage collection drop it.
 
 Every torch capture path goes through that class: ``torch.cuda.graph``, ``make_graphed_callables``
 and vLLM's ``CUDAGraphWrapper`` (which calls ``replay()``). A capture made below torch (a raw
@@ -29,27 +30,37 @@ RECORD_ATTR = "_routescope_replay"
 
 
 class ReplayRecord:
-    """What one replay adds: per counters object, (slot, calls, rows, decode rows) for each slot captured."""
+    """What one replay adds.
 
-    __slots__ = ("parts", "calls", "_on_drop")
+    ``parts``: per counters object, (slot, calls, rows, decode rows, untimed calls) for each slot
+    captured. ``adds``: (list, index, amount) for counters kept outside the slots (the decode
+    entry's calls and rows per model).
+    """
 
-    def __init__(self, parts: list[tuple[SlotCounters, tuple[tuple[int, int, int, int], ...]]],
-                 on_drop: list[Callable[[], None]]) -> None:
-        self.parts = [(c.calls, c.rows, c.decode_rows, c.replayed, items) for c, items in parts]
-        self.calls = sum(n for _, items in parts for _, n, _, _ in items)
+    __slots__ = ("parts", "adds", "calls", "_on_drop")
+
+    def __init__(self, parts: list[tuple[SlotCounters, tuple[tuple[int, int, int, int, int], ...]]],
+                 on_drop: list[Callable[[], None]], adds: tuple[tuple[list[int], int, int], ...] = ()) -> None:
+        self.parts = [(c.calls, c.rows, c.decode_rows, c.replayed, c.replayed_untimed, items) for c, items in parts]
+        self.adds = adds
+        self.calls = sum(n for _, items in parts for _, n, _, _, _ in items)
         self._on_drop = on_drop
 
     def apply(self) -> None:
-        for calls, rows, decode_rows, replayed, items in self.parts:
-            for slot, n, r, d in items:
+        for calls, rows, decode_rows, replayed, untimed, items in self.parts:
+            for slot, n, r, d, u in items:
                 calls[slot] += n
                 rows[slot] += r
                 decode_rows[slot] += d
                 replayed[slot] += n
+                if u:
+                    untimed[slot] += u
+        for counter, i, n in self.adds:
+            counter[i] += n
 
     def drop(self) -> None:
         """Release what the record holds (device stamp entries); idempotent."""
-        on_drop, self._on_drop = self._on_drop, []
+        on_drop, self._on_drop = getattr(self, "_on_drop", []), []
         for release in on_drop:
             try:
                 release()
@@ -61,24 +72,35 @@ class ReplayRecord:
 
 
 class Capture:
-    """The calls one capture under way has seen, per counters object and slot."""
+    """The calls one capture under way has seen, per counters object and slot, and its other counts."""
 
-    __slots__ = ("graph", "_counts", "_on_drop")
+    __slots__ = ("graph", "_counts", "_adds", "_on_drop")
 
     def __init__(self, graph: Any) -> None:
         self.graph = graph
         self._counts: dict[int, tuple[SlotCounters, dict[int, list[int]]]] = {}
+        self._adds: dict[tuple[int, int], list] = {}
         self._on_drop: list[Callable[[], None]] = []
 
-    def add(self, counters: SlotCounters, slot: int, rows: int, decode_rows: int) -> None:
+    def add(self, counters: SlotCounters, slot: int, rows: int, decode_rows: int, *, timed: bool = True) -> None:
+        """A call of ``slot``; ``timed``: its replays write a device stamp (else the histogram never sees them)."""
         per = self._counts.setdefault(id(counters), (counters, {}))[1]
         c = per.get(slot)
         if c is None:
-            per[slot] = [1, rows, decode_rows]
+            per[slot] = [1, rows, decode_rows, 0 if timed else 1]
         else:
             c[0] += 1
             c[1] += rows
             c[2] += decode_rows
+            c[3] += 0 if timed else 1
+
+    def add_to(self, counter: list[int], i: int, n: int) -> None:
+        """Each replay adds ``n`` to ``counter[i]`` (a count kept outside the slots)."""
+        entry = self._adds.get((id(counter), i))
+        if entry is None:
+            self._adds[(id(counter), i)] = [counter, i, n]
+        else:
+            entry[2] += n
 
     def on_drop(self, release: Callable[[], None]) -> None:
         """Run ``release`` when the graph's record goes (reset, garbage collection, failed capture)."""
@@ -86,12 +108,13 @@ class Capture:
 
     @property
     def empty(self) -> bool:
-        return not self._counts and not self._on_drop
+        return not self._counts and not self._adds and not self._on_drop
 
     def record(self) -> ReplayRecord:
-        parts = [(counters, tuple((s, c[0], c[1], c[2]) for s, c in per.items()))
+        parts = [(counters, tuple((s, c[0], c[1], c[2], c[3]) for s, c in per.items()))
                  for counters, per in self._counts.values()]
-        return ReplayRecord(parts, self._on_drop)
+        adds = tuple((counter, i, n) for counter, i, n in self._adds.values())
+        return ReplayRecord(parts, self._on_drop, adds)
 
     def discard(self) -> None:
         ReplayRecord([], self._on_drop).drop()
@@ -102,6 +125,7 @@ class GraphHooks:
 
     def __init__(self) -> None:
         self.depth = [0]  # captures under way in this process, any thread
+        self.unwrapped_replay: Callable[..., Any] | None = None  # torch's own replay (benchmarks compare with it)
         self._captures: dict[int, list[Capture]] = {}
         self._lock = threading.Lock()
 
@@ -131,6 +155,7 @@ class GraphHooks:
 
     def install(self, cls: Any) -> None:
         begin, end, replay = cls.capture_begin, cls.capture_end, cls.replay
+        self.unwrapped_replay = replay
         reset = getattr(cls, "reset", None)
         hooks = self
 

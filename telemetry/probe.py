@@ -64,6 +64,7 @@ def build_probe(
     no_table = index.no_table
     calls, rows_total, decode_rows_total, impl_of = counters.calls, counters.rows, counters.decode_rows, counters.impl
     method = [UNLEARNT] * index.max_slots
+    depth, current_capture = (graphs.depth, graphs.current) if graphs is not None else ([0], lambda: None)
     now_ns = time.perf_counter_ns
     timed = timing != "off"
 
@@ -226,13 +227,14 @@ def build_probe(
     def finish_captured(token: CapturedToken, impl: str) -> None:
         slot = settle_slot(token, impl)
         capture = token.capture
-        capture.add(counters, slot, token.rows, token.decode_rows)
-        stamp = token.stamp
+        stamp, timed_replays = token.stamp, False
         if stamp is not None:
             if stamp.armed:
                 capture.on_drop(stamps.hold(stamp, slot))  # type: ignore[union-attr]
+                timed_replays = True
             else:
                 stamps.release(stamp)  # type: ignore[union-attr]
+        capture.add(counters, slot, token.rows, token.decode_rows, timed=timed_replays)
 
     def stop(token: Any, impl: str, announced: str | None = None, _impl_of: list = impl_of, _int: type = int) -> None:
         try:
@@ -284,10 +286,17 @@ def build_probe(
             errors[PROBE] += 1
 
     def record_decode_path(rows: int, model: Any = None) -> None:
+        """A decode-entry call: counted now, or, seen while this thread captures a graph, at each replay."""
         try:
             at = model_index.get(model, index.other)
-            agg.decode_path.calls[at] += 1
-            agg.decode_path.rows[at] += rows
+            dp = agg.decode_path
+            capture = current_capture() if depth[0] else None
+            if capture is not None and (capturing is None or capturing()):
+                capture.add_to(dp.calls, at, 1)
+                capture.add_to(dp.rows, at, rows)
+                return
+            dp.calls[at] += 1
+            dp.rows[at] += rows
         except Exception:  # noqa: BLE001
             errors[RECORD] += 1
 
@@ -310,7 +319,6 @@ def build_probe(
     if graphs is None:
         probe.start = start
         return probe
-    depth, current_capture = graphs.depth, graphs.current
 
     def start_watching_captures(decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any,
                                 stream: Any, impl: str | None = None) -> Any:

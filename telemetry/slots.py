@@ -74,7 +74,7 @@ class SlotInfo(NamedTuple):
 class SlotCounters:
     """Per-slot counts, preallocated to ``size``; every list is indexed by slot."""
 
-    __slots__ = ("calls", "rows", "decode_rows", "captured", "replayed", "latency", "latency_sum_ns",
+    __slots__ = ("calls", "rows", "decode_rows", "captured", "replayed", "replayed_untimed", "latency", "latency_sum_ns",
                  "latency_clock", "other_clock", "impl", "impl_extra", "_lock")
 
     def __init__(self, size: int) -> None:
@@ -83,6 +83,7 @@ class SlotCounters:
         self.decode_rows = [0] * size
         self.captured = [0] * size  # calls seen while a CUDA graph was being captured
         self.replayed = [0] * size  # of ``calls``: those counted from graph replays
+        self.replayed_untimed = [0] * size  # of ``replayed``: calls whose replays no device stamp times
         self.latency: list[list[int] | None] = [None] * size  # histogram bucket counts, made with the slot
         self.latency_sum_ns = [0] * size
         self.latency_clock: list[Clock | None] = [None] * size  # the clock of ``latency``: set by its first sample
@@ -115,10 +116,3 @@ class SlotCounters:
                     self.impl_extra[key] = left
                 else:
                     self.impl_extra.pop(key, None)
-
-    def add_replay(self, slot: int, calls: int, rows: int, decode_rows: int) -> None:
-        """One replay of a CUDA graph holding ``calls`` captured calls of this slot."""
-        self.calls[slot] += calls
-        self.rows[slot] += rows
-        self.decode_rows[slot] += decode_rows
-        self.replayed[slot] += calls

@@ -119,8 +119,8 @@ def _decisions(tel: Source) -> list[dict[str, Any]]:
 
 def build_snapshot(tel: Source, own: Totals, *, merged: Totals | None = None) -> dict[str, Any]:
     """Keys: platform, policy, counterfactuals, counterfactual_platform, counts, traffic, decode_in_prefill, latency,
-    decisions, would_route, errors, guard, graph_captured, graph_replayed, decode_path, health, scope (plus rank,
-    arch, timing, rows_buckets).
+    decisions, would_route, errors, guard, graph_captured, graph_replayed, graph_replayed_untimed, decode_path, health,
+    scope (plus rank, arch, timing, rows_buckets).
 
     The series come from ``merged`` (every process's, multiprocess mode) when given, else from
     ``own``; decisions, first occurrences and health are always this process's.
@@ -157,6 +157,7 @@ def build_snapshot(tel: Source, own: Totals, *, merged: Totals | None = None) ->
         },
         "graph_captured": _rows(t.captured, ("kernel", "model")),
         "graph_replayed": _rows(t.replayed, ("kernel", "model")),
+        "graph_replayed_untimed": _rows(t.replayed_untimed, ("kernel", "model")),
         "decode_path": [
             {"model": m, "calls": n, "rows": t.decode_path_rows.get((m,), 0)} for (m,), n in sorted(t.decode_path_calls.items())
         ],
@@ -185,7 +186,8 @@ def empty_snapshot(tel: Source) -> dict[str, Any]:
         "rank": tel.config.rank, "arch": tel.platform.arch, "timing": tel.timing, "rows_buckets": [],
         "counts": [], "traffic": [], "decode_in_prefill": {"counts": [], "first_occurrences": []}, "latency": [],
         "decisions": [], "would_route": [], "errors": [], "guard": {"mode": tel.policy.guard.value, "rerouted": [],
-        "refused": []}, "graph_captured": [], "graph_replayed": [], "decode_path": [],
+        "refused": []}, "graph_captured": [], "graph_replayed": [], "graph_replayed_untimed": [],
+        "decode_path": [],
         "scope": {"series": "this process", "decisions": "this process", "health": "this process"},
         "health": {
             "telemetry_errors": {s: agg.health.errors[i] for i, s in enumerate(STAGES)},

@@ -50,6 +50,9 @@ COUNTERS = (
                "Calls seen while a CUDA/HIP graph was captured (each replay then counts them as calls).", "captured"),
     MetricSpec("routescope_graph_replayed_calls_total", "counter", ("kernel", "model") + R,
                "Of routescope_calls_total: calls counted from CUDA/HIP graph replays.", "replayed"),
+    MetricSpec("routescope_graph_untimed_replayed_calls_total", "counter", ("kernel", "model") + R,
+               "Of routescope_graph_replayed_calls_total: replayed calls no clock times (their kernels write no "
+               "device stamp); the latency histogram holds none of them.", "replayed_untimed"),
     MetricSpec("routescope_traffic_calls_total", "counter",
                ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype") + R,
                "Calls launched, by the row-free call shape a latency table is indexed by.", "traffic_calls"),

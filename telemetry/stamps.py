@@ -124,7 +124,10 @@ class DeviceStamps:
         if table is None:
             return None
         with self._lock:
-            return table.claim_held()
+            stamp = table.claim_held()
+        if stamp is None:
+            self._health.drop("timing_pool_empty")  # every graph entry is held: this call's replays go untimed
+        return stamp
 
     def pending(self, stamp: TableStamp, slot: int, wall_ns: int) -> None:
         """An armed eager stamp: read it at a later flush."""
@@ -150,13 +153,20 @@ class DeviceStamps:
         with self._lock:
             stamp.table.free(stamp.index)
 
-    def resolve(self, sink: LatencySink) -> int:
-        """Samples from every written stamp; eager entries are freed once read or given up on."""
+    def resolve(self, sink: LatencySink, lock_timeout: float = -1) -> int:
+        """Samples from every written stamp; eager entries are freed once read or given up on.
+
+        ``lock_timeout``: seconds to wait for the lock (-1: as long as it takes); past it a TimeoutError,
+        nothing taken (a signal handler's flush, whose interrupted thread may hold the lock)."""
         done = 0
         now = time.monotonic()
-        with self._lock:
+        if not self._lock.acquire(timeout=lock_timeout):
+            raise TimeoutError("device stamps: lock held past the wait")
+        try:
             pending, self._pending = self._pending, []
             held = list(self._held.values())
+        finally:
+            self._lock.release()
         keep = []
         for entry in pending:
             table, index, slot, wall_ns, t_claim = entry

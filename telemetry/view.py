@@ -33,6 +33,7 @@ class Totals:
     kernel_errors: dict[Key, int] = field(default_factory=dict)
     captured: dict[Key, int] = field(default_factory=dict)
     replayed: dict[Key, int] = field(default_factory=dict)
+    replayed_untimed: dict[Key, int] = field(default_factory=dict)
     traffic_calls: dict[Key, int] = field(default_factory=dict)
     traffic_rows: dict[Key, int] = field(default_factory=dict)
     traffic_decode_rows: dict[Key, int] = field(default_factory=dict)
@@ -82,7 +83,7 @@ def build_totals(
     n = agg.n_slots
     info = agg.info[:n]
     calls, rows, drows = c.calls[:n], c.rows[:n], c.decode_rows[:n]
-    captured, replayed, impls = c.captured[:n], c.replayed[:n], c.impl[:n]
+    captured, replayed, untimed, impls = c.captured[:n], c.replayed[:n], c.replayed_untimed[:n], c.impl[:n]
     extra: dict[int, list[tuple[str, int]]] = {}
     for (s, impl), count in list(c.impl_extra.items()):
         extra.setdefault(s, []).append((impl, count))
@@ -119,6 +120,8 @@ def build_totals(
                     _add(t.rerouted, (inf.rerouted_from, k, m), calls_s)
                 if replayed[s]:
                     _add(t.replayed, (k, m), replayed[s])
+                    if untimed[s]:
+                        _add(t.replayed_untimed, (k, m), untimed[s])
         if captured[s]:
             _add(t.captured, (k, m), captured[s])
         hist, clock = c.latency[s], c.latency_clock[s]

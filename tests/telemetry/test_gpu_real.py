@@ -61,11 +61,19 @@ def test_every_replay_is_counted_exactly(instrumented):
     assert grew("rows") == 1000 * (2 + 16 + 1024)
     assert grew("dip_calls") == 2000, "the two pure decodes run on the prefill kernel: one each per replay"
     assert grew("dip_rows") == 1000 * (2 + 16)
+    assert grew("decisions") == 3000 and grew("traffic_calls") == 3000 and grew("traffic_rows") == grew("rows")
+    assert grew("would_route") == 3000 * len(tel.counterfactuals)
+    assert grew("replayed_untimed") == 0, "the project's kernels stamp: their replays are timed"
     assert sum(after.captured.values()) == 3
     for _ in range(10):
         d(*calls[0][0], **calls[0][1])  # eager calls beside the replays
     graph.replay()
     graph.reset()
+    x = torch.zeros(8, device="cuda")
+    with torch.cuda.graph(graph):  # the same graph object captured again, with work of no dispatcher call
+        x.add_(1)
+    for _ in range(5):
+        graph.replay()  # counts nothing: the reset dropped the record
     graph2 = _graph(d, calls[:1])  # the warm-up call is eager: 1 more
     for _ in range(5):
         graph2.replay()

@@ -55,7 +55,9 @@ def counts(tel: Telemetry) -> dict[str, float]:
         "routescope_calls_total", "routescope_rows_total", "routescope_decisions_total",
         "routescope_decode_in_prefill_calls_total", "routescope_decode_in_prefill_rows_total",
         "routescope_would_route_calls_total", "routescope_traffic_calls_total", "routescope_traffic_rows_total",
-        "routescope_graph_captured_calls_total", "routescope_graph_replayed_calls_total")}
+        "routescope_graph_captured_calls_total", "routescope_graph_replayed_calls_total",
+        "routescope_graph_untimed_replayed_calls_total", "routescope_decode_path_calls_total",
+        "routescope_decode_path_rows_total")}
 
 
 def test_every_replay_counts_every_captured_call_exactly(make_tel):
@@ -71,6 +73,9 @@ def test_every_replay_counts_every_captured_call_exactly(make_tel):
     got, want = counts(tel), counts(eager)
     assert got["routescope_graph_captured_calls_total"] == 3
     assert got["routescope_graph_replayed_calls_total"] == 3000 == got["routescope_calls_total"]
+    # No kernel here writes a device stamp: every replayed call is untimed, and says so.
+    assert got["routescope_graph_untimed_replayed_calls_total"] == 3000
+    assert total(scrape(tel.registry), "routescope_call_duration_seconds_count") == 0
     for name in ("routescope_calls_total", "routescope_rows_total", "routescope_decisions_total",
                  "routescope_decode_in_prefill_calls_total", "routescope_decode_in_prefill_rows_total",
                  "routescope_would_route_calls_total", "routescope_traffic_calls_total",
@@ -205,5 +210,69 @@ def test_captured_calls_are_timed_by_stamps_once_per_flush(make_tel):
     got = series(s, "routescope_call_duration_seconds_count", clock="device")
     assert sum(got.values()) == 2
     assert total(s, "routescope_call_duration_seconds_sum", clock="device") == pytest.approx(20e-6 + 25e-6)
+    assert total(s, "routescope_graph_replayed_calls_total") == 2
+    assert total(s, "routescope_graph_untimed_replayed_calls_total") == 0, "stamped replays are timed"
     g.reset()
     assert token.stamp.index in tel._stamps.table("cuda:0", create=False).free_graph, "reset frees the entry"
+
+
+def test_decode_entry_calls_in_a_graph_count_at_every_replay(make_tel):
+    """The decode entry's calls feed the decode-in-prefill share: graphed, they must count per replay too."""
+    tel, eager = make(make_tel), make(make_tel)
+    g = FakeGraph()
+    g.capture_begin()
+    tel.record_decode_path(4, "glm")
+    tel.record_decode_path(4, "glm")
+    call(tel, 2, batch_for(2))  # the misrouted decode beside them, in the same graph
+    g.capture_end()
+    assert counts(tel)["routescope_decode_path_calls_total"] == 0, "capture runs nothing"
+    for _ in range(50):
+        g.replay()
+        eager.record_decode_path(4, "glm")
+        eager.record_decode_path(4, "glm")
+        call(eager, 2, batch_for(2))
+    got, want = counts(tel), counts(eager)
+    assert got["routescope_decode_path_calls_total"] == 100 == want["routescope_decode_path_calls_total"]
+    assert got["routescope_decode_path_rows_total"] == 400 == want["routescope_decode_path_rows_total"]
+    assert got["routescope_decode_in_prefill_calls_total"] == 50 == want["routescope_decode_in_prefill_calls_total"]
+    assert tel.snapshot()["decode_path"] == [{"model": "glm", "calls": 100, "rows": 400}]
+    g.reset()
+    g.capture_begin()
+    g.capture_end()
+    g.replay()
+    assert counts(tel)["routescope_decode_path_calls_total"] == 100, "a reset graph's record is gone"
+
+
+def test_decode_entry_calls_on_a_thread_not_capturing_count_now(make_tel):
+    tel = make(make_tel)
+    g = FakeGraph()
+    g.capture_begin()
+    FakeCuda.capturing = False  # a capture is under way, but this stream is not capturing
+    tel.record_decode_path(3, "glm")
+    FakeCuda.capturing = True
+    g.capture_end()
+    g.replay()
+    assert counts(tel)["routescope_decode_path_calls_total"] == 1
+
+
+def test_a_full_graph_stamp_table_drops_the_timing_not_the_counts(make_tel):
+    """Every graph entry held: the captured call still counts at each replay, untimed, and the drop is counted."""
+    tel = make(make_tel, sample_first=1, sample_every=1000)
+    shape = validate(*args_for(16))
+    decision = dispatcher().decide(shape, batch_for(16))
+    first = tel.probe.start(decision, shape, batch_for(16), "glm", CudaQ(), "s")  # makes the stamp table
+    first.stamp.armed = True
+    tel.probe.stop(first, "triton")
+    tel._stamps.table("cuda:0", create=False).free_graph.clear()  # as if 4,096 captured calls held them
+    g = FakeGraph()
+    g.capture_begin()
+    token = tel.probe.start(decision, shape, batch_for(16), "glm", CudaQ(), "s")
+    assert token.stamp is None
+    tel.probe.stop(token, "triton")
+    g.capture_end()
+    for _ in range(3):
+        g.replay()
+    s = scrape(tel.registry)
+    assert total(s, "routescope_telemetry_dropped_total", reason="timing_pool_empty") == 1
+    assert total(s, "routescope_graph_replayed_calls_total") == 3
+    assert total(s, "routescope_graph_untimed_replayed_calls_total") == 3

@@ -50,7 +50,7 @@ def busy_registry(make_tel):
 
 def test_names_types_and_labels_match_the_contract(make_tel):
     doc = contract()
-    assert len(doc) == 23
+    assert len(doc) == 24
     assert {s.name: (s.kind, s.labels) for s in ALL} == doc
     tel = busy_registry(make_tel)
     text = generate_latest(tel.registry).decode()
