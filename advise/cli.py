@@ -12,8 +12,17 @@ from rich.table import Table
 from .choose import choose_tables
 from .policies import DEFAULT_GATES
 from .report import AdviceOut, BandOut, advise, fmt_seconds, fmt_share
-from .sources import SourceError, duration_seconds, from_demo, from_multiproc, from_prometheus, from_routing
+from .sources import (
+    SourceError,
+    as_demo,
+    duration_seconds,
+    from_demo,
+    from_multiproc,
+    from_prometheus,
+    from_routing,
+)
 from .tables import TableError
+from .traffic import Traffic
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -33,8 +42,18 @@ def parse_gates(text: str) -> tuple[int, ...]:
 
 def read_traffic(url: str | None, multiproc_dir: str | None, prometheus: str | None, range_: str | None,
                  at: str | None, selector: str, span: str | None, demo_traffic: int | None = None,
-                 glm_bug: bool = False) -> Traffic:
+                 glm_bug: bool = False, demo_shapes: bool = False) -> Traffic:
     """The one source asked for; ValueError names the option at fault, SourceError the source."""
+    if demo_shapes and not (prometheus or multiproc_dir):
+        raise ValueError("--demo-shapes goes with --prometheus or --multiproc-dir (a /routing and --demo-traffic "
+                         "know their demo by themselves)")
+    traffic = _read_source(url, multiproc_dir, prometheus, range_, at, selector, span, demo_traffic, glm_bug)
+    return as_demo(traffic) if demo_shapes else traffic
+
+
+def _read_source(url: str | None, multiproc_dir: str | None, prometheus: str | None, range_: str | None,
+                 at: str | None, selector: str, span: str | None, demo_traffic: int | None,
+                 glm_bug: bool) -> Traffic:
     given = [name for name, v in (("--url", url), ("--multiproc-dir", multiproc_dir), ("--prometheus", prometheus),
                                   ("--demo-traffic", demo_traffic)) if v]
     if len(given) != 1:
@@ -95,7 +114,8 @@ def render(out: AdviceOut, console: Console, *, every: bool = False) -> None:
         console.print()
         console.print(f"[bold]{m.headline}[/bold]")
         per = "per hour" if hourly else "over the traffic"
-        table = Table("policy", "what", f"kernel time {per}", f"saving {per}", "share", "moved calls", "unpriced calls")
+        table = Table("policy", "what", f"prefill-entry kernel time {per}", f"saving {per}",
+                      "share of prefill-entry time", "moved calls", "unpriced calls")
         for c in m.candidates:
             if not every and ((c.kind == "gate" and c.name != m.best) or (c.kind == "fix" and not c.moved_calls)):
                 continue
@@ -128,6 +148,9 @@ def advise_command(
     span: Annotated[Optional[str], typer.Option(help="multiprocess: how long the files counted (e.g. 2h), for per-hour figures")] = None,
     demo_traffic: Annotated[Optional[int], typer.Option(min=1, help="the demo's first N calls from its traffic generator, at the real models' shapes (no server, no kernel)")] = None,
     demo_glm_bug: Annotated[bool, typer.Option("--demo-glm-bug", help="with --demo-traffic: GLM decode rows through the prefill entry")] = False,
+    demo_shapes: Annotated[bool, typer.Option("--demo-shapes", help="with --prometheus or --multiproc-dir: the traffic "
+                                              "is `serve --demo`'s; price its scaled-down calls at the real models' "
+                                              "shapes (on a CPU with the H200 table, a what-if)")] = False,
     table: Annotated[Optional[list[str]], typer.Option(help="latency table: h200, gfx942 or a JSON file (repeatable; first wins)")] = None,
     gates: Annotated[str, typer.Option(help="gates to scan, in rows")] = ",".join(map(str, DEFAULT_GATES)),
     model: Annotated[Optional[list[str]], typer.Option(help="only these models (repeatable)")] = None,
@@ -137,7 +160,8 @@ def advise_command(
     """Predict what each gate (and decodes to split-K) would cost or save on the traffic a source saw."""
     try:
         scan = parse_gates(gates)
-        traffic = read_traffic(url, multiproc_dir, prometheus, range_, at, selector, span, demo_traffic, demo_glm_bug)
+        traffic = read_traffic(url, multiproc_dir, prometheus, range_, at, selector, span, demo_traffic, demo_glm_bug,
+                               demo_shapes)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     except SourceError as exc:

@@ -26,6 +26,9 @@ BAND = ("band: lowest to highest over the power-law and linear interpolants betw
         "timings at their low, middle or high value (a sweep's p20/median/p80), and calls at their bucket's mean "
         "rows or spread to its edges; the estimate is power-law, middle, mean")
 BEST_KINDS = ("gate", "counterfactual")
+# What a share is of: only prefill-entry calls are priced (the decode entry's calls are not in the traffic aggregate),
+# so a saving is a share of their predicted kernel time, not of all sparse-attention time.
+SHARE_OF = "of the predicted prefill-entry kernel time"
 
 
 class BandOut(BaseModel):
@@ -80,7 +83,8 @@ class CandidateOut(BaseModel):
     saving: BandOut | None = Field(None, description="kernel seconds saved against the active policy (negative: "
                                                      "a cost); null when a moved call is outside the table")
     saving_per_hour: BandOut | None = None
-    saving_share: BandOut | None = Field(None, description="saving / the active policy's predicted kernel time")
+    saving_share: BandOut | None = Field(None, description="saving / the active policy's predicted kernel time of the "
+                                                           "prefill-entry calls (decode-entry calls are not priced)")
     saving_note: str | None = None
     tables: list[str] = []
 
@@ -212,7 +216,7 @@ def _headline(model: str, outs: list[CandidateOut], best: CandidateOut | None, t
         text = f"{model}: no scanned gate is predicted to save time against the active policy ({active.label})"
     else:
         saving = best.saving_per_hour if hourly else best.saving
-        share = f"{fmt_share(best.saving_share.mid)} of the predicted sparse-attention kernel time, " if best.saving_share else ""
+        share = f"{fmt_share(best.saving_share.mid)} {SHARE_OF}, " if best.saving_share else ""
         text = f"{model}: {_what(best, active, target)} would have saved {share}{fmt_band(saving, hourly)}"
         if len(ties) > 1:
             text += f" (any gate from {ties[0]} to {ties[-1]} rows saves as much: no calls fall between them)"

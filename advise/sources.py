@@ -13,6 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from dispatcher.policy import Policy
@@ -242,6 +243,24 @@ def from_prometheus(url: str, range_: str, *, at: float | str | None = None, sel
 
 
 # -- the demo's traffic generator --------------------------------------------------------------------------------
+
+DECLARED_DEMO = "declared by --demo-shapes"
+
+
+def as_demo(traffic: Traffic) -> Traffic:
+    """The traffic of `routescope serve --demo`, said so by the caller (Prometheus and multiprocess files cannot
+    tell): its models' calls are priced at the real models' shapes (the CPU demo runs them scaled down, rows per
+    call real), and a platform without a table of its own gets the H200's, with the demo's what-if note.
+
+    /routing knows its demo by itself; a traffic that already has one is returned as it is.
+    """
+    if traffic.demo is not None:
+        return traffic
+    from service.demo.traffic import DEMO_MODELS
+
+    demo = {"scaled": True, "shapes": [{"model": m.name} for m in DEMO_MODELS], "source": DECLARED_DEMO}
+    return replace(traffic, demo=demo)
+
 
 GENERATED = "none (generated, not run)"
 

@@ -6,7 +6,10 @@ Two formats load:
   kernel x rows x top-k (x layout), each citing its source, and optional ratios between two
   kernels (the seed's AITER/in-tree table) from which the second kernel's time is derived;
 - the JSON ``routescope sweep`` writes (docs/benchmarks/h200-sweep*.json): median, p20 and p80
-  per kernel x layout x top-k x rows, measured here.
+  per kernel x implementation x layout x top-k x rows, measured here, with the date and commit it
+  ran at (sweeps before those were recorded say "not recorded in the file"). Where a sweep timed
+  several implementations of one kernel, the one the dispatcher would launch prices it
+  (``IMPL_PREFERENCE``), and the table's notes say so.
 
 Every table says where its figures come from: device, date, and "measured here" or
 "published, not measured here".
@@ -38,6 +41,14 @@ _LAYOUT = re.compile(r"^\d+\+\d+$")
 # Devices a sweep JSON names, to the arch whose routing it prices (a sweep does not record the arch).
 _DEVICE_ARCH = (("h200", "sm90"), ("h100", "sm90"), ("h800", "sm90"), ("mi300", "gfx942"), ("mi325", "gfx942"),
                 ("mi350", "gfx950"), ("mi355", "gfx950"), ("a100", "sm80"), ("cpu", "cpu"))
+
+# The implementations of a kernel in the order the dispatcher prefers them (dispatcher/kernels/registry.py's
+# default_registry: Gluon on Hopper, then Triton, then torch; AITER's names have one). Where a sweep timed several
+# implementations of one kernel at a point, the first of these prices it: what the dispatcher would launch there
+# (unless ROUTESCOPE_GLUON=0 turns Gluon off: time Triton alone for a table of that). Implementations not listed
+# come after, by name; a result without one (older sweeps) last.
+IMPL_PREFERENCE = ("gluon", "triton", "torch", "aiter")
+NOT_RECORDED = "not recorded in the file"
 
 SeriesKey = tuple[str, int, str, str, str]  # kernel, top-k, layout, q dtype, kv dtype
 RatioKey = tuple[str, str, int, str, str, str]  # kernel, over, top-k, layout, q dtype, kv dtype
@@ -126,6 +137,8 @@ class SweepIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     device: str = Field(min_length=1)
+    date: str | None = Field(None, description="the UTC day it ran (routescope sweep records it; older files not)")
+    commit: str | None = Field(None, description="the checkout's commit it ran at, if it ran in one")
     command: str = ""
     results: list[SweepResultIn] = Field(min_length=1)
 
@@ -254,24 +267,64 @@ def table_from_sweep(doc: dict, file: str, *, date: str | None = None, commit: s
     if arch is None:
         raise TableError(file, "device", f"{s.device!r}: which arch's routing it prices is unknown "
                                          "(known: H100/H200 -> sm90, MI300/MI325 -> gfx942, MI350/MI355 -> gfx950, cpu)")
-    pts: dict[tuple, list] = {}
+    timed: dict[tuple, dict[int, dict[str, tuple]]] = {}  # series -> rows -> impl -> (lo, mid, hi), where
+    again: list[str] = []
     for i, r in enumerate(s.results):
         _check_layout(file, f"results[{i}].layout", r.layout)
         lo = min(r.p20_us if r.p20_us is not None else r.median_us, r.median_us)
         hi = max(r.p80_us if r.p80_us is not None else r.median_us, r.median_us)
         key = (r.kernel, r.topk, r.layout, r.dtype, r.kv_dtype or r.dtype)
-        pts.setdefault(key, []).append((r.rows, (lo, r.median_us, hi), f"results[{i}].rows"))
+        at = timed.setdefault(key, {}).setdefault(r.rows, {})
+        if (r.impl or "") in at:  # e.g. Gluon handed these calls to Triton, which the sweep also timed
+            again.append(f"results[{i}]")
+            continue
+        at[r.impl or ""] = ((lo, r.median_us, hi), f"results[{i}].rows")
+    pts, notes = _preferred_points(timed)
+    if again:
+        notes.append(f"{', '.join(again[:5])}{' and more' if len(again) > 5 else ''}: a second timing of an "
+                     "implementation at a point it was timed at already (one handed the calls to another): the "
+                     "first kept")
     heads = {r.heads for r in s.results if r.heads}
     timers = sorted({r.timer for r in s.results if r.timer})
-    notes = [f"median per call; band p20-p80 of {', '.join(timers) or 'its'} timings"]
+    notes.insert(0, f"median per call; band p20-p80 of {', '.join(timers) or 'its'} timings")
     if doc.get("kv_pool"):
-        notes.append(str(doc["kv_pool"]))
+        notes.insert(1, str(doc["kv_pool"]))
     meta = TableMeta(
-        name=Path(file).stem, device=s.device, arch=arch, date=date or "not recorded in the file",
-        provenance=MEASURED, source="routescope sweep", file=file, command=s.command or None, commit=commit,
-        heads=heads.pop() if len(heads) == 1 else None, notes=tuple(notes),
+        name=Path(file).stem, device=s.device, arch=arch, date=date or s.date or NOT_RECORDED,
+        provenance=MEASURED, source="routescope sweep", file=file, command=s.command or None,
+        commit=commit or s.commit, heads=heads.pop() if len(heads) == 1 else None, notes=tuple(notes),
     )
     return LatencyTable(meta, _curves(file, pts))
+
+
+def impl_rank(impl: str) -> tuple[int, str]:
+    """Sort key: the dispatcher's preference (``IMPL_PREFERENCE``), then other names, then none ("")."""
+    if impl in IMPL_PREFERENCE:
+        return IMPL_PREFERENCE.index(impl), impl
+    return (len(IMPL_PREFERENCE), impl) if impl else (len(IMPL_PREFERENCE) + 1, "")
+
+
+def _preferred_points(timed: dict[tuple, dict[int, dict[str, tuple]]]) -> tuple[dict[tuple, list], list[str]]:
+    """Each series' points, at each row count the implementation the dispatcher prefers among those timed
+    there; and a note per kernel that had several, naming which priced it. Pure."""
+    pts: dict[tuple, list] = {}
+    used: dict[str, set[str]] = {}
+    seen: dict[str, set[str]] = {}
+    for key, by_rows in timed.items():
+        for rows, by_impl in by_rows.items():
+            impl = min(by_impl, key=impl_rank)
+            value, where = by_impl[impl]
+            pts.setdefault(key, []).append((rows, value, where))
+            used.setdefault(key[0], set()).add(impl)
+            seen.setdefault(key[0], set()).update(by_impl)
+    notes = [f"{kernel}: timed as {_names(seen[kernel])}; priced with {_names(used[kernel])}, at each point the one "
+             f"the dispatcher would launch ({', '.join(IMPL_PREFERENCE)}, in that order)"
+             for kernel in sorted(seen) if len(seen[kernel]) > 1]
+    return pts, notes
+
+
+def _names(impls: Iterable[str]) -> str:
+    return ", ".join(i or "(unnamed)" for i in sorted(impls, key=impl_rank))
 
 
 def sweep_to_table_doc(sweep: dict, *, name: str, date: str, commit: str, source: str, file: str) -> dict:

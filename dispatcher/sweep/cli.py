@@ -18,6 +18,7 @@ from .grid import (
     parse_int_list, parse_kernels, parse_layouts,
 )
 from .analysis import TOLERANCE
+from .provenance import git_commit, run_date
 from .report import device_name, document, l2_bytes, print_tables, write_all
 from .runner import KernelFailed, SweepPlan, check_timer, run_sweep
 
@@ -149,7 +150,8 @@ def sweep_command(
         labels = list(dict.fromkeys(r.label for r in results))
         a, b = labels[0], labels[1]
     doc = document(results, a=a, b=b, layouts=[str(x) for x in plan.layouts], device=device_name(plan.device),
-                   command=replay_command(plan, out, tolerance), tolerance=tolerance, l2=l2_bytes(plan.device))
+                   command=replay_command(plan, out, tolerance), tolerance=tolerance, l2=l2_bytes(plan.device),
+                   date=run_date(), commit=git_commit())
     paths = write_all(out, results, doc)
     if as_json:
         typer.echo(json.dumps(doc, indent=1))

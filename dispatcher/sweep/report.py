@@ -38,10 +38,14 @@ def summarize(results: list[Result], a: str, b: str, layouts: list[str],
 
 
 def document(results: list[Result], *, a: str, b: str, layouts: list[str], device: str, command: str,
-             tolerance: float = TOLERANCE, l2: int | None = None) -> dict[str, Any]:
-    """The JSON written beside the CSV: {"device", "results": [...], ratios, crossover, recommendation}, and
-    where the kv pools sat against the GPU's L2 (``l2``, bytes; None on the host), and which event-pair readings
-    are too short to stand for kernel time (``timer_note``; None when none are)."""
+             tolerance: float = TOLERANCE, l2: int | None = None, date: str | None = None,
+             commit: str | None = None) -> dict[str, Any]:
+    """The JSON written beside the CSV: {"device", "date", "commit", "results": [...], ratios, crossover,
+    recommendation}, and where the kv pools sat against the GPU's L2 (``l2``, bytes; None on the host), and which
+    event-pair readings are too short to stand for kernel time (``timer_note``; None when none are).
+
+    ``date`` (UTC day) and ``commit`` (the checkout's, or None) are what `routescope advise --table` shows
+    beside every figure priced from this file (``provenance`` reads them)."""
     tables, found, advice = summarize(results, a, b, layouts, tolerance)
     triton_version = None
     try:
@@ -52,6 +56,8 @@ def document(results: list[Result], *, a: str, b: str, layouts: list[str], devic
         pass
     return {
         "device": device,
+        "date": date,
+        "commit": commit,
         "torch": torch.__version__,
         "triton": triton_version,
         "command": command,

@@ -276,8 +276,8 @@ function adviceModel(m, hourly) {
   }
   const per = hourly ? "per hour" : "over the traffic";
   const table = el("table", { class: "advice-table", "data-advice-model": m.model },
-    el("thead", {}, el("tr", {}, el("th", { text: "policy" }), el("th", { text: "what" }), el("th", { text: `kernel time ${per} (band)` }),
-      el("th", { text: `against the active policy ${per} (band)` }), el("th", { text: "share" }), el("th", { text: "moved calls" }))), body);
+    el("thead", {}, el("tr", {}, el("th", { text: "policy" }), el("th", { text: "what" }), el("th", { text: `prefill-entry kernel time ${per} (band)` }),
+      el("th", { text: `against the active policy ${per} (band)` }), el("th", { text: "share of prefill-entry kernel time" }), el("th", { text: "moved calls" }))), body);
   const node = el("div", { class: "advice-model" }, el("h3", { text: m.model }),
     el("p", { class: "headline", "data-advice-headline": m.model, text: m.headline }), el("div", { class: "scroll" }, table));
   const d = m.decode_in_prefill;
@@ -296,6 +296,7 @@ function advice(data) {
   sec.hidden = false;
   const src = document.getElementById("advice-source");
   src.setAttribute("data-status", a.status);
+  src.setAttribute("data-what-if", String(!!(a.target && a.target.what_if)));  // priced as if on another device
   if (a.status !== "ok") {
     src.className = "note " + (a.status === "error" ? "bad" : "whatif");
     src.textContent = `No figure: ${a.message}`;

@@ -1,8 +1,11 @@
 """Traffic fixtures with exactly the shape telemetry's `traffic` aggregate has (docs/advise.md), built from the demo.
 
-Until telemetry's own aggregate is on this branch these stand in for it: the demo's calls
-(service/demo/traffic.py) aggregated by ``advise.traffic.aggregate``, as a CPU demo's
-/routing would carry them (scaled shapes: top-k 32, head dims / 8).
+The demo's calls (service/demo/traffic.py) aggregated by ``advise.traffic.aggregate`` (telemetry's
+rows buckets), as a CPU demo's /routing would carry them (scaled shapes: top-k 32, head dims / 8):
+a known traffic in a millisecond, where running the demo until it has made these calls would take
+minutes. Telemetry's own aggregate is what the end-to-end tests read: `serve --demo` to
+`advise --url` (test_e2e_serve.py), real telemetry's multiprocess files (test_multiproc_route.py)
+and a real Prometheus scraping two demos (tests/dashboards/test_e2e_demo.py).
 """
 
 from __future__ import annotations

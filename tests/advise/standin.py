@@ -1,7 +1,12 @@
-"""Stand-ins for what cannot run here yet: a /routing server with fixture JSON, and a traffic exporter.
+"""Small servers for tests that need a chosen document or series, not a running demo.
 
-Both speak exactly what the real pieces will (telemetry's `traffic` aggregate, docs/advise.md);
-the CLI, the HTTP clients and Prometheus talking to them are the real ones.
+``RoutingStandIn`` serves a /routing document (fixture JSON, or routing_view's output) beside the
+page's static files: the CLI and chromium read a known traffic without a demo running for minutes.
+``TrafficExporter`` exports the traffic counters as a routescope from before
+``routescope_traffic_decode_rows_total`` did (calls and rows per entry, decode rows per kernel x
+model only), so the Prometheus route's estimate of mixed batches' decode rows stays tested; the
+exact route, real telemetry behind real `serve --demo` processes, is tests/dashboards/test_e2e_demo.py.
+The CLI, the HTTP clients and Prometheus talking to them are the real ones.
 """
 
 from __future__ import annotations
@@ -62,7 +67,8 @@ class RoutingStandIn:
 
 
 class TrafficExporter:
-    """Counts the same calls again and again: routescope_traffic_* and the series advise reads beside them."""
+    """Counts the same calls again and again: routescope_traffic_calls/rows and the series advise reads beside
+    them, without the traffic decode-rows counter (an older exporter's series)."""
 
     def __init__(self, entries: list[dict[str, Any]], *, rank: str = "0", arch: str = "sm90") -> None:
         r = self.registry = CollectorRegistry()

@@ -43,6 +43,8 @@ def test_a_table_for_people(demo_url):
     assert "predicted" in text and "nothing here was measured" in text and "h200-sweep-cupti" in text
     assert "measured here" in text and "demo on cpu" in text and GLM in text and "DeepSeek" not in text
     assert "decode-in-prefill" in text and "--all shows every gate" in text
+    # What the figures are of: the prefill-entry calls (the table's headers wrap, so their first words).
+    assert "prefill-entry kernel" in text and "share of prefill-entry" in text
 
 
 def test_a_published_table_on_request(demo_url):
@@ -63,6 +65,7 @@ def test_a_published_table_on_request(demo_url):
     (["--url", "x:1"], "--url: 'x:1' is not an http(s) URL"),
     (["--url", "http://x", "--gates", "a,b"], "--gates takes comma-separated row counts"),
     (["--multiproc-dir", "/tmp", "--span", "2"], "--span: '2' is not a Prometheus duration"),
+    (["--url", "http://x", "--demo-shapes"], "--demo-shapes goes with --prometheus or --multiproc-dir"),
 ])
 def test_bad_options_exit_2_naming_the_option(args, words):
     res = run(*args)

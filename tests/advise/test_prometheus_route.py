@@ -1,7 +1,10 @@
 """`routescope advise --prometheus URL --range R [--at T]` against a real Prometheus scraping a traffic exporter.
 
-The exporter is a stand-in for telemetry's traffic counters (tests/advise/standin.py); Prometheus,
-its HTTP API, increase() over the range and the CLI are the real ones.
+The exporter (tests/advise/standin.py) counts a known traffic at a known pace, as a routescope
+without the traffic decode-rows counter did: the counts over a range can be checked against what
+was counted, and the mixed batches' decode rows are estimated (said in the notes). Prometheus, its
+HTTP API, increase() over the range and the CLI are the real ones. The same route over real
+`serve --demo` processes, decode rows exact, is tests/dashboards/test_e2e_demo.py.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from advise.report import AdviceOut
+from advise.sources import MIXED_ESTIMATE
 from routescope.cli import build_app
 from tests.promserver import free_port, start_prometheus
 
@@ -67,5 +71,6 @@ def test_traffic_over_a_time_range(tmp_path):
     glm = next(m for m in out.models if m.model == "GLM-5.3-Flash")
     assert glm.decode_in_prefill.calls > 0 and glm.decode_in_prefill.cost_per_hour.mid > 0
     assert any("increase()" in n for n in out.notes)
+    assert MIXED_ESTIMATE in out.notes  # no routescope_traffic_decode_rows_total here: the estimate, said so
     assert idle.exit_code == 0, idle.output
     assert AdviceOut.model_validate(json.loads(idle.output)).status == "no_traffic"  # nothing counted in that range

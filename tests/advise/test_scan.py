@@ -75,6 +75,9 @@ def test_scan_on_gfx942_moves_calls_by_decide():
     assert m.best == "gfx942_256"  # gates 16-256 save as much; the nearest to the active 512 is named
     assert "any gate from 16 to 256 rows saves as much" in m.headline
     assert "moving the gfx942 gate from 512 to" in m.headline and "published, not measured here" in m.headline
+    # The share is of the prefill-entry calls' predicted time (the only calls priced), not of all attention time.
+    assert c["gfx942_256"].saving_share is not None
+    assert "of the predicted prefill-entry kernel time" in m.headline and "sparse-attention" not in m.headline
 
 
 def test_a_gate_inside_a_bucket_is_unknown_not_guessed():

@@ -28,6 +28,27 @@ def test_a_routing_document_without_traffic_is_refused_saying_why():
         traffic_from_routing(routing_doc(None), "http://x/routing")
 
 
+def test_traffic_declared_the_demos_is_priced_at_the_real_shapes_with_the_demos_note():
+    """What --demo-shapes does for Prometheus and multiprocess files: they carry the CPU demo's scaled shapes
+    (top-k 32), which no table times, and cannot say they are the demo's."""
+    from advise.choose import choose_tables
+    from advise.report import advise
+    from advise.sources import as_demo
+
+    plain = traffic_from_routing(routing_doc(demo_entries(steps=400), demo=False), "here")
+    assert plain.demo is None and {e.topk for e in plain.entries} == {32}
+    assert choose_tables([], plain)[0] == []  # a CPU: no table, no figure
+    out = advise(plain, *choose_tables(["h200"], plain)[:1])
+    assert all(c.covered_calls == 0 for m in out.models for c in m.candidates[:1])  # top-k 32: not in the table
+    demo = as_demo(plain)
+    tables, note = choose_tables([], demo)
+    assert [t.meta.name for t in tables] == ["h200-sweep-cupti"] and note.startswith("demo on cpu: priced as if")
+    out = advise(demo, tables, target_note=note)
+    assert out.status == "ok" and all(m.candidates[0].covered_calls == m.calls for m in out.models)
+    assert any("real models' shapes" in n for n in out.notes)
+    assert as_demo(demo) is demo
+
+
 def test_a_routing_document_gives_policy_counterfactuals_and_span():
     t = traffic_from_routing(routing_doc(demo_entries(steps=400), gfx942_min_rows=256), "here")
     assert t.platform_arch == "cpu" and t.active.gfx942_min_rows == 256 and t.active.name == "active"

@@ -13,7 +13,7 @@ RULE_FILES = [DASHBOARDS / "recording.yml", DASHBOARDS / "alerts.yml"]
 
 # Panels whose fallback-free query must return real series when one instance misroutes.
 DECODE_PANELS = ("Decode-in-prefill calls/s by model", "Decode rows in prefill kernels, rows/s by model")
-# The advice row: data only where a latency table prices the traffic (docs/advise.md).
+# The advice row: data where a latency table prices the traffic (docs/advise.md; the CPU demo: the H200's).
 ADVICE_PANELS = tuple(dict.fromkeys(q.panel for q in panel_queries() if q.panel.startswith("Advice")))
 
 
@@ -23,13 +23,10 @@ def _has_data(result: dict[str, Any]) -> bool:
     return any(v.lower() != "nan" for v in samples)
 
 
-def missing_panel_data(prom: PromServer, *, strict_panels: tuple[str, ...] = DECODE_PANELS,
-                       optional: tuple[str, ...] = ()) -> list[str]:
-    """Queries that return no data now: every panel query but the optional panels', and the core of strict panels."""
+def missing_panel_data(prom: PromServer, *, strict_panels: tuple[str, ...] = DECODE_PANELS) -> list[str]:
+    """Queries that return no data now: any panel query, and the core (without fallback) of strict panels."""
     missing = []
     for q in panel_queries():
-        if q.panel in optional:
-            continue
         if not _has_data(prom.query(q.expr)):
             missing.append(f"[{q.panel} / {q.ref_id}] {q.expr}")
         elif q.panel in strict_panels and q.has_fallback and not _has_data(prom.query(q.core)):
@@ -42,13 +39,13 @@ def missing_variable_values(prom: PromServer) -> list[str]:
             for name, sel, label in variable_queries() if not prom.label_values(label, sel)]
 
 
-def wait_panels_have_data(prom: PromServer, timeout: float, *, optional: tuple[str, ...] = ()) -> list[PanelQuery]:
-    """Wait until every panel query but the optional panels' (and every variable) returns data; fail listing the rest."""
+def wait_panels_have_data(prom: PromServer, timeout: float) -> list[PanelQuery]:
+    """Wait until every panel query (and every variable) returns data; fail listing the rest."""
     last: list[str] = []
 
     def probe() -> bool:
         nonlocal last
-        last = missing_panel_data(prom, optional=optional) + missing_variable_values(prom)
+        last = missing_panel_data(prom) + missing_variable_values(prom)
         return not last
 
     try:

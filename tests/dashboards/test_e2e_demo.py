@@ -3,7 +3,9 @@
 Instance A runs the demo as it should; instance B runs it with the seed's GLM bug (decode
 rows sent through the prefill entry) and as another rank. Prometheus scrapes both every
 second and evaluates the rules every second. Every dashboard query must return data, and
-DecodeInPrefill must fire for B and never for A.
+DecodeInPrefill must fire for B and never for A. `routescope advise --prometheus` over a time
+range reads both through Prometheus's HTTP API (and one of them by a selector): GLM's decode
+rows in B's prefill kernel cost time, decodes to split-K save it.
 
 What this test assumes about the service CLI (match these, or change them here):
   routescope serve --demo --host 127.0.0.1 --port N --rank R [--demo-glm-bug]
@@ -26,7 +28,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from advise.report import AdviceOut
+from advise.sources import MIXED_ESTIMATE
+from routescope.cli import build_app
 from tests.dashboards.e2e import (
     ADVICE_PANELS,
     RULE_FILES,
@@ -47,6 +53,9 @@ GLM_BUG_FLAG = "--demo-glm-bug"
 READY_TIMEOUT = 90.0  # torch import and demo start on a busy 2-core machine
 DATA_TIMEOUT = 60.0
 FIRING_TIMEOUT = 90.0  # for: 30s, plus the first scrapes and rate windows
+GLM, DSV = "GLM-5.3-Flash", "DeepSeek-V4.1-Flash"
+ADVISE_RANGE_S = 30  # the range advise looks back over; scraped every second
+ADVISE_SCRAPES = 15  # samples of a traffic series in the range before it is asked
 
 
 def _routescope() -> list[str]:
@@ -130,14 +139,12 @@ def demo_stack(tmp_path_factory):
 
 def test_every_panel_query_returns_data(demo_stack):
     prom, good, bad = demo_stack
-    # The advice row has data once telemetry aggregates calls per shape (`traffic` in /routing); the demo on
-    # this CPU is then priced with the H200 table. Without that aggregate the advice says so, and has no series.
+    # Telemetry aggregates calls per shape (`traffic` in /routing), and the demo on this CPU is priced with the
+    # H200 table (a what-if, said so): the advice row has data like every other panel.
     docs = [s.routing() for s in (good, bad)]
-    optional = ()
-    if not all("traffic" in d for d in docs):
-        optional = ADVICE_PANELS
-        assert all(d["advice"]["status"] == "no_traffic" and "`traffic`" in d["advice"]["message"] for d in docs)
-    wait_panels_have_data(prom, timeout=DATA_TIMEOUT, optional=optional)
+    assert all("traffic" in d for d in docs), [sorted(d) for d in docs]
+    assert ADVICE_PANELS, "the dashboard has an Advice row"
+    wait_panels_have_data(prom, timeout=DATA_TIMEOUT)
     assert set(prom.label_values("instance", "routescope_calls_total")) == {good.instance, bad.instance}
     assert set(prom.label_values("rank", "routescope_calls_total")) >= {"0", "1"}
     # On this CPU the demo's counterfactuals are decided on a what-if gfx942, so the counterfactual
@@ -157,3 +164,55 @@ def test_decode_in_prefill_fires_for_the_misrouted_instance_only(demo_stack):
         f'sum(increase(routescope_decode_in_prefill_calls_total{{call_class="pure_decode", instance="{good.instance}"}}[5m]))'
     )["result"]
     assert not series or float(series[0]["value"][1]) == 0.0
+
+
+def _scrapes(prom, selector: str) -> float:
+    """The most samples any matching traffic series has in the advise range (0: none yet)."""
+    got = prom.query(f"max(count_over_time(routescope_traffic_calls_total{{{selector}}}[{ADVISE_RANGE_S}s]))")["result"]
+    return float(got[0]["value"][1]) if got else 0.0
+
+
+def _advise(prom, at: float, *extra: str) -> AdviceOut:
+    """`routescope advise --prometheus` in this process, at ``at``. The CPU demo's traffic carries its scaled-down
+    shapes (top-k 32), which no table times, and Prometheus cannot tell it is the demo's: --demo-shapes says so,
+    and --table h200 prices it as if on an H200 (the service's own advice does the same)."""
+    res = CliRunner().invoke(build_app(), ["advise", "--prometheus", prom.url, "--range", f"{ADVISE_RANGE_S}s",
+                                           "--at", f"{at:.3f}", "--table", "h200", "--demo-shapes", "--json", *extra])
+    assert res.exit_code == 0, res.output
+    return AdviceOut.model_validate(json.loads(res.output))
+
+
+def test_advise_over_a_time_range_through_prometheus(demo_stack):
+    prom, good, bad = demo_stack
+    glm_pure = f'model="{GLM}", call_class="pure_decode", instance="{bad.instance}"'
+    a_traffic = f'instance="{good.instance}"'
+    prom.wait_for(lambda: min(_scrapes(prom, a_traffic), _scrapes(prom, glm_pure)) >= ADVISE_SCRAPES,
+                  timeout=DATA_TIMEOUT, interval=1.0,
+                  what=f"{ADVISE_SCRAPES} scrapes of A's traffic and B's GLM pure decodes in {ADVISE_RANGE_S}s")
+    assert prom.query("routescope_traffic_decode_rows_total")["result"], "the exact decode-rows series is scraped"
+    at = time.time()
+    both = _advise(prom, at)
+    assert both.status == "ok" and both.source.kind == "prometheus" and both.source.span_s == ADVISE_RANGE_S
+    assert both.tables[0].name == "h200-sweep-cupti" and both.target.what_if and both.target.platform_arch == "cpu"
+    assert both.target.note.startswith("demo on cpu: priced as if on an NVIDIA H200")
+    assert any("increase()" in n for n in both.notes)
+    assert MIXED_ESTIMATE not in both.notes  # mixed batches' decode rows per entry, from the traffic counter
+    models = {m.model: m for m in both.models}
+    glm = {c.name: c for c in models[GLM].candidates}
+    assert glm["fix_mixed"].moved_calls > 0  # there were mixed batches to price from their own decode rows
+    dip = models[GLM].decode_in_prefill
+    assert dip.calls > 0 and dip.cost.mid > 0 and dip.cost_per_hour.mid > 0
+    assert glm["decodes_split_k"].moved_calls > 0 and glm["decodes_split_k"].saving.mid > 0
+    assert models[DSV].decode_in_prefill.calls == 0
+
+    # One instance by a selector: B's traffic has GLM's pure decodes in the prefill kernel; A's has none.
+    only = {s: _advise(prom, at, "--selector", f'instance="{s.instance}"') for s in (good, bad)}
+    for s, out in only.items():
+        assert out.status == "ok" and f'instance="{s.instance}"' in out.source.where
+    pure = {s: next(c for m in out.models if m.model == GLM for c in m.candidates if c.name == "decodes_split_k")
+            for s, out in only.items()}
+    assert pure[bad].moved_calls > 0 and pure[good].moved_calls == 0
+    assert pure[bad].moved_calls == glm["decodes_split_k"].moved_calls  # every pure decode counted was B's
+    for model, m in models.items():  # the two halves make the whole (each entry's count is rounded)
+        halves = sum(x.calls for out in only.values() for x in out.models if x.model == model)
+        assert abs(halves - m.calls) <= 0.02 * m.calls + 5, (model, halves, m.calls)

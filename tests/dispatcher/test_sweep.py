@@ -124,8 +124,8 @@ def test_gate_notes_fanouts_where_a_never_wins_and_declines_when_none_do():
 
 
 def test_gate_from_a_coarse_grid_says_which_rows_to_add():
-    """Session 27's sweep over rows 2, 16, 16384 alone: A lost at 16 and won at 16384, so the gate can only say
-    16384 though the interpolated crossing is near 3,000; the advice names the rows that would place it closer."""
+    """A sweep over rows 2, 16 and 16384 alone: A loses at 16 and wins at 16384, so the gate can only say 16384
+    though the interpolated crossing is near 3,000; the advice names the rows that would place it closer."""
     found = crossovers({(2, 2048): 4.1, (16, 2048): 1.9, (16384, 2048): 0.7}, "512+64")
     assert found[0].below == 16 and found[0].rows == 16384
     advice = recommend_gate(found)
@@ -139,7 +139,8 @@ def test_gate_from_a_coarse_grid_says_which_rows_to_add():
 
 
 def test_tolerance_keeps_a_flat_tail_from_moving_the_gate():
-    """Session 2's H200 sweep: past 256 rows A/B hovers at 0.93-1.02; a 2% wobble must not push the gate up."""
+    """A flat tail as H200 sweeps show it: past 256 rows A/B hovers at 0.93-1.02, and a 2% wobble must not push
+    the gate up."""
     table = {(16, 2048): 5.2, (256, 2048): 0.98, (512, 2048): 1.01, (1024, 2048): 1.02, (16384, 2048): 1.01}
     strict = crossovers(table, "512+0")
     assert strict[0].rows is None  # with no tolerance A "never" catches up
@@ -357,11 +358,27 @@ def test_an_fp8_pool_is_swept_recorded_and_replayable(tmp_path):
 
 
 def test_sweep_json_flag_prints_the_document(tmp_path):
+    from dispatcher.sweep.provenance import git_commit, run_date
+
     r = _cli("--rows", "2", "--topk", "8", "--layout", "glm", "--heads", "2", "--repeats", "1", "--warmup", "0",
              "--dtype", "float32", "--json", "--out", str(tmp_path))
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout[r.stdout.index("{"):])
     assert doc["results"][0]["layout"] == "512+0" and doc["results"][0]["rows"] == 2
+    assert doc["date"] == run_date() and doc["commit"] == git_commit()  # what a latency table from it shows
+
+
+def test_the_date_is_the_utc_day_and_the_commit_none_outside_a_checkout(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from dispatcher.sweep.provenance import CHECKOUT, git_commit, run_date
+
+    late = datetime(2026, 12, 1, 23, 30, tzinfo=timezone(timedelta(hours=-5)))  # 04:30 UTC the next day
+    assert run_date(late) == "2026-12-02"
+    assert git_commit(tmp_path) is None
+    if (CHECKOUT / ".git").exists():
+        commit = git_commit()
+        assert commit is not None and len(commit.removesuffix("-dirty")) == 7
 
 
 def test_the_default_layouts_are_the_issues_two_dsv4_and_glm(tmp_path):
