@@ -31,8 +31,9 @@ other call to Triton. Gluon (``triton.experimental.gluon``) ships with Triton; t
 only for CUDA devices, and ``HAVE_GLUON`` is False where Gluon is missing.
 
 Why: docs/kernels.md, "Decode kernel design figures" (these partials against Triton's and the
-warp-specialised ones at 2-16 rows, the pipelined kernel at D = 512, 16-bit partials), "Prefill kernel design
-figures" (against Triton's prefill and the warp-specialised one) and "fp8 kv pools".
+warp-specialised ones at 2-16 rows, the pipelined kernel at D = 512, 16-bit partials) and "Prefill kernel design
+figures" (against Triton's prefill and the warp-specialised one); what an fp8 pool costs: docs/benchmarks.md,
+"fp8 kv pools".
 """
 
 from __future__ import annotations

@@ -38,8 +38,10 @@ An fp8 pool (e4m3fn, e5m2) keeps all of that: each tile's bytes land in the uppe
 scores (``gluon_sm90_ws_fp8``).
 
 Limits: those of ``gluon_sm90.supports_prefill`` (sm_90; q fp16/bf16; 512+64, 448+64, 512+0; a pool in q's dtype
-or fp8). Figures: docs/kernels.md, "Prefill kernel design figures" (what bounds the kernel, the partitions,
-halves, the default partition, the reference max and where it pays) and "fp8 kv pools".
+or fp8); the decode's partials with rope lanes (512+64) only, ``gluon_sm90_ws_d512`` taking them at D = 512.
+Figures: docs/kernels.md, "Prefill kernel design figures" (what bounds the kernel, the partitions, halves, the
+default partition, the reference max and where it pays); what an fp8 pool costs: docs/benchmarks.md, "fp8 kv
+pools".
 """
 
 from __future__ import annotations
@@ -59,17 +61,15 @@ from .gluon_sm90_parts import HAVE_GLUON
 from .triton_prefill import HEAD_BLOCK, LOG2E, pack
 
 if HAVE_GLUON:
-    from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 
-    from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
-    from .gluon_sm90_parts import _barriers, _launch_dependents
+    from .triton_stamps import stamp_end
+    from .gluon_sm90_parts import _barriers
     from .gluon_sm90_ws_fp8 import _as_blocks
-    from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part
+    from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part, _ws_begin, ws_kernel
 
-    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"]
-               + STAMP_ARGS)
+    @ws_kernel
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
@@ -77,9 +77,7 @@ if HAVE_GLUON:
                    DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
                    CLOCK: gl.constexpr = 0):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
-        stamp_start(stamp_ptr, stamp_first, CLOCK)
-        if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
-            _launch_dependents()
+        _ws_begin(stamp_ptr, stamp_first, CLOCK, PDL)
         dt: gl.constexpr = q_ptr.dtype.element_ty
         FP8: gl.constexpr = kv_ptr.dtype.element_ty != dt  # an fp8 pool: converted in the stages (_expand_half)
         gl.static_assert(HALVES or not FP8, "an fp8 pool takes stages handed over in halves")
@@ -136,11 +134,10 @@ if HAVE_GLUON:
 WORKER_REGS = (160, 160, 56)
 
 # Where the reference max repays its fixed cost: (the narrowest mean row width, the fewest index positions a call,
-# items x width, from which it is kept), widest first. Measured side by side by kernel time (bf16, 512+64 and
-# 448+64, rows 1-16,384 x top-k 128-2048, each path its own specialisation): the reference costs a fixed 3.2-4.5 µs
-# a call (the flags' memset, the redo launch and the gaps between them) and saves a share of each item's tiles:
-# 8.5-10.8% from 2,048 rows at top-k 2048, nothing of a 2-tile item (top-k 128: 7-8% slower even at 16,384 rows).
-# docs/kernels.md, "Prefill kernel design figures".
+# items x width, from which it is kept), widest first. The reference costs a fixed few µs a call (the redo launch
+# and the gap before it) and saves a share of each item's tiles: most of a wide item's (top-k 2048), none of a
+# 2-tile one (top-k 128). The boundary is where it measured faster, by kernel time at 40 points a layout;
+# the figures, and the commit they were measured at: docs/kernels.md, "Prefill kernel design figures".
 REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
 
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
@@ -285,13 +282,9 @@ def _halves(args: KernelArgs, halves: bool | None) -> bool:
 
 def reference_pays(items: int, width: float) -> bool:
     """Whether the prefill's reference max (flags, the redo launch) is faster than the exact running max for a call
-    of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average (``REFERENCE_FROM``).
-
-    Measured at 40 points a layout (512+64, 448+64; docs/kernels.md, "Prefill kernel design figures"): top-k 2048
-    at any row count (2.7-4.7% faster at 1-64 rows, but within 0.1 µs at one row at 448+64), top-k 512-1024 from
-    2^19 positions (1,024 and 512 rows: 2.5-5.5% faster; within 0.2 µs or slower below), top-k 256 only from 2^22
-    (16,384 rows: 0.6-3.2% faster; 0.8-2.9% slower at 2,048), top-k 128 never. Measured on 16-bit pools; an fp8
-    pool, slower per tile, is given the same boundary.
+    of ``items`` (rows x head blocks) whose rows hold ``width`` index positions on average (``REFERENCE_FROM``):
+    rows of 2,048 positions at any row count, of 512-1,024 from 2^19 positions a call, of 256 from 2^22, of 128
+    never. The boundary was measured on 16-bit pools; an fp8 pool, slower per tile, is given the same one.
     """
     work = items * width
     return any(width >= w and work >= least for w, least in REFERENCE_FROM)

@@ -1,13 +1,15 @@
 """Sparse MLA attention for Hopper, warp-specialised with one rope buffer: the ``ws=True`` decode partials at D = 512.
 
-Computes the contract of docs/kernels.md, keeping the exact running max. ``gluon_sm90.ws_module`` picks it for
-``launch_decode(ws=True)``'s split-K partials at D = 512 (448+64, 512+0) on a 16-bit pool: with the exact max
-it measured 3.6-4.6% faster there than ``gluon_sm90_ws``, whose two rope buffers have no rope lanes to hold at
-D = 512 (the 16,384-row prefill; docs/kernels.md, "Prefill kernel design figures"). ``gluon_sm90_ws`` takes every
-other warp-specialised call, the prefill included.
+Computes the contract of docs/kernels.md, keeping the exact running max: the split-K decode's normalised partials
+and their log-sum-exp, which ``triton_decode``'s reduce combines (``launch_partials_ws``), or with no partials the
+attention output itself (``launch_prefill_ws``, which no default launch takes). ``gluon_sm90.ws_module`` picks it
+for ``launch_decode(ws=True)`` at D = 512 (448+64, 512+0) on a 16-bit pool: with the exact max it measured
+3.6-4.6% faster there than ``gluon_sm90_ws``, whose two rope buffers have no rope lanes to hold at D = 512 (the
+16,384-row prefill; docs/kernels.md, "Prefill kernel design figures"). ``gluon_sm90_ws`` takes every other warp-specialised call, the
+prefill included.
 
-How: the partitions of ``gluon_sm90_ws``, with the same work items, hand-overs, softmax step and item stores
-(``gluon_sm90_ws_parts``), and its own buffers:
+How: the partitions of ``gluon_sm90_ws``, with the same work items, hand-overs, softmax step, item stores and launch
+signature (``gluon_sm90_ws_parts``), and its own buffers:
 
 - the loader (4 warps) gathers tile t's 512 lanes into stage t % 3 by cp.async once P·V of tile t - 3 has
   released it, whole stages, nothing else, so it runs up to three tiles ahead;
@@ -23,6 +25,12 @@ not fit in 227 KB; three 64 KB ones and one 8 KB rope buffer do): the warpgroup 
 gathers tile t + 1's rope lanes into it, so each tile's rope gather waits for the previous tile's scores, an L2
 round trip in every tile's chain. That is what ``gluon_sm90_ws``'s two buffers, holding P once the scores are
 done with them, remove.
+
+Limits: an NVIDIA sm_90 GPU (H100, H200, H20, GH200), one program per multiprocessor; q fp16 or bf16 and the pool
+in q's dtype (no fp8: only ``gluon_sm90_ws`` converts one); D = 512 (448+64, 512+0), or 512+64 where asked for
+directly; output lanes <= 512; kv ``[skv, 1, D]`` and q rows 16-byte aligned with unit last strides; dense or
+ragged indices, ``topk_length`` and a sink as the contract has them. ``gluon_sm90.supports_decode`` and
+``ws_module`` decide which calls reach it.
 """
 
 from __future__ import annotations
@@ -40,11 +48,11 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
-    from .gluon_sm90_parts import _barriers, _gather, _launch_dependents, _load_slots, _valid, cta_barrier
-    # the same work items, layout, hand-overs and softmax step as that kernel
+    from .triton_stamps import stamp_end
+    from .gluon_sm90_parts import _barriers, _gather, _load_slots, _valid, cta_barrier
+    # the same work items, layout, hand-overs, softmax step and launch signature as that kernel
     from .gluon_sm90_ws_parts import (MMA, _fill_stage, _item, _loader_item, _softmax_start, _softmax_tile, _turn,
-                                      _write_item)
+                                      _write_item, _ws_begin, ws_kernel)
 
     @gluon.jit
     def _rope_rows(kv_ptr, kv_s0, slots, skv, DB: gl.constexpr, layout: gl.constexpr):
@@ -207,17 +215,14 @@ if HAVE_GLUON:
                 _fill_stage(kv_empty, kv_ready, kv_a, g, idx_ptr, base, idx_s1, lo, t, hi, kv_ptr, kv_s0, skv, cp)
                 g += 1
 
-    @gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits", "partial"]
-               + STAMP_ARGS)
+    @ws_kernel
     def _ws_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, part_o_ptr, part_lse_ptr,
                    skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, redo_ptr, stamp_ptr, count_ptr, stamp_first, stamp_last,
                    DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, CLOCK: gl.constexpr = 0):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
-        stamp_start(stamp_ptr, stamp_first, CLOCK)
-        if PDL:  # the decode's reduce may be scheduled now; it waits for this grid in gdc_wait
-            _launch_dependents()
+        _ws_begin(stamp_ptr, stamp_first, CLOCK, PDL)
         dt: gl.constexpr = kv_ptr.dtype.element_ty
         vec_l: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # rank of one buffer: [4, 16] holds four
         kv_a = gl.allocate_shared_memory(dt, [3, 64, 512], gl.NVMMASharedLayout.get_default_for([64, 512], dt))

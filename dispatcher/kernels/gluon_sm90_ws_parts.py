@@ -15,12 +15,27 @@ if HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-    from .gluon_sm90_parts import (_copy_q, _gather, _load_slots, _p_view, _partial_scale,
+    from .gluon_sm90_parts import (_copy_q, _gather, _launch_dependents, _load_slots, _p_view, _partial_scale,
                                    _prefetch_span, _row_len, _store_t, _valid)
     from .gluon_sm90_ws_fp8 import CP8, _expand_half, _expand_rope, _kv8_mode
     from .triton_prefill import finish_scale, row_bounds
+    from .triton_stamps import STAMP_ARGS, stamp_start
 
     STAGES = 3
+
+    # The warp-specialised kernels (gluon_sm90_ws, gluon_sm90_ws_d512) take one launch signature
+    # (gluon_sm90_ws.launch_kernel); the arguments that change from call to call are not specialised on, so one
+    # compiled kernel serves every row count, width and flag.
+    ws_kernel = gluon.jit(do_not_specialize=["ragged", "has_len", "has_sink", "lanes", "width", "n_items", "splits",
+                                             "partial"] + STAMP_ARGS)
+
+    @gluon.jit
+    def _ws_begin(stamp_ptr, stamp_first, CLOCK: gl.constexpr, PDL: gl.constexpr):
+        """A warp-specialised kernel's first steps: the call's start stamp and, for the decode's partials, the
+        dependent launch of the reduce (scheduled now, it waits for this grid in gdc_wait)."""
+        stamp_start(stamp_ptr, stamp_first, CLOCK)
+        if PDL:
+            _launch_dependents()
 
     # wgmma's accumulator layout for 64 x 16 per warpgroup, as gluon_sm90's kernels use it
     MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16]))

@@ -1,10 +1,9 @@
 """Scratch a launch reuses from call to call: per device and stream, grown when too small, never shrunk.
 
-The split-K decode's partials and the prefill's redo flags were allocated (and the flags
-zeroed by a memset launch) on every call: two allocator calls, and for the flags a kernel, on
-the launch path of a call whose own kernel may take 7 µs. Here each buffer is made once per
-(device, stream, name) and handed out again; the flags are zeroed when made and the redo
-kernel that reads them resets them, so no call launches a memset.
+The split-K decode's partials and the prefill's redo flags live here, so a call's launch path
+makes no allocator call and launches no memset beside a kernel that may take 7 µs. Each buffer
+is made once per (device, stream, name) and handed out again; the flags are zeroed when made
+and the redo kernel that reads them resets them, so they are zero whenever a call starts.
 
 One buffer per stream: calls on a stream run in order, so they never use it at once. A buffer
 first needed while a CUDA graph is being captured is made for that capture only (from the

@@ -34,8 +34,8 @@ from .scratch import scratch
 from .stamps import no_stamp
 from .torch_splitk import sparse_decode as torch_sparse_decode
 from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
-from .triton_prefill import (HEAD_BLOCK, LOG2E, Packed, TileConfig, attend, next_pow2, row_bounds, store_rows,
-                             tile_launch, triton_supports)
+from .triton_prefill import (HEAD_BLOCK, LOG2E, Packed, TileConfig, attend, next_pow2, no_kernel_recipe, on_torch,
+                             row_bounds, store_rows, tile_launch, triton_supports)
 
 try:  # Triton >= 3.4 on NVIDIA: griddepcontrol, for programmatic dependent launch
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -303,22 +303,12 @@ def reduce_step(plan: ReducePlan) -> Callable[..., None]:
     return run
 
 
-def _torch(args: KernelArgs) -> str:
-    torch_sparse_decode(args)
-    return "torch"
-
-
-def _nothing(args: KernelArgs) -> None:
-    return None
-
-
 def recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None]:
     """The default split-K decode of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a
     function of a call's operands launching the partials and the reduce; "torch" where torch serves."""
-    if empty_call(args):
-        return _nothing
-    if not triton_supports(args):
-        return _torch
+    elsewhere = no_kernel_recipe(args, torch_sparse_decode)
+    if elsewhere is not None:
+        return elsewhere
     return split_k_run(_partial_kernel, _plan(args, None, None, None, 1, None, None), args.q.device, None)
 
 
@@ -362,7 +352,7 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, splits: int | 
     if empty_call(args):
         return None
     if not triton_supports(args):
-        return _torch(args)
+        return on_torch(torch_sparse_decode, args)
     plan = planned(args, "triton_decode", options, lambda: _plan(args, *options))
     q = args.q
     pool = args.kv.view(torch.uint8) if plan.as_bytes else args.kv

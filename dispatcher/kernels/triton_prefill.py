@@ -27,6 +27,7 @@ torch serves the rest (``triton_supports``). Figures: docs/kernels.md, "Triton k
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -468,8 +469,9 @@ def _plan(args: KernelArgs, config: TileConfig | None, kv8: int | None) -> Prefi
                        ((triton.cdiv(items, span),), items, grid[1], span), key)
 
 
-def _torch(args: KernelArgs) -> str:
-    torch_ragged_prefill(args)
+def on_torch(torch_fn: Callable[[KernelArgs], None], args: KernelArgs) -> str:
+    """Run a call Triton does not take (``triton_supports``) on ``torch_fn``; what ran: "torch"."""
+    torch_fn(args)
     return "torch"
 
 
@@ -477,13 +479,23 @@ def _nothing(args: KernelArgs) -> None:
     return None
 
 
-def recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None]:
-    """The default launch of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a function
-    of a call's operands that launches the prefill kernel, stamps included; "torch" where torch serves."""
+def no_kernel_recipe(args: KernelArgs,
+                     torch_fn: Callable[[KernelArgs], None]) -> Callable[[KernelArgs], str | None] | None:
+    """The recipe of a Triton launch's call signature where no Triton kernel runs: an empty call does nothing, a call
+    Triton does not take runs ``torch_fn`` (``on_torch``); None where a kernel takes the call."""
     if empty_call(args):
         return _nothing
     if not triton_supports(args):
-        return _torch
+        return partial(on_torch, torch_fn)
+    return None
+
+
+def recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None]:
+    """The default launch of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a function
+    of a call's operands that launches the prefill kernel, stamps included; "torch" where torch serves."""
+    elsewhere = no_kernel_recipe(args, torch_ragged_prefill)
+    if elsewhere is not None:
+        return elsewhere
     plan = _plan(args, None, None)
     step = Step(_prefill_kernel, plan.key, plan.grid, plan.consts)
     scalars, flags, as_bytes, device, clock, where = (plan.scalars, plan.flags, plan.as_bytes, plan.device, plan.clock,
@@ -536,8 +548,7 @@ def launch(args: KernelArgs, *, config: TileConfig | None = None, kv8: int | Non
             raise ValueError(f"redo: one int32 flag per item on {q.device}, {items} of them (rows x head blocks); "
                              f"got {redo.dtype} x {redo.numel()} on {redo.device}")
     if not triton_supports(args):
-        torch_ragged_prefill(args)
-        return "torch"
+        return on_torch(torch_ragged_prefill, args)
     plan = planned(args, "triton_prefill", (config, kv8), lambda: _plan(args, config, kv8))
     pool = args.kv.view(torch.uint8) if plan.as_bytes else args.kv
     head = ((q, pool, *index_operands(args), args.output) + plan.scalars + (float(args.scale) * LOG2E,)
