@@ -1,13 +1,11 @@
 """The Hopper Gluon kernels off the GPU: which calls they take, the Triton fallback, and what they compile to.
 
-Gluon kernels do not run under Triton's interpreter and this machine has no Hopper GPU, so the
-kernels' answers are checked on the H200 (test_triton_gpu.py, marker gpu, and
-scripts/gpu/sm90_lab.py). What can be checked here is checked: ``supports()`` refuses what
-the kernel cannot take, the registry's ``gluon`` launch hands those calls to Triton and says
-so, the launchers hand the warp-specialised kernel the grid and work items they should (its
-launch replaced by a recording test double), and the three kernels (one-warpgroup prefill and
-decode partials, warp-specialised kernel) compile for sm_90a to wgmma (HGMMA in the SASS) within
-one multiprocessor's shared memory.
+Gluon kernels do not run under Triton's interpreter, so their answers are checked on an H200 (test_triton_gpu.py
+and test_launch_gpu.py, marker gpu). What can be checked without one is checked here: ``supports()`` refuses what
+the kernel cannot take, the registry's ``gluon`` launch hands those calls to Triton and says so, the launchers
+hand the warp-specialised kernel the grid and work items they should (its launch replaced by a recording test
+double), and the kernels (one-warpgroup prefill and decode partials, both warp-specialised kernels) compile for
+sm_90a to wgmma (HGMMA in the SASS) within one multiprocessor's shared memory.
 """
 
 from __future__ import annotations
@@ -178,7 +176,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     # handed to redo_flagged after the kernel
     assert reference_max(kw) and kw["redo_ptr"].shape == (300,)
     assert not kw["redo_ptr"].any() and redone[-1][0] is a and redone[-1][1] is kw["redo_ptr"]
-    assert kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES is True  # stages handed over in halves by default (S13)
+    assert kw["HALVES"] is gluon_sm90_ws.STAGE_HALVES is True  # stages handed over in halves by default
     gluon_sm90_ws.launch_prefill_ws(a, halves=False)
     assert rec.calls[-1][1]["HALVES"] is False
     gluon_sm90_ws.launch_prefill_ws(a, redo=False)  # the exact max, asked for: no flags, no redo
@@ -238,7 +236,7 @@ def test_d512_launchers_pass_the_work_items_and_the_workers_registers(monkeypatc
 
 
 @pytest.mark.parametrize(("items", "width", "pays"), [
-    (1, 2048, True), (16, 2048, True), (16384, 2048, True),  # 32 tiles an item: faster from one row (S31-4)
+    (1, 2048, True), (16, 2048, True), (16384, 2048, True),  # 32 tiles an item: faster from one row
     (256, 1024, False), (512, 1024, True),  # within 0.2 µs at 256 rows; 3.9-5.5% faster at 512
     (512, 512, False), (1024, 512, True),  # 0.9-2.3% slower at 512 rows; 2.5-3.7% faster at 1,024
     (2048, 256, False), (16384, 256, True),  # 0.8-2.9% slower at 2,048 rows; 0.6-3.2% faster at 16,384
@@ -246,7 +244,8 @@ def test_d512_launchers_pass_the_work_items_and_the_workers_registers(monkeypatc
     (64, 600.5, False), (1024, 600.5, True),  # a ragged index's mean width
 ])
 def test_the_reference_max_is_kept_where_it_pays(items, width, pays):
-    """The prefill keeps a reference max only where S31-4 measured it the faster, or within 0.2 µs."""
+    """The prefill keeps a reference max only where it measured the faster, or within 0.2 µs (by kernel time, 40
+    points a layout: docs/kernels.md, "Prefill kernel design figures")."""
     from dispatcher.kernels import gluon_sm90_ws
 
     assert gluon_sm90_ws.reference_pays(items, width) is pays
@@ -276,8 +275,8 @@ def test_the_reference_decision_reads_a_calls_shapes():
 @needs_gluon
 def test_the_warp_specialised_kernel_is_chosen_by_layout_and_by_reference(monkeypatch):
     """The prefill takes gluon_sm90_ws at every layout, with its reference max where that pays (wide, big calls) and
-    the exact max elsewhere (S30, S31); ws=True decode partials, which keep the exact max, take session 4's
-    gluon_sm90_ws_d512 at D = 512 (448+64, 512+0; S5) and gluon_sm90_ws with rope lanes (512+64)."""
+    the exact max elsewhere; ws=True decode partials, which keep the exact max, take gluon_sm90_ws_d512 at D = 512
+    (448+64, 512+0: its one rope buffer is the faster there) and gluon_sm90_ws with rope lanes (512+64)."""
     from dispatcher.kernels import gluon_sm90_ws, gluon_sm90_ws_d512, triton_decode
 
     recs = {}
@@ -394,13 +393,13 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
         pipe = key == "_partial_kernel_0"
         assert got["hgmma"] == (2 * scores + 32 if ws else 2 * (scores + 32) if pipe else scores + 32), (key, got)
         assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
-        # the slot numbers asked of L1 ahead of their loads (S11): the 2-stage one-warpgroup kernels where
+        # the slot numbers asked of L1 ahead of their loads: the 2-stage one-warpgroup kernels where
         # topk_length or ragged indices are given, the warp-specialised loaders for every item (the pipelined
         # decode at D = 512 has none: lengths cost it nothing); ptxas must keep them
         assert (got["l1_prefetch"] == 0) if pipe else (got["l1_prefetch"] >= 1), (key, got)
         assert got["shared"] <= 232448, (key, got)  # one H100/H200 multiprocessor's shared memory for a block
         if ws:  # four warpgroups, registers moved between them; at 128 registers a thread (16 warps) ptxas
-            # spills a few scalars of the item loop (96 B at 512+64 with Triton 3.6, S4): bounded, not zero
+            # spills a few scalars of the item loop (96 B at 512+64 with Triton 3.6): bounded, not zero
             assert got["warps"] == 16 and got["setmaxnreg"] >= 4, (key, got)
             assert got["stack"] <= 256, (key, got)
         else:

@@ -238,7 +238,7 @@ def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(c
     """The warp-specialised prefill keeps each item's first finite max as P's reference. In rows 3 and 7, tile 16's
     64 slots hold kv rows c q of head 0, so head 0 scores there far above it: the items whose P outgrows its
     dtype are flagged, and only those, Triton computes them again, and every row matches the reference. With
-    rope lanes and at D = 512, where the prefill takes the same kernel since session 30."""
+    rope lanes (512+64) and at D = 512 (512+0): the prefill takes this kernel at both layouts."""
     g = _hopper()
     from dispatcher.kernels import gluon_sm90_ws
     from dispatcher.kernels.torch_ref import ragged_prefill
@@ -300,8 +300,8 @@ def test_sm90_decode_reads_fp8_pools(compiled, dtype, kv_dtype, stages):
 @pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_sm90_ws_kernel_reads_fp8_pools(compiled, dtype, kv_dtype):
-    """The warp-specialised kernel on an fp8 pool, each tile's bytes converted in the stage they land in (session
-    25): the prefill at full shapes (the 16,384-row call included) and its split-K partials (``ws=True``) on every
+    """The warp-specialised kernel on an fp8 pool, each tile's bytes converted in the stage they land in: the
+    prefill at full shapes (the 16,384-row call included) and its split-K partials (``ws=True``) on every
     case; rows past 512 output lanes go to Triton."""
     from dispatcher.kernels import gluon_sm90_ws
 
