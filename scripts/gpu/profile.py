@@ -1,4 +1,4 @@
-"""Launch the target shapes once each between cudaProfilerStart/Stop, for Nsight Compute to read.
+r"""Launch the target shapes once each between cudaProfilerStart/Stop, for Nsight Compute to read.
 
 Run under ncu on a GPU machine, from the repository root (``RUN_NCU=1 bash scripts/gpu/h200_run.sh`` does the
 first form):
