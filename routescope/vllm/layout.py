@@ -35,6 +35,9 @@ class Layout:
     )
     # vLLM's own predicate for a branch, called as vLLM calls it: (q, kv [skv, d], attn_sink [H] | None, output)
     gates: tuple[tuple[str, Kernel], ...] = (("_can_use_aiter_sparse_prefill_opus", Kernel.AITER_OPUS),)
+    # vLLM's arch flag for a branch written inline, with no predicate to call (the seed's gfx942 branch tests
+    # _ON_GFX942 in rocm_sparse_attn_prefill itself): a module global, read as that code reads it
+    arch_flags: tuple[tuple[str, Kernel], ...] = (("_ON_GFX942", Kernel.AITER_PA_PREFILL_SPARSE),)
     gfx942_min_rows_names: tuple[str, ...] = ("_GFX942_AITER_PA_PREFILL_SPARSE_MIN_QUERIES",)
     gfx950_min_rows_names: tuple[str, ...] = ("_GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES",)
     forward_context: str = "vllm.forward_context:get_forward_context"
@@ -58,6 +61,7 @@ class OpsFound:
     getters: dict[str, tuple[Callable[..., Any], Kernel]] = field(default_factory=dict)
     decodes: dict[str, Callable[..., Any]] = field(default_factory=dict)
     gates: dict[str, Kernel] = field(default_factory=dict)  # name of vLLM's predicate -> its branch's kernel
+    flags: dict[str, Kernel] = field(default_factory=dict)  # vLLM's arch flag -> its inline branch's kernel
     gfx942_min_rows: int | None = None
     gfx950_min_rows: int | None = None
     absent: list[str] = field(default_factory=list)  # optional pieces not found (logged, not fatal)
@@ -105,6 +109,12 @@ def _is_gate(fn: Any) -> bool:
     return names[:4] == ["q", "kv", "attn_sink", "output"]
 
 
+def arch_flags(module: ModuleType, layout: Layout, inline: set[Kernel]) -> dict[str, Kernel]:
+    """vLLM's arch flags (bools in the module) of the branches that are present but have no predicate."""
+    return {name: kernel for name, kernel in layout.arch_flags
+            if kernel in inline and isinstance(getattr(module, name, None), bool)}
+
+
 def inspect_ops(module: ModuleType, layout: Layout) -> OpsFound:
     """Check the module's layout; raise :class:`LayoutMismatch` listing every required piece missing."""
     missing: list[str] = []
@@ -142,9 +152,11 @@ def inspect_ops(module: ModuleType, layout: Layout) -> OpsFound:
             found.getters[getter_name] = (getter, kernel)
         else:
             found.absent.append(f"no {getter_name} (the {kernel} branch is taken to be absent)")
+    branches = {k for _, k in found.getters.values()}
     for gate_name, kernel in layout.gates:
-        if kernel in {k for _, k in found.getters.values()} and _is_gate(getattr(module, gate_name, None)):
+        if kernel in branches and _is_gate(getattr(module, gate_name, None)):
             found.gates[gate_name] = kernel
+    found.flags = arch_flags(module, layout, branches - set(found.gates.values()))
     for name, value in sorted(vars(module).items()):
         if name.startswith(layout.decode_prefix) and inspect.isfunction(_unwrap(value)):
             found.decodes[name] = value

@@ -49,6 +49,7 @@ class Observer:
         resolve_rank: Callable[[], str],
         absent_branches: frozenset[Kernel] = frozenset(),
         vllm_gates: Mapping[Kernel, Callable[..., Any]] | None = None,
+        vllm_gate_text: Mapping[Kernel, str] | None = None,
     ) -> None:
         self.param_index = param_index
         self.param_default = param_default
@@ -65,7 +66,8 @@ class Observer:
         self.make_telemetry = make_telemetry
         self.resolve_rank = resolve_rank
         self.absent_branches = absent_branches
-        self.vllm_gates = dict(vllm_gates or {})  # kernel -> vLLM's own predicate for its branch
+        self.vllm_gates = dict(vllm_gates or {})  # kernel -> vLLM's own predicate (or arch flag) for its branch
+        self.vllm_gate_text = dict(vllm_gate_text or {})  # kernel -> how that gate's decline reads
         self.symbol_missing: set[Kernel] = set()
         self.platform: Platform | None = None
         self.telemetry: Any = None
@@ -151,7 +153,8 @@ class Observer:
         return key, hit
 
     def _vllm_declines(self, k: Kernel, gate_args: tuple) -> bool:
-        """vLLM's own predicate for the branch (0.33.0: _can_use_aiter_sparse_prefill_opus), where it has one.
+        """vLLM's own gate for the branch: its predicate (0.33.0: _can_use_aiter_sparse_prefill_opus), or,
+        for a branch written inline (the seed's gfx942 one), its arch flag (_ON_GFX942).
 
         Read on a decision-cache miss only: the predicate reads what the cache key holds (rows
         against the threshold, dtypes, strides, devices, the sink), plus vLLM's own arch flag.
@@ -175,7 +178,7 @@ class Observer:
             gate = Gate(f"{branch}.symbol", False, f"vLLM's getter for {k} returned None")
             code, reason = f"{branch}_symbol", f"in-tree: {k} is not importable here"
         elif self._vllm_declines(k, gate_args):
-            gate = Gate(f"vllm.{branch}_gate", False, f"vLLM's own gate for {k} declines this call")
+            gate = Gate(f"vllm.{branch}_gate", False, self.vllm_gate_text.get(k, f"vLLM's own gate for {k} declines"))
             code, reason = f"{branch}_declined", f"in-tree: vLLM's gate declines {k} for this call"
         else:
             return d

@@ -151,7 +151,7 @@ class Plugin:
                           max_attempts=None if silent else 8)
         model.get()  # vLLM imports this module while it builds the model, under its config
         absent_branches = frozenset(k for name, k in layout.getters if name not in found.getters)
-        gates = {k: _module_attr_call(module, name) for name, k in found.gates.items()}
+        gates, gate_text = vllm_gates(module, found)
         env = self.env
         absent_gates = tuple(g for k, g in ((Kernel.AITER_PA_PREFILL_SPARSE, "gfx942_min_rows"),
                                             (Kernel.AITER_OPUS, "gfx950_min_rows")) if k in absent_branches)
@@ -161,7 +161,7 @@ class Plugin:
             batch_reader=ForwardBatch(get_context, is_available if callable(is_available) else None),
             model=model, make_platform=self._make_platform, policy=self._policy(found),
             make_telemetry=factory, resolve_rank=lambda: resolve_rank(rank_getters, env),
-            absent_branches=absent_branches, vllm_gates=gates,
+            absent_branches=absent_branches, vllm_gates=gates, vllm_gate_text=gate_text,
         )
         replacements: dict[int, tuple[Any, Any]] = {
             id(found.prefill): (found.prefill, observer.wrap_prefill(found.prefill))}
@@ -223,6 +223,31 @@ def _module_attr_call(module: ModuleType, name: str) -> Callable[..., Any]:
     return lambda *args: getattr(module, name)(*args)
 
 
+def _module_flag(module: ModuleType, name: str) -> Callable[..., bool]:
+    """vLLM's arch flag ``module.name`` as a gate taking the predicate's arguments: looked up at each call,
+    as vLLM's inline branch reads the global, and taken for its truth as that branch's ``if`` takes it."""
+    return lambda *_args: bool(getattr(module, name, False))
+
+
+def vllm_gates(module: ModuleType, found: Any) -> tuple[dict[Kernel, Callable[..., Any]], dict[Kernel, str]]:
+    """What vLLM's own code lets the plugin ask before a call, per branch, and how a decline reads.
+
+    A branch factored into a predicate (0.33.0's OPUS: ``_can_use_aiter_sparse_prefill_opus``) is asked
+    that; a branch written inline (the seed's gfx942 one) has none, and only its arch flag
+    (``_ON_GFX942``) is vLLM's own to read: its other conditions (dtypes, the row threshold read from
+    vLLM's constant) are the policy's own gates.
+    """
+    gates: dict[Kernel, Callable[..., Any]] = {}
+    text: dict[Kernel, str] = {}
+    for name, kernel in found.gates.items():
+        gates[kernel] = _module_attr_call(module, name)
+        text[kernel] = f"vLLM's gate {name} declines this call"
+    for name, kernel in found.flags.items():
+        gates[kernel] = _module_flag(module, name)
+        text[kernel] = f"vLLM's arch flag {name} is False: its inline {kernel} branch is not taken"
+    return gates, text
+
+
 def _branches(layout: Layout, found: Any, policy: Policy) -> str:
     """The AITER branches this vLLM has, each with its row threshold and its source; absent ones named."""
     rows = {Kernel.AITER_PA_PREFILL_SPARSE: ("gfx942", policy.gfx942_min_rows, found.gfx942_min_rows,
@@ -236,8 +261,9 @@ def _branches(layout: Layout, found: Any, policy: Policy) -> str:
             parts.append(f"{arch}: no {kernel} branch (no {getter})")
             continue
         source = f"vLLM's {const}" if own is not None else "routescope's threshold: this vLLM defines none"
-        gates = [g for g, k in found.gates.items() if k is kernel]
-        parts.append(f"{arch}: {kernel} from {n} rows ({source})" + (f", vLLM's gate {gates[0]}" if gates else ""))
+        gates = [f", vLLM's gate {g}" for g, k in found.gates.items() if k is kernel]
+        flags = [f", vLLM's arch flag {f} (an inline branch)" for f, k in found.flags.items() if k is kernel]
+        parts.append(f"{arch}: {kernel} from {n} rows ({source})" + "".join(gates + flags))
     return "branches: " + "; ".join(parts)
 
 

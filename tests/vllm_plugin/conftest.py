@@ -16,7 +16,9 @@ from routescope.vllm import export, logs, plugin
 from . import doubles
 
 OPS = "vllm.v1.attention.ops.rocm_aiter_mla_sparse"
-BACKEND = "vllm.v1.attention.backends.mla.rocm_aiter_mla_sparse_dsv4"
+# the modules that bind the ops module's entry points in vLLM 0.33.0 (doubles.SITES)
+BACKEND = "vllm.v1.attention.backends.mla.rocm_aiter_mla_sparse"
+MODELS = ("vllm.models.deepseek_v4.amd.rocm", "vllm.models.deepseek_v41.amd.rocm")
 
 
 def _drop_vllm_modules() -> None:
@@ -37,7 +39,10 @@ def _stop_plugin() -> None:
 
 @pytest.fixture
 def vllm_doubles(tmp_path):
-    """``make(**variant)`` writes the doubles and puts them on sys.path; everything is undone after the test."""
+    """``make(**variant)`` writes the doubles and puts them on sys.path; everything is undone after the test.
+
+    It returns importers: ``ops()``, ``backend()`` (GLM's path), ``model()`` / ``models()`` (DeepSeek-V4's
+    ROCm model modules), ``fc()`` (the forward context)."""
     roots: list[str] = []
 
     def make(**variant) -> SimpleNamespace:
@@ -47,6 +52,8 @@ def vllm_doubles(tmp_path):
         importlib.invalidate_caches()
         return SimpleNamespace(root=root, ops=lambda: importlib.import_module(OPS),
                                backend=lambda: importlib.import_module(BACKEND),
+                               model=lambda: importlib.import_module(MODELS[0]),
+                               models=lambda: [importlib.import_module(m) for m in MODELS],
                                fc=lambda: importlib.import_module("vllm.forward_context"))
 
     _stop_plugin()

@@ -2,11 +2,25 @@
 
 These files are NOT vLLM. tests/vllm_real runs the plugin inside the real vLLM 0.33.0 (its own
 venv); these doubles run in the main venv, fast, and reach what a CPU cannot (AITER launches on
-gfx942/gfx950, exporters, fail-open paths). Each mirrors only the layout routescope's plugin relies on (vLLM 0.33.0's: the ROCm sparse MLA ops module with
-``rocm_sparse_attn_prefill`` and the AITER getters, a backend module that imported the name,
-the forward context, the config getter, the TP rank getter). The fixture in conftest.py puts
-them on sys.path under the ``vllm.*`` names and removes them afterwards. The attention math
-is routescope's own torch reference; the "AITER kernels" are plain functions that log calls.
+gfx942/gfx950, exporters, fail-open paths). Each mirrors only the layout routescope's plugin relies
+on, at vLLM 0.33.0's paths (docs/vllm.md, "Binding sites in 0.33.0"):
+
+* the ROCm sparse MLA ops module ``vllm/v1/attention/ops/rocm_aiter_mla_sparse.py``: the prefill
+  entry, the decode entries ``rocm_sparse_attn_decode`` and ``rocm_sparse_attn_decode_bf16``, the
+  split-count helper, the OPUS getter and gate, and (variant ``getters="both"``) the seed PR's gfx942
+  getter and inline branch, as tests/vllm_real/seed_gfx942.patch writes them;
+* the backend ``vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py`` (GLM's path), which imports the
+  prefill entry, the bf16 decode and the split-count helper by name;
+* the DeepSeek-V4 model modules ``vllm/models/deepseek_v4/amd/rocm.py`` and ``.../deepseek_v41/...``,
+  which import the prefill entry and ``rocm_sparse_attn_decode`` by name;
+* the forward context, the config getter, the TP rank getter.
+
+Two things are NOT 0.33.0's, kept because the plugin handles them and only a double can show it: the
+backend also binds the prefill entry under an alias (``triton_sparse_attn_prefill``: the plugin wraps
+any name bound to the function), and ``rocm_sparse_attn_decode_v1`` delegates to another decode entry
+(the plugin counts the outermost call). The fixture in conftest.py puts the doubles on sys.path under
+the ``vllm.*`` names and removes them afterwards. The attention math is routescope's own torch
+reference; the "AITER kernels" are plain functions that log calls.
 """
 
 from __future__ import annotations
@@ -72,8 +86,8 @@ def rocm_sparse_attn_prefill(
         if fn is not None:
             fn(q, kv, indices, topk_length, scale, attn_sink=attn_sink, out=output)
             return
-    if {gfx942_branch} and _ON_GFX942 and AITER_ENABLED and q.dtype in _HALF and kv.dtype == q.dtype \\
-            and rows >= _GFX942_AITER_PA_PREFILL_SPARSE_MIN_QUERIES:
+    if {gfx942_branch} and _ON_GFX942 and rows >= _GFX942_AITER_PA_PREFILL_SPARSE_MIN_QUERIES and q.dtype in _HALF \\
+            and kv.dtype == q.dtype:  # the seed's inline gate, as tests/vllm_real/seed_gfx942.patch writes it
         fn = _get_aiter_pa_prefill_sparse()
         if fn is not None:
             fn(q, kv, indices, topk_length, scale, attn_sink=attn_sink, out=output)
@@ -86,16 +100,26 @@ def rocm_sparse_attn_decode(q, kv_cache=None, *args, output=None, **kwargs) -> N
     LOG.append(("decode", "rocm_sparse_attn_decode", q.shape[0]))
 
 
+def rocm_sparse_attn_decode_bf16(q, kv=None, *args, output=None, **kwargs) -> None:
+    LOG.append(("decode", "rocm_sparse_attn_decode_bf16", q.shape[0]))
+
+
+def rocm_sparse_decode_bf16_num_splits(*args, **kwargs) -> int:
+    """Not an entry point (it returns a split count); its name shares no prefix with them, as in 0.33.0."""
+    return 2
+
+
 def rocm_sparse_attn_decode_v1(q, kv_cache=None, *args, output=None, **kwargs) -> None:
+    """NOT in 0.33.0: a variant delegating to another decode entry (the plugin counts the outermost call)."""
     LOG.append(("decode", "rocm_sparse_attn_decode_v1", q.shape[0]))
-    rocm_sparse_attn_decode(q, kv_cache, *args, output=output, **kwargs)  # a variant delegating
+    rocm_sparse_attn_decode(q, kv_cache, *args, output=output, **kwargs)
 '''
 
 GETTERS = {
     "both": '''
 @functools.cache
 def _get_aiter_pa_prefill_sparse():
-    return pa_prefill_sparse if HAVE_PA else None
+    return pa_prefill_sparse if AITER_ENABLED and HAVE_PA else None
 
 
 @functools.cache
@@ -117,13 +141,41 @@ PREFILL_PARAMS = {
 }
 
 BACKEND = '''
-from vllm.forward_context import get_forward_context
-from vllm.v1.attention.ops.rocm_aiter_mla_sparse import rocm_sparse_attn_decode, rocm_sparse_attn_prefill
+from vllm.forward_context import get_forward_context  # noqa: F401
+from vllm.v1.attention.ops.rocm_aiter_mla_sparse import (
+    rocm_sparse_attn_decode_bf16,
+    rocm_sparse_attn_prefill,
+    rocm_sparse_decode_bf16_num_splits,
+)
+# NOT in 0.33.0: an alias, to show that the plugin wraps any name bound to the function
 from vllm.v1.attention.ops.rocm_aiter_mla_sparse import rocm_sparse_attn_prefill as triton_sparse_attn_prefill
 
 
+def forward_prefill(*args, **kwargs):
+    """GLM's path (ROCMAiterMLASparseImpl): the whole batch, decode rows included, to the prefill entry,
+    through the name this module bound at import."""
+    return rocm_sparse_attn_prefill(*args, **kwargs)
+
+
+def forward_prefill_aliased(*args, **kwargs):
+    return triton_sparse_attn_prefill(*args, **kwargs)
+
+
+def forward_decode(q):
+    """A pure decode when vLLM picks split-K: the bf16 decode entry, with the helper's split count."""
+    return rocm_sparse_attn_decode_bf16(q, None, num_splits=rocm_sparse_decode_bf16_num_splits(), output=None)
+'''
+
+MODEL = '''
+from vllm.forward_context import get_forward_context
+from vllm.v1.attention.ops.rocm_aiter_mla_sparse import (
+    rocm_sparse_attn_decode,
+    rocm_sparse_attn_prefill,
+)
+
+
 def forward_split(q, kv, indices, scale, head_dim, nope_head_dim, rope_head_dim, output, chunk_rows):
-    """Shaped like vLLM's DeepSeek-V4 ROCm backend: decode rows to the decode entry, the prefill
+    """Shaped like vLLM's DeepSeek-V4 ROCm attention: decode rows to the decode entry, the prefill
     rows after them to the prefill entry in chunks, by keyword. Metadata under key "swa"."""
     md = get_forward_context().attn_metadata["swa"]
     ndt = md.num_decode_tokens
@@ -136,15 +188,6 @@ def forward_split(q, kv, indices, scale, head_dim, nope_head_dim, rope_head_dim,
                 attn_sink=None, output=output[start:end])
     if md.num_decodes > 0:
         rocm_sparse_attn_decode(q[:ndt], None, output=output[:ndt])
-
-
-def forward_prefill(*args, **kwargs):
-    """Calls the name this module bound at import, as vLLM's backends do."""
-    return rocm_sparse_attn_prefill(*args, **kwargs)
-
-
-def forward_prefill_aliased(*args, **kwargs):
-    return triton_sparse_attn_prefill(*args, **kwargs)
 
 
 def forward_decode(q):
@@ -199,7 +242,14 @@ def get_tensor_model_parallel_rank():
 '''
 
 PACKAGES = ("vllm", "vllm/v1", "vllm/v1/attention", "vllm/v1/attention/ops", "vllm/v1/attention/backends",
-            "vllm/v1/attention/backends/mla")
+            "vllm/v1/attention/backends/mla", "vllm/models", "vllm/models/deepseek_v4", "vllm/models/deepseek_v4/amd",
+            "vllm/models/deepseek_v41", "vllm/models/deepseek_v41/amd")
+# vLLM 0.33.0's modules that bind the ops module's entry points by name (docs/vllm.md), and their doubles
+SITES = {
+    "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py": ("ROCm sparse MLA backend module (GLM's path)", BACKEND),
+    "vllm/models/deepseek_v4/amd/rocm.py": ("DeepSeek-V4 ROCm model module", MODEL),
+    "vllm/models/deepseek_v41/amd/rocm.py": ("DeepSeek-V4.1 ROCm model module", MODEL),
+}
 
 
 def write(root: Path, *, getters: str = "both", signature: str = "vllm", gfx942_min: int = 512,
@@ -216,8 +266,7 @@ def write(root: Path, *, getters: str = "both", signature: str = "vllm", gfx942_
                           "LOG.append((\"prefill\", (q, kv), output))")
     files = {
         "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py": ("ROCm sparse MLA ops module", ops),
-        "vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse_dsv4.py": ("DeepSeek-V4 ROCm sparse MLA backend module",
-                                                                          BACKEND),
+        **SITES,
         "vllm/config.py": ("config module", CONFIG),
         "vllm/distributed.py": ("distributed module", DISTRIBUTED),
     }

@@ -3,6 +3,7 @@ failures of ours fail open. vLLM here is TEST DOUBLES (tests/vllm_plugin/doubles
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import pytest
@@ -99,13 +100,14 @@ def test_decode_rows_from_forward_context_metadata(gfx942, rows, meta, call_clas
     assert samples(tel, "routescope_decode_in_prefill_rows_total", call_class=call_class) == decode_rows
 
 
-def test_a_backend_that_splits_decodes_off_shows_no_decode_in_prefill(gfx942):
-    """DeepSeek-V4's ROCm backend shape: decode rows to the decode entry, prefill rows in chunks."""
+def test_a_model_that_splits_decodes_off_shows_no_decode_in_prefill(gfx942):
+    """DeepSeek-V4's ROCm model module shape: decode rows to the decode entry, prefill rows in chunks."""
     ops, backend, fc = gfx942
+    model = importlib.import_module("vllm.models.deepseek_v4.amd.rocm")
     (q, kv, idx, _tl, scale, hd, nope, rope, _sink, out), expected = prefill_args(64)
     meta = Meta(4, 4, num_prefills=2, num_prefill_tokens=60, num_actual_tokens=64)
     with fc.set_forward_context({"layers.0.attn": meta, "swa": meta}):
-        backend.forward_split(q, kv, idx, scale, hd, nope, rope, out, chunk_rows=30)
+        model.forward_split(q, kv, idx, scale, hd, nope, rope, out, chunk_rows=30)
     torch.testing.assert_close(out[4:], expected[4:], rtol=0, atol=0)
     assert [e[1] if e[0] != "prefill" else "prefill" for e in ops.LOG] == ["prefill", 30, "prefill", 30, "rocm_sparse_attn_decode"]
     tel = telemetry()
@@ -132,14 +134,15 @@ def test_dual_batch_overlap_picks_the_micro_batch_of_this_call(gfx942):
 
 def test_decode_path_calls_are_counted_once_per_outermost_call(gfx942):
     ops, backend, fc = gfx942
-    backend.forward_decode(torch.zeros(5, 2, 12))
+    backend.forward_decode(torch.zeros(5, 2, 12))  # GLM's split-K decode: the bf16 entry
+    importlib.import_module("vllm.models.deepseek_v41.amd.rocm").forward_decode(torch.zeros(3, 2, 12))
     ops.rocm_sparse_attn_decode_v1(torch.zeros(7, 2, 12), None)  # delegates to rocm_sparse_attn_decode
     assert [e for e in ops.LOG if e[0] == "decode"] == [
-        ("decode", "rocm_sparse_attn_decode", 5), ("decode", "rocm_sparse_attn_decode_v1", 7),
-        ("decode", "rocm_sparse_attn_decode", 7)]
+        ("decode", "rocm_sparse_attn_decode_bf16", 5), ("decode", "rocm_sparse_attn_decode", 3),
+        ("decode", "rocm_sparse_attn_decode_v1", 7), ("decode", "rocm_sparse_attn_decode", 7)]
     tel = telemetry()
-    assert samples(tel, "routescope_decode_path_calls_total", model="double/served-model") == 2
-    assert samples(tel, "routescope_decode_path_rows_total") == 12
+    assert samples(tel, "routescope_decode_path_calls_total", model="double/served-model") == 3
+    assert samples(tel, "routescope_decode_path_rows_total") == 15
 
 
 def test_decode_in_prefill_reads_as_a_share_of_decode_calls(gfx942):

@@ -47,16 +47,20 @@ def test_off_switch_imports_nothing_heavy():
 
 
 def test_wraps_every_binding_site_of_an_already_imported_module(vllm_doubles):
+    """vLLM 0.33.0's binding sites (doubles.SITES), plus the doubles' alias."""
     d = vllm_doubles()
-    ops, backend = d.ops(), d.backend()
+    ops, backend, models = d.ops(), d.backend(), d.models()
     original = ops.rocm_sparse_attn_prefill
     assert backend.rocm_sparse_attn_prefill is original  # the backend imported the name itself
     assert _install() == "observing"
-    for site in (ops.rocm_sparse_attn_prefill, backend.rocm_sparse_attn_prefill, backend.triton_sparse_attn_prefill):
+    for site in (ops.rocm_sparse_attn_prefill, backend.rocm_sparse_attn_prefill, backend.triton_sparse_attn_prefill,
+                 *(m.rocm_sparse_attn_prefill for m in models)):
         assert is_wrapper(site) and site.__routescope_original__ is original
-    assert is_wrapper(ops.rocm_sparse_attn_decode) and is_wrapper(backend.rocm_sparse_attn_decode)
+    assert is_wrapper(ops.rocm_sparse_attn_decode_bf16) and is_wrapper(backend.rocm_sparse_attn_decode_bf16)
+    assert all(is_wrapper(m.rocm_sparse_attn_decode) for m in (ops, *models))
+    assert not is_wrapper(backend.rocm_sparse_decode_bf16_num_splits)  # a split count, not an entry point
     assert is_wrapper(ops._get_aiter_pa_prefill_sparse) and is_wrapper(ops._get_aiter_sparse_prefill_opus)
-    assert plugin.current().sites >= 3  # backend: prefill, its alias, decode
+    assert plugin.current().sites == 7  # backend: prefill, its alias, bf16 decode; each model: prefill, decode
 
 
 def test_import_hook_patches_before_any_importer_binds_the_name(vllm_doubles):
@@ -117,7 +121,7 @@ def test_uninstall_also_restores_names_bound_after_the_patch(vllm_doubles):
     backend = d.backend()  # bound the wrapper itself, at import: no recorded site
     assert is_wrapper(backend.rocm_sparse_attn_prefill)
     plugin.uninstall()
-    for name in ("rocm_sparse_attn_prefill", "triton_sparse_attn_prefill", "rocm_sparse_attn_decode"):
+    for name in ("rocm_sparse_attn_prefill", "triton_sparse_attn_prefill", "rocm_sparse_attn_decode_bf16"):
         assert not is_wrapper(getattr(backend, name))
 
 

@@ -10,7 +10,9 @@ side by side), each as ``python -O -m tests.vllm_real.inside.NAME`` with:
   for Ray workers), and ``TRITON_INTERPRET=1`` then runs its kernels in Triton's interpreter.
 
 If .venv-vllm cannot be built the tests are skipped with the reason in the summary (``-ra``);
-under CI (``CI`` set) they fail instead: there the venv must build.
+under CI (``CI`` set, as .ci/run sets it) they fail instead: there the venv must build. Every script
+reports the ``vllm.__version__`` it imported; one other than the pinned version fails the tests that
+read it (:func:`version_problem`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,6 +32,35 @@ VENV = Path(os.environ.get("ROUTESCOPE_VLLM_VENV", ROOT / ".venv-vllm"))
 STAMP = VENV / "routescope-stamp"
 FAILED = Path(f"{VENV}.failed")
 TIMEOUT_S = 900
+
+
+_CI_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def pinned_vllm(requirements: Path = Path(__file__).with_name("requirements.txt")) -> str:
+    """The vLLM version the venv is built with: its ``vllm==X`` line in requirements.txt."""
+    for line in requirements.read_text().splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep and name.strip().lower() == "vllm":
+            return version.strip()
+    raise LookupError(f"{requirements} pins no vllm==X")
+
+
+VLLM_VERSION = pinned_vllm()
+
+
+def when_the_venv_is_missing(env: Mapping[str, str]) -> str:
+    """``"fail"`` under CI (``CI`` set to anything but empty/0/false/no/off), else ``"skip"``: the venv
+    must build in CI, while on a user's machine (no network, say) a loud skip is the right answer."""
+    return "skip" if env.get("CI", "").strip().lower() in _CI_OFF else "fail"
+
+
+def version_problem(found: object, pinned: str = VLLM_VERSION) -> str | None:
+    """Why a script's ``vllm.__version__`` cannot stand for the pinned release; None when it is that release."""
+    if found == pinned:
+        return None
+    return (f"the venv's vllm.__version__ is {found!r}, not {pinned!r} (tests/vllm_real/requirements.txt): "
+            f"these tests prove nothing about {pinned}; rebuild the venv (rm -rf {VENV}; bash scripts/vllm_env.sh)")
 
 
 def _pins_hash() -> str:
@@ -49,7 +81,7 @@ def _venv_python() -> Path:
         return VENV / "bin" / "python"
     why = FAILED.read_text().splitlines()[0] if FAILED.exists() else "scripts/vllm_env.sh left no stamp, no reason"
     message = f"vLLM 0.33.0 NOT TESTED: its venv {VENV} could not be built: {why} (details: {FAILED})"
-    if os.environ.get("CI"):
+    if when_the_venv_is_missing(os.environ) == "fail":
         pytest.fail(message)
     pytest.skip(message)
 
@@ -84,6 +116,9 @@ class Script:
                 pytest.fail(f"tests/vllm_real/inside/{self.name}.py exited {rc} in {VENV}:\n{tail}", pytrace=False)
             self._result = SimpleNamespace(data=json.loads(self.out.read_text()), stdout=self.stdout.read_text(),
                                            stderr=self.stderr.read_text())
+        problem = version_problem(self._result.data.get("vllm_version"))
+        if problem:
+            pytest.fail(f"tests/vllm_real/inside/{self.name}.py: {problem}", pytrace=False)
         return self._result
 
 

@@ -40,6 +40,16 @@ def test_switched_on_after_vllms_modules_every_binding_site_is_wrapped(run):
     assert run.data["binding_sites"] == 6  # the backend's 2, and 2 in each model module
 
 
+def test_the_split_count_helper_the_backend_also_imports_is_left_alone(run):
+    """``rocm_sparse_decode_bf16_num_splits`` returns a number, it runs no attention: not a decode entry."""
+    assert run.data["helper_wrapped"] == {OPS: False, BACKEND: False}
+
+
+def test_every_script_ran_against_the_pinned_vllm(run):
+    """conftest fails any script whose vllm.__version__ is not the pinned one; this one says it outright."""
+    assert run.data["vllm_version"] == "0.33.0"
+
+
 @pytest.mark.parametrize("absent", ["no _get_aiter_pa_prefill_sparse"])
 def test_the_missing_gfx942_branch_is_reported(run, absent):
     assert any(absent in a for a in run.data["absent"])

@@ -65,3 +65,17 @@ def test_vllms_own_log_says_it_took_the_branch_and_the_observing_line_has_its_th
     assert f"gfx942: {PA} from 512 rows (vLLM's _GFX942_AITER_PA_PREFILL_SPARSE_MIN_QUERIES)" in line
 
 
+
+
+def test_a_call_vllms_arch_flag_turns_away_is_in_tree_from_its_start(run):
+    """The inline branch has no predicate to ask, but its arch flag is vLLM's own: with _ON_GFX942 off, a
+    600-row call is labelled in-tree before telemetry sees it, so a flush in mid-call shows no AITER call."""
+    d = run.data["declined"]
+    (mid,) = d["mid_call"]
+    assert samples(mid, "routescope_calls_total", kernel=PA) == 3  # the three earlier AITER calls, no fourth
+    assert samples(mid, "routescope_decisions_total", kernel=INTREE, reason="gfx942_declined") == 1
+    after = d["after"]
+    assert samples(after, "routescope_calls_total", kernel=PA) == 3
+    assert samples(after, "routescope_calls_total", kernel=INTREE, impl="triton", rows_bucket="512-1023") == 1
+    assert samples(after, "routescope_decisions_total", kernel=INTREE, reason="gfx942_declined") == 1
+    assert d["stand_in_calls"] == [600, 512, 512] and d["in_tree_calls"] == [600] and d["mismatches"] == {}

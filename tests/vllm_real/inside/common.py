@@ -63,11 +63,24 @@ def import_binding_sites() -> dict[str, types.ModuleType]:
 
 
 def wrapped_sites(modules: dict[str, types.ModuleType]) -> dict[str, dict[str, bool]]:
-    """For every module, every entry point and AITER getter it binds: is it routescope's wrapper?"""
+    """For every module, every entry point and AITER getter it binds: is it routescope's wrapper?
+
+    The names are taken by prefix, unfiltered: in 0.33.0 the one other function of the ops module that
+    the backend imports, the split-count helper ``rocm_sparse_decode_bf16_num_splits``, shares neither
+    prefix (``rocm_sparse_decode``, not ``rocm_sparse_attn``), so it is not listed (and must not be wrapped:
+    :func:`helper_wrapped`)."""
     return {name: {attr: bool(getattr(getattr(mod, attr), "__routescope__", False))
-                   for attr in sorted(vars(mod)) if attr.startswith((ENTRY, GETTER)) and callable(getattr(mod, attr))
-                   and not attr.startswith("rocm_sparse_attn_decode_bf16_num")}
+                   for attr in sorted(vars(mod)) if attr.startswith((ENTRY, GETTER)) and callable(getattr(mod, attr))}
             for name, mod in modules.items()}
+
+
+SPLIT_HELPER = "rocm_sparse_decode_bf16_num_splits"  # not an entry point: it returns a split count
+
+
+def helper_wrapped(modules: dict[str, types.ModuleType]) -> dict[str, bool]:
+    """Where the split-count helper is bound (the ops module and the backend in 0.33.0): is it wrapped?"""
+    return {name: bool(getattr(getattr(mod, SPLIT_HELPER), "__routescope__", False))
+            for name, mod in modules.items() if hasattr(mod, SPLIT_HELPER)}
 
 
 def observer() -> Any:
@@ -99,5 +112,8 @@ def configure_vllm_logging() -> None:
 
 
 def emit(**data: Any) -> None:
+    """Write what the script observed, with the ``vllm.__version__`` it ran against (conftest checks it)."""
+    vllm = sys.modules.get("vllm")
+    data["vllm_version"] = getattr(vllm, "__version__", None)
     with open(os.environ["ROUTESCOPE_REAL_OUT"], "w") as f:
         json.dump(data, f, indent=1, default=str)

@@ -8,7 +8,7 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from tests.vllm_real.inside.common import emit, import_binding_sites, wrapped_sites
+from tests.vllm_real.inside.common import emit, helper_wrapped, import_binding_sites, wrapped_sites
 
 os.environ.pop("ROUTESCOPE_VLLM", None)
 from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_general_plugins, load_plugins_by_group  # noqa: E402
@@ -36,4 +36,5 @@ same_original = {name: {attr: getattr(getattr(mod, attr), "__routescope_original
                         for attr in before[name]} for name, mod in modules.items()}
 emit(entry_points=[[e.name, e.value] for e in entry_points(group=DEFAULT_PLUGINS_GROUP)], loaded=sorted(loaded),
      off=off, off_sites=off_sites, on_sites=wrapped_sites(modules), same_original=same_original,
-     state=p.state, binding_sites=p.sites, absent=p.absent, missing=p.missing)
+     helper_wrapped=helper_wrapped(modules), state=p.state, binding_sites=p.sites, absent=p.absent,
+     missing=p.missing)

@@ -66,12 +66,12 @@ importlib.import_module("vllm._aiter_ops").is_aiter_found_and_supported = lambda
 install_aiter_stand_in()
 
 
-def direct(rows: int, lanes: int, seed: int) -> float:
+def direct(rows: int, lanes: int, seed: int, heads: int = 2) -> float:
     """One call of the patched entry; the largest difference from the reference."""
-    q, kv, g = batch.inputs(rows, 2, 576, 64, torch.float16, seed)
+    q, kv, g = batch.inputs(rows, heads, 576, 64, torch.float16, seed)
     idx, ptr = batch.ragged(rows, 64, 4, g)
-    sink = torch.randn(2, generator=g)
-    out = torch.zeros(rows, 2, lanes, dtype=torch.float16)
+    sink = torch.randn(heads, generator=g)
+    out = torch.zeros(rows, heads, lanes, dtype=torch.float16)
     ops.rocm_sparse_attn_prefill(q, kv, None, None, 576 ** -0.5, 576, 512, 64, sink, out, idx, ptr)
     ref = batch.reference(q, kv, SparseIndex(None, None, idx.long(), ptr.long()), 576 ** -0.5, sink, lanes)
     return (out.float() - ref).abs().max().item()
@@ -86,5 +86,30 @@ for rows, seed in ((512, 4), (4, 5)):
     meta = batch.metadata(decodes=rows, decode_tokens=rows, prefills=0, tokens=rows, max_query_len=1, max_seq_len=64)
     batch.forward(backend, meta, q, kv, batch.ragged(rows, 32, 4, g))
 obs = observer()
-emit(state=state, sites=wrapped_sites(modules), errs=errs, stand_in_calls=stand_in_calls, samples=flushed_samples(),
-     mismatches=obs.status()["mismatches"], errors=dict(obs.errors), policy=obs.policy.to_dict())
+seen = {"samples": flushed_samples(), "mismatches": dict(obs.status()["mismatches"]),
+        "stand_in_calls": list(stand_in_calls)}
+
+# vLLM's arch flag off (a process vLLM does not take for gfx942): its inline branch declines a 600-row call
+# the plugin's what-if gfx942 policy would send to AITER. A flush where vLLM's in-tree kernel runs shows
+# what a scrape in mid-call would read. Another head count: a call class not decided yet.
+ops._ON_GFX942 = False
+mid_call: list = []
+in_tree_calls: list[int] = []
+
+
+def flush_then_in_tree_stand_in(*, q, kv, indices, indptr, scale, attn_sink, nope_head_dim, rope_head_dim, out):
+    """A flush, then a STAND-IN for vLLM's in-tree ragged Triton prefill (600 rows take minutes in Triton's
+    interpreter; the 8-row calls above ran the real one): routescope's torch reference."""
+    mid_call.append(flushed_samples())
+    in_tree_calls.append(q.shape[0])
+    index = SparseIndex(None, None, indices.long(), indptr.long())
+    out.copy_(batch.reference(q, kv.unsqueeze(1), index, scale, attn_sink, out.shape[-1]).to(out.dtype))
+
+
+ops._rocm_sparse_attn_prefill_ragged_triton = flush_then_in_tree_stand_in
+direct(600, 512, 6, heads=4)
+declined = {"mid_call": mid_call, "after": flushed_samples(), "mismatches": obs.status()["mismatches"],
+            "stand_in_calls": list(stand_in_calls), "in_tree_calls": in_tree_calls}
+emit(state=state, sites=wrapped_sites(modules), errs=errs, stand_in_calls=seen["stand_in_calls"],
+     samples=seen["samples"], mismatches=seen["mismatches"], errors=dict(obs.errors), policy=obs.policy.to_dict(),
+     declined=declined)
