@@ -14,7 +14,7 @@ from dispatcher.explain import ExplainRequest
 from dispatcher.platform import KNOWN_ARCHS
 from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS
 
-MAX_ROWS = 2**31  # rows, thresholds and query lengths: beyond any real batch, within int32 row offsets
+MAX_ROWS = 2**31 - 1  # rows, thresholds and query lengths: int32's max, so int32 row offsets hold their sum
 MAX_TOPK = 2**20
 
 
@@ -138,8 +138,10 @@ class HealthProblem(BaseModel):
 
     stage: str = Field(description="write (this process's files), read (the directory), compact")
     path: str
-    problem: str = Field(description='e.g. "disk full", "missing", "permission denied", "corrupt file"')
+    problem: str = Field(description='e.g. "disk full", "missing", "permission denied", "corrupt file", '
+                                     '"unreadable file"')
     detail: str
     blocking: bool = Field(False, description="makes /readyz answer 503 while it lasts")
     active: bool = Field(False, description="an ongoing condition (cleared when the operation succeeds again)")
-    quarantined_as: str | None = Field(None, description="where a corrupt file was renamed (null: it could not be)")
+    quarantined_as: str | None = Field(None, description="where a corrupt or unreadable file was renamed (null: it "
+                                                         "could not be)")

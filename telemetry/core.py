@@ -18,7 +18,7 @@ from dispatcher.policy import Policy, PolicySettings
 
 from . import exithooks
 from .aggregates import STAGE, Aggregates
-from .compact import compact
+from .compact import LOCK_TIMEOUT_S, compact
 from .config import TelemetryConfig, TimingMode, counterfactual_policy
 from .graphs import graph_hooks
 from .merge import totals_from_families
@@ -42,6 +42,16 @@ def _version() -> str:
         return version("routescope")
     except Exception:  # noqa: BLE001
         return "0+unknown"
+
+
+def compaction_due(last: float | None, now: float, interval: float) -> bool:
+    """Is a compaction due at ``now``? (``last`` None: none yet, so at the first flush.)"""
+    return last is None or now - last >= interval
+
+
+def lock_stuck(busy_in_a_row: int, stuck_after: int = 10) -> bool:
+    """Has the directory lock been held at so many compactions in a row that it is worth reporting?"""
+    return busy_in_a_row >= stuck_after
 
 
 class Telemetry:
@@ -79,7 +89,8 @@ class Telemetry:
         self._mp_path: str | None = None
         self._problems = Problems(self.count_error)
         self._key_cache: dict[str, list] = {}
-        self._last_compact = time.monotonic()
+        self._last_compact: float | None = None  # None: due at the first flush, never in this constructor
+        self._compact_busy = 0  # compactions skipped in a row: another process held the lock
         if cfg.multiproc_dir:
             self._open_multiprocess(cfg.multiproc_dir)
         if cfg.flush_on_exit:
@@ -178,36 +189,53 @@ class Telemetry:
     def flush(self) -> Totals:
         """Resolve finished timing (stamps, events), rebuild the totals, feed the exporters; never raises."""
         with self._flush_lock:
-            agg = self._agg
-            self._resolve_timing()
-            try:
-                totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
-                                      build_info=self._build_info, cf_arch=self.counterfactual_platform.arch,
-                                      absent_gates=self.config.absent_gates)
-            except Exception:  # noqa: BLE001
-                self.count_error("flush")
-                self._totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}
-                return self._totals
-            self._totals = totals
-            if self._writer is not None:
-                self._export_multiprocess(totals)
-            if self._samples is not None and self.config.keep_samples:
-                self._kept.extend(self._samples)  # bounded: oldest fall off
-            if self._otel is not None and self._samples is not None:
-                try:
-                    self._otel.feed(self._samples, agg.info)
-                except Exception:  # noqa: BLE001
-                    self.count_error("otel")
-            elif self._samples is not None:
-                self._samples.clear()
-            totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}
-            return totals
+            return self._flush_locked(None)
 
-    def _resolve_timing(self) -> None:
-        """Stamps are plain host reads; events need CUDA calls, so they wait while a graph is being captured."""
+    def _flush_locked(self, exit_wait: float | None) -> Totals:
+        """The flush, its lock held. ``exit_wait``: a signal handler's flush (see ``_flush_for_exit``)."""
+        agg = self._agg
+        self._resolve_timing(exit_wait)
+        try:
+            totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
+                                  build_info=self._build_info, cf_arch=self.counterfactual_platform.arch,
+                                  absent_gates=self.config.absent_gates)
+        except Exception:  # noqa: BLE001
+            self.count_error("flush")
+            self._totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}
+            return self._totals
+        self._totals = totals
+        if self._writer is not None:
+            self._export_multiprocess(totals, may_compact=exit_wait is None)
+        if exit_wait is None:  # the samples wait for the next flush (at exit: atexit's)
+            self._feed_samples()
+        totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}
+        return totals
+
+    def _feed_samples(self) -> None:
+        if self._samples is not None and self.config.keep_samples:
+            self._kept.extend(self._samples)  # bounded: oldest fall off
+        if self._otel is not None and self._samples is not None:
+            try:
+                self._otel.feed(self._samples, self._agg.info)
+            except Exception:  # noqa: BLE001
+                self.count_error("otel")
+        elif self._samples is not None:
+            self._samples.clear()
+
+    def _resolve_timing(self, exit_wait: float | None = None) -> None:
+        """Stamps are plain host reads; events need CUDA calls, so they wait while a graph is being captured.
+
+        ``exit_wait`` (a signal handler's flush, which may have interrupted the thread holding the
+        sink's or the stamps' lock): each is waited for that long at most, else timing is skipped
+        this time (counted as ``timing``; the stamps stay pending for a later flush)."""
+        if self._stamps is None and self._events is None:
+            return
+        if exit_wait is not None and not self._sink.lock_free(exit_wait):
+            self.count_error("timing")
+            return
         if self._stamps is not None:
             try:
-                self._stamps.resolve(self._sink)
+                self._stamps.resolve(self._sink, lock_timeout=-1 if exit_wait is None else exit_wait)
             except Exception:  # noqa: BLE001
                 self.count_error("timing")
         capturing = self._graphs is not None and self._graphs.depth[0]
@@ -217,32 +245,47 @@ class Telemetry:
             except Exception:  # noqa: BLE001
                 self.count_error("timing")
 
-    def _export_multiprocess(self, totals: Totals) -> None:
+    def _export_multiprocess(self, totals: Totals, *, may_compact: bool = True) -> None:
+        """Write this process's files, then compact when due, never waiting for the directory lock."""
         try:
             self._writer.write(totals, self.config.rank)  # type: ignore[union-attr]  # reports its own failures
         except Exception:  # noqa: BLE001
             self.count_error("write")
         now = time.monotonic()
-        if now - self._last_compact >= self.config.compact_interval_s:
+        if may_compact and compaction_due(self._last_compact, now, self.config.compact_interval_s):
             self._last_compact = now
-            self._compact()
+            self._compact(lock_timeout=0)
 
     # -- multiprocess directory: writer, compaction and reading apart, so one failing never stops another --
     def _open_multiprocess(self, path: str) -> None:
-        """The writer (it reports, never raises, when the directory cannot be written), then a compaction."""
+        """The writer (it reports, never raises, when the directory cannot be written); the first flush compacts.
+
+        Not here: a vLLM worker builds its Telemetry inside its first attention call."""
         self._mp_path = path
         try:
             self._writer = MultiprocWriter(path, ident_for(self.config.process_id), self._problems)
         except Exception as exc:  # noqa: BLE001 - a bad process_id: no files of ours, the rest still works
             self._problems.report("write", path, exc.__class__.__name__, str(exc), blocking=True)
-        self._compact()
 
-    def _compact(self, dead_idents: tuple[str, ...] = ()) -> None:
+    def _compact(self, dead_idents: tuple[str, ...] = (), *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
+        """One compaction; skipped (logged at debug, counted in ``_compact_busy``) while another process holds the
+        lock: that one is compacting. Skipped ``stuck_after`` times in a row, the lock is reported as stuck."""
+        path: str = self._mp_path  # type: ignore[assignment]
         try:
-            compact(self._mp_path, dead_idents=dead_idents, problems=self._problems)  # type: ignore[arg-type]
-            self._problems.clear("compact", self._mp_path)  # type: ignore[arg-type]
+            done = compact(path, dead_idents=dead_idents, problems=self._problems, lock_timeout=lock_timeout)
         except Exception as exc:  # noqa: BLE001 - retried at the next interval; files stay until then
-            self._problems.report("compact", self._mp_path, os_problem(exc), str(exc))  # type: ignore[arg-type]
+            self._problems.report("compact", path, os_problem(exc), str(exc))
+            return
+        if done is not None:
+            self._compact_busy = 0
+            self._problems.clear("compact", path)
+            return
+        self._compact_busy += 1
+        log.debug("routescope telemetry: compaction skipped, another process holds the lock of %s (%d in a row)",
+                  path, self._compact_busy)
+        if lock_stuck(self._compact_busy):
+            self._problems.report("compact", path, "lock held", f"another process has held the lock of {path} at "
+                                  f"each of the last {self._compact_busy} compactions; dead files stay (still read)")
 
     def _mp_registry(self) -> CollectorRegistry | None:
         """Every process's files; None (this process's series only, the problem reported) if the directory is gone."""
@@ -265,12 +308,24 @@ class Telemetry:
                                       blocking=True)
         return self._problems.conditions() + self._problems.files()
 
-    def _flush_for_exit(self) -> None:
-        """SIGTERM: one flush, if the flush lock frees within 1 s (the interrupted thread may hold it)."""
-        if self._closed or not self._flush_lock.acquire(timeout=1.0):
+    def _flush_for_exit(self, wait_s: float = 0.1) -> None:
+        """SIGTERM: one flush that cannot hang, though the handler runs in the thread it interrupted.
+
+        That thread may hold a lock the flush takes, and would wait for itself. So the flush lock is
+        waited for 1 s, any other lock ``wait_s``; a part whose lock stays held is skipped and
+        counted (timing as ``timing``, the directory's bookkeeping as ``flush``; the files are still
+        written). No compaction and no OpenTelemetry feed (I/O, other libraries' locks): the next
+        process compacts, and the flush at exit feeds the samples left, if the process exits."""
+        if self._closed:
             return
-        self._flush_lock.release()
-        self.flush()
+        if not self._flush_lock.acquire(timeout=1.0):
+            self.count_error("flush")
+            return
+        try:
+            with self._problems.bounded(wait_s):
+                self._flush_locked(wait_s)
+        finally:
+            self._flush_lock.release()
 
     def drain_samples(self) -> list[dict[str, Any]]:
         """Raw sampled latencies since the last drain, in resolution order (needs ``keep_samples``); flushes first."""

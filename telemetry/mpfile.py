@@ -5,13 +5,24 @@ entries up to ``used``: a 4-byte key length, the UTF-8 JSON key padded to 8-byte
 two doubles (value, timestamp). Bytes past ``used`` are preallocated space, which every reader
 ignores; routescope's archives keep there the names of the files merged into them (a
 *manifest*, see ``telemetry/compact.py``), so prometheus_client's collector (vLLM's /metrics)
-reads an archive as any other file. Pure: bytes in, entries out, or ``CorruptFile`` with why.
+reads an archive as any other file. Pure: bytes in, entries out, or ``CorruptFile`` with why;
+``read`` and ``load`` alone touch the disk, and read no byte past what the header says is used
+(plus a manifest), so a huge or sparse hostile ``*.db`` costs a few reads, never its size.
+
+A key must also name a sample of its own metric's family, as the file's type (the name's first
+``_`` part, which prometheus_client's collector goes by) has it: ``<metric>_total`` or
+``_created`` in a counter file, ``<metric>`` in a gauge file, ``_bucket`` (with an ``le`` label,
+the only sample that has one), ``_count``, ``_sum`` or ``_created`` in a histogram file, and
+``_count``, ``_sum`` or ``_created`` in a summary file. Anything else (sample ``b`` under
+metric ``a``, a ``_total`` in a histogram file) would give a collector an invalid exposition.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import struct
 
 HEADER = 8
@@ -19,6 +30,15 @@ _INT = struct.Struct("i")  # native, as prometheus_client packs them
 _DD = struct.Struct("dd")
 MANIFEST_MAGIC = b"RSMERGED"  # 8 bytes, then a 4-byte length and a JSON list of file names
 MAX_KEY = 1 << 16  # a key longer than this is no key routescope wrote
+MAX_USED = 1 << 26  # a used length past 64 MiB is no file routescope wrote (a process's is ~130 KB)
+MAX_MANIFEST = 1 << 24  # a manifest lists only merged files still on disk: a few KiB
+SUFFIXES = {  # sample name = metric name + one of these, per file type (prometheus_client's ValueClass names)
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("_count", "_sum", "_created"),
+}
+_ANY_SUFFIX = tuple(sorted({x for xs in SUFFIXES.values() for x in xs}))
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")  # what prometheus_client's Metric accepts
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -79,11 +99,28 @@ def key_parts(key: str) -> list:
     return parts
 
 
+def file_type(path: str) -> str:
+    """``counter``, ``gauge``, ``histogram``, ``summary``: a file's type, from its name, as prometheus_client does."""
+    return os.path.basename(path).split("_", 1)[0]
+
+
+def in_family(kind: str | None, metric: str, sample: str, labels: dict) -> bool:
+    """Is ``sample`` one of ``metric``'s samples in a file of type ``kind``? (None: of any type; unknown: no.)"""
+    suffixes = _ANY_SUFFIX if kind is None else SUFFIXES.get(kind, ())
+    if not sample.startswith(metric) or sample[len(metric):] not in suffixes:
+        return False
+    return kind != "histogram" or ("le" in labels) == (sample == metric + "_bucket")
+
+
 Entry = tuple  # (key, key parts, value, timestamp, offset of the value)
 
 
-def parse(data: bytes, cache: dict[str, list] | None = None) -> tuple[list[Entry], list[str] | None]:
-    """(entries, the manifest or None); raises CorruptFile. ``cache`` keeps decoded keys between files."""
+def parse(data: bytes, cache: dict[str, list] | None = None,
+          kind: str | None = None) -> tuple[list[Entry], list[str] | None]:
+    """(entries, the manifest or None); raises CorruptFile. ``cache`` keeps decoded keys between files.
+
+    ``kind`` is the file's type (``file_type``): each sample must belong to its metric's family
+    as that type has it; None checks only that it belongs to the family under some type."""
     if len(data) < HEADER:
         raise CorruptFile(f"truncated: {len(data)} bytes, shorter than the 8-byte header")
     used = _INT.unpack_from(data, 0)[0]
@@ -109,6 +146,9 @@ def parse(data: bytes, cache: dict[str, list] | None = None) -> tuple[list[Entry
             parts = key_parts(key)
             if cache is not None and len(cache) < 1 << 18:
                 cache[key] = parts
+        if not in_family(kind, parts[0], parts[1], parts[2]):
+            raise CorruptFile(f"key at byte {pos}: sample {parts[1]!r} is not one of metric {parts[0]!r}'s "
+                              f"in a {kind or 'multiprocess'} file")
         value, ts = _DD.unpack_from(data, end - 16)
         out.append((key, parts, value, ts, end - 16))
         pos = end
@@ -144,7 +184,39 @@ def build(values: dict[str, float], manifest: list[str] | None = None) -> bytes:
     return out
 
 
+def load(fd: int) -> bytes:
+    """The bytes ``parse`` needs: the header, entries up to its used length, the manifest when one follows.
+
+    Never more: a used length past ``MAX_USED`` or a manifest past ``MAX_MANIFEST`` is a
+    CorruptFile before anything is read, and the space past them (preallocated, or a sparse
+    hole of any size) is not read at all. A file shorter than it says is returned short
+    (``parse`` calls it truncated). OSError passes through."""
+    head = os.pread(fd, HEADER, 0)
+    if len(head) < HEADER:
+        return head
+    n = _INT.unpack_from(head, 0)[0]
+    if n > MAX_USED:
+        raise CorruptFile(f"bad length header: {n} bytes used, more than the {MAX_USED} a file may use")
+    if n < HEADER:
+        return head  # parse says why
+    data = head + os.pread(fd, n - HEADER + len(MANIFEST_MAGIC) + 4, HEADER)
+    if len(data) < n + len(MANIFEST_MAGIC) + 4 or data[n:n + len(MANIFEST_MAGIC)] != MANIFEST_MAGIC:
+        return data
+    m = _INT.unpack_from(data, n + len(MANIFEST_MAGIC))[0]
+    if not 0 <= m <= MAX_MANIFEST:
+        raise CorruptFile(f"manifest length {m} is out of bounds")
+    return data + os.pread(fd, m, len(data))
+
+
 def read(path: str, cache: dict[str, list] | None = None) -> tuple[list[Entry], list[str] | None]:
-    """Parse a file from disk (ordinary reads); OSError and CorruptFile pass through."""
-    with open(path, "rb") as f:
-        return parse(f.read(), cache)
+    """Parse a file from disk (bounded reads: ``load``) as the type its name gives; OSError and CorruptFile pass.
+
+    Opened without blocking and refused unless a regular file: a directory, FIFO or device named
+    like a ``*.db`` is a CorruptFile ("not a regular file"), never a read that waits forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptFile("not a regular file")
+        return parse(load(fd), cache, file_type(path))
+    finally:
+        os.close(fd)

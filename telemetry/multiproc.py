@@ -74,27 +74,38 @@ def ident_pid(ident: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+class LockBusy(TimeoutError):
+    """The directory lock is held elsewhere (another process, or another open of it here) past the wait asked for."""
+
+
 @contextmanager
 def dir_lock(path: str, *, exclusive: bool, timeout: float | None = None) -> Iterator[None]:
-    """flock on the directory's lock file (compaction is exclusive); TimeoutError past ``timeout`` seconds."""
+    """flock on the directory's lock file (compaction is exclusive).
+
+    ``timeout``: None waits as long as it takes; 0 tries once and never waits; otherwise retries
+    for that many seconds. LockBusy when it was not acquired."""
     fd = os.open(os.path.join(path, LOCK_NAME), os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        op = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        if timeout is None:
-            fcntl.flock(fd, op)
-        else:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, op | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"lock on {path} held for more than {timeout} s") from None
-                    time.sleep(0.005)
+        _flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, timeout, path)
         yield
     finally:
         os.close(fd)
+
+
+def _flock(fd: int, op: int, timeout: float | None, path: str) -> None:
+    if timeout is None:
+        fcntl.flock(fd, op)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                held = f" for more than {timeout} s" if timeout > 0 else ""
+                raise LockBusy(f"lock on {path} held by another process{held}") from None
+            time.sleep(0.005)
 
 
 def our_files(path: str) -> list[str]:
@@ -102,18 +113,22 @@ def our_files(path: str) -> list[str]:
     return sorted((f for f in os.listdir(path) if FILE_RE.match(f)), key=lambda f: (f"-{ARCHIVE}.db" in f, f))
 
 
-def quarantine(path: str, reason: str, problems: Problems, stage: str) -> None:
-    """Rename a corrupt file aside (not ``*.db``: no collector reads it), count it and list it."""
+def quarantine(path: str, reason: str, problems: Problems, stage: str, problem: str = "corrupt file") -> bool:
+    """Rename a bad file aside (not ``*.db``: no collector reads it), count it and list it.
+
+    True when the file is no longer at ``path`` (renamed here, or by another reader first);
+    False when it could not be renamed (counted and listed once per version of the file)."""
     moved: str | None = f"{path}.corrupt-{int(time.time() * 1000)}"
     try:
         os.rename(path, moved)  # type: ignore[arg-type]
     except FileNotFoundError:
-        return  # another reader moved it (and counted it) first
+        return True  # another reader moved it (and counted it) first
     except OSError:
         moved = None
         if not problems.first_unmovable(path):
-            return
-    problems.quarantined(stage, path, moved, reason)
+            return False
+    problems.quarantined(stage, path, moved, reason, problem)
+    return moved is not None
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
@@ -208,8 +223,9 @@ class MultiprocWriter:
         except FileNotFoundError:
             return None
         try:
-            data = os.pread(fd, os.fstat(fd).st_size, 0)
-            entries, _ = mpfile.parse(data)
+            data = mpfile.load(fd)
+            entries, _ = mpfile.parse(data, kind=mpfile.file_type(path))
+            size = os.fstat(fd).st_size
         except mpfile.CorruptFile as exc:
             os.close(fd)
             quarantine(path, exc.reason, self.problems, "write")
@@ -218,7 +234,7 @@ class MultiprocWriter:
             os.close(fd)
             raise
         used = mpfile.used(data)
-        f = _File(path, fd, bytearray(data[:used]), {k: off for k, _p, _v, _t, off in entries}, len(data))
+        f = _File(path, fd, bytearray(data[:used]), {k: off for k, _p, _v, _t, off in entries}, size)
         for k, _p, v, ts, _o in entries:
             f.last[k] = (v, ts)
             if not kind.startswith("gauge"):
@@ -343,7 +359,9 @@ class RoutescopeMultiProcessCollector(MultiProcessCollector):
             registry.register(self)
 
     def read(self) -> dict[str, list]:
-        """File name -> entries of every readable file not yet merged into an archive."""
+        """File name -> entries of every readable file not yet merged into an archive.
+
+        A file's ``read`` condition (an I/O error) lasts until it reads again, or is gone."""
         try:
             names = our_files(self._path)
         except OSError as exc:
@@ -351,6 +369,7 @@ class RoutescopeMultiProcessCollector(MultiProcessCollector):
                                   blocking=True)
             return {}
         self._problems.clear("read", self._path)
+        self._problems.clear_missing("read", self._path, {os.path.join(self._path, n) for n in names})
         parsed: dict[str, list] = {}
         merged: set[str] = set()
         for name in names:
@@ -358,13 +377,16 @@ class RoutescopeMultiProcessCollector(MultiProcessCollector):
             try:
                 entries, manifest = mpfile.read(full, self._cache)
             except FileNotFoundError:
+                self._problems.clear("read", full)
                 continue  # compacted meanwhile: its values are in the archive read after it
             except mpfile.CorruptFile as exc:
+                self._problems.clear("read", full)  # it reads, if wrongly: no I/O error any more
                 quarantine(full, exc.reason, self._problems, "read")
                 continue
             except OSError as exc:
                 self._problems.report("read", full, os_problem(exc), str(exc))
                 continue
+            self._problems.clear("read", full)
             parsed[name] = entries
             merged.update(manifest or ())
         return {n: e for n, e in parsed.items() if n not in merged}

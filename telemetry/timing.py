@@ -63,6 +63,15 @@ class LatencySink:
         self._cap = cap
         self._lock = threading.Lock()
 
+    def lock_free(self, wait: float) -> bool:
+        """Can ``observe``'s lock be had within ``wait`` seconds? A signal handler's flush asks before resolving
+        samples: had it interrupted a thread inside ``observe``, it would wait for that thread forever. (Sound there:
+        the interrupted thread cannot take the lock again until the handler returns.)"""
+        if not self._lock.acquire(timeout=wait):
+            return False
+        self._lock.release()
+        return True
+
     def observe(self, slot: int, clock: Clock, dt_ns: int, wall_ns: int) -> None:
         """One sample of ``clock`` for ``slot``; a slot's histogram takes its first clock, others sit beside it."""
         if dt_ns < 0:

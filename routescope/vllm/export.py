@@ -39,9 +39,13 @@ def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, ran
     if model and model not in models and model not in ("other", "unknown"):
         models += (model,)
     cfg = base.with_(models=models, absent_gates=tuple(absent_gates) or base.absent_gates)
-    if cfg.multiproc_dir:
-        os.makedirs(cfg.multiproc_dir, exist_ok=True)
+    dir_error = _make_dir(cfg.multiproc_dir) if cfg.multiproc_dir else None
     tel = Telemetry(cfg, platform=platform, policy=policy)
+    if dir_error is not None:  # fail open: counting goes on in this process, the writer retries at each flush
+        tel.count_error("write")
+        log.warning("routescope: rank %s cannot create the multiprocess directory %s (%s); counting goes on in "
+                    "this process, its files are retried at each flush and each failure counted in "
+                    "routescope_telemetry_errors_total{stage=\"write\"}", rank, cfg.multiproc_dir, dir_error)
     port = _port(env, rank)
     if port is not None:
         addr = env.get(ADDR_ENV, "").strip() or "0.0.0.0"
@@ -59,6 +63,15 @@ def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, ran
     tel.start()
     atexit.register(tel.close)
     return tel
+
+
+def _make_dir(path: str) -> OSError | None:
+    """Create the multiprocess directory if needed; the OSError (read-only, permission, a file in the way) or None."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        return exc
+    return None
 
 
 def _port(env: Mapping[str, str], rank: str) -> int | None:

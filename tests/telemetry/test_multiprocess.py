@@ -115,9 +115,12 @@ def test_killed_and_restarted_ranks_leave_nothing_stale(tmp_path):
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=30)
         dead.append(p.pid)
-    # a new process (here: this one) compacts the last dead rank on start
+    # a new process (here: this one) compacts the last dead rank at its first flush, not in its constructor
+    # (a vLLM worker builds its Telemetry inside its first attention call)
     tel = Telemetry(TelemetryConfig(multiproc_dir=str(tmp_path)), platform=what_if("gfx942"), policy=Policy())
     try:
+        assert any(str(dead[-1]) in f for f in our_files(tmp_path))
+        tel.flush()
         files = our_files(tmp_path)
         assert "counter_routescope-archive.db" in files
         assert not any(str(pid) in f for pid in dead for f in files)
