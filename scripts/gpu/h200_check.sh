@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# What the figures of docs/benchmarks.md ("Host cost of a call", "Timing fidelity", "CUDA graphs", "What a gate
-# change saves") rest on, on the GPU, in one command; each phase under a time limit, its output in $OUT.
-#   bash scripts/gpu/h200_check.sh [phase ...]   phases: host fidelity reroute graphs tests launch kernels ab (default: all)
+# What the figures of docs/benchmarks.md ("Host cost of a call", "Timing fidelity", "Telemetry on the GPU", "CUDA
+# graphs", "What a gate change saves") rest on, on the GPU, in one command; each phase under a time limit, its
+# output in $OUT.
+#   bash scripts/gpu/h200_check.sh [phase ...]
+#   phases: host fidelity reroute replay graphs tests launch kernels ab (default: all)
 # Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
 # image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
 # comes back as $OUT/tcache.tgz, so carrying it spares the next run the compiles.
@@ -19,7 +21,7 @@ phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $O
   echo "=== $name" >> "$OUT/results.txt"
   timeout "$limit" "$@" >> "$OUT/results.txt" 2>> "$OUT/log.txt"; echo "   rc=$? ($(date +%T))" | tee -a "$OUT/log.txt"
 }
-phases=${*:-host fidelity reroute graphs tests launch kernels ab}
+phases=${*:-host fidelity reroute replay graphs tests launch kernels ab}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 git rev-parse --short HEAD 2>/dev/null || true
 for p in $phases; do
@@ -27,6 +29,7 @@ for p in $phases; do
     host) phase host 120 "${RS[@]}" bench host --json ;;
     fidelity) phase fidelity 240 "${RS[@]}" bench fidelity --json ;;
     reroute) phase reroute 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16 --json ;;
+    replay) phase replay 300 python3 -m telemetry.bench.gpu_replay --out "$OUT/replay-observe.json" --guard observe ;;
     graphs) phase graphs 120 "${RS[@]}" bench graphs --json ;;
     tests) phase tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
              tests/dispatcher/kernels/test_nan_propagation.py ;;
