@@ -91,10 +91,7 @@ def overhead_command(
     result = run(calls=calls, repeats=repeats, real=real)
     if multiprocess:
         result["multiprocess"] = run_multiprocess(calls=calls, repeats=repeats)
-    if as_json:
-        typer.echo(json.dumps(result, indent=2))
-        return
-    _render(result)
+    _emit(result, as_json, _render)
 
 
 @bench_app.command("multiproc")
@@ -108,9 +105,10 @@ def multiproc_command(
     from .reliability import run
 
     result = run(kills=kills, repeats=repeats, processes=tuple(int(p) for p in processes.split(",") if p.strip()))
-    if as_json:
-        typer.echo(json.dumps(result, indent=2))
-        return
+    _emit(result, as_json, _render_multiproc)
+
+
+def _render_multiproc(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
