@@ -23,6 +23,12 @@ from typing import Any
 import torch
 
 DIRECT = True  # False: every launch through the JIT (the GPU tests compare the two paths bit for bit)
+# A recipe step hands the compiled launcher each tensor's address as an int. Handed a tensor, Triton's launcher
+# calls its data_ptr() and then the driver's cuPointerGetAttribute to check the address, once per pointer on
+# every launch (12 pointers for the Hopper prefill); handed an int, neither. The check is redundant here: the
+# dispatcher has checked every tensor's device before any launch (docs/benchmarks.md, "Host cost of a call").
+# False: tensors, as the JIT passes them (``routescope bench host`` times both).
+RAW_POINTERS = True
 _HANDLES: dict[tuple[Any, Any], tuple[Any, tuple]] = {}
 _RUNTIME_FIRST: dict[Any, bool] = {}
 
@@ -128,7 +134,7 @@ class Step:
     stream)`` launches it. After the first launch compiled it, the handle's launcher is kept here, so a call pays
     neither the JIT nor a lookup of the handle."""
 
-    __slots__ = ("fn", "key", "grid", "consts", "_run", "_head", "_tail", "_c")
+    __slots__ = ("fn", "key", "grid", "consts", "_run", "_head", "_tail", "_c", "_ptrs")
 
     def __init__(self, fn: Any, key: Any, grid: tuple, consts: dict[str, Any]) -> None:
         self.fn, self.key, self.grid, self.consts = fn, key, grid, consts
@@ -136,10 +142,15 @@ class Step:
         self._head: tuple = ()
         self._tail: tuple = ()
         self._c: Any = None
+        self._ptrs: tuple[int, ...] = ()  # the positions of the pointer arguments (``RAW_POINTERS``)
 
     def __call__(self, args: tuple, stream: int) -> None:
         run = self._run
         if run is not None and DIRECT:
+            if RAW_POINTERS:
+                args = list(args)
+                for i in self._ptrs:
+                    args[i] = args[i].data_ptr()
             g = self._head
             c = self._c
             if c is not None:  # the C launcher itself: coop, pdl, no scratch, then the metadata and hooks
@@ -155,4 +166,5 @@ class Step:
             self._head = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                           handle.function, handle.packed_metadata)
             self._c = _c_launcher(handle.run)
+            self._ptrs = tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
             self._run = handle.run

@@ -7,7 +7,9 @@ own cost is what shows. What is timed:
 
 - ``torch_noop``: a one-element in-place add (the floor of any device op);
 - ``triton_noop``: a trivial Triton kernel through the JIT launcher (the floor of a Triton launch);
-- ``launch`` of each in-tree kernel, the implementation the registry picks for the device;
+- ``launch`` of each in-tree kernel, the implementation the registry picks for the device, and the same launch
+  with the tensors themselves handed to Triton's launcher (``_tensor_args``: it then checks each pointer with the
+  driver; ``launcher.RAW_POINTERS``);
 - ``dispatcher``: the whole ``Dispatcher`` call (validate, classify, decide, launch), without and
   with telemetry at default sampling.
 
@@ -26,6 +28,7 @@ from typing import Any
 import torch
 
 from dispatcher import Dispatcher, Policy, detect
+from dispatcher.kernels import launcher
 from dispatcher.kernels.registry import default_registry
 from dispatcher.sweep.grid import Layout
 from dispatcher.sweep.inputs import make_sets
@@ -102,6 +105,13 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
                 impl = registry.resolve(kernel, device.type)
                 us[f"launch_{name}_{r}"] = per_call_us(lambda: impl.launch(a), batch=batch, batches=batches,
                                                        sync=sync)
+                if cuda:
+                    launcher.RAW_POINTERS = False
+                    try:
+                        us[f"launch_{name}_{r}_tensor_args"] = per_call_us(lambda: impl.launch(a), batch=batch,
+                                                                           batches=batches, sync=sync)
+                    finally:
+                        launcher.RAW_POINTERS = True
                 out.setdefault("impls", {})[f"{name}_{r}"] = impl.launch(a) or impl.impl
             call = (a.q, a.kv, a.index.indices, None, a.scale, layout.head_dim, layout.nope, layout.rope, None,
                     a.output)
@@ -125,6 +135,6 @@ def render(result: dict[str, Any]) -> None:
     table.add_column("ran", justify="left")
     impls = result.get("impls", {})
     for key, value in result["us_per_call"].items():
-        ran = impls.get(key.removeprefix("launch_"), "")
+        ran = impls.get(key.removeprefix("launch_").removesuffix("_tensor_args"), "")
         table.add_row(key, f"{value:.1f}", ran)
     Console(width=120).print(table)

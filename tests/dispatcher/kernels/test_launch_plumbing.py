@@ -157,3 +157,28 @@ def test_a_step_calls_the_c_launcher_only_where_the_launcher_reads_as_expected()
     scratchy = ThreeSixLauncher()
     scratchy.global_scratch_size = 64  # a kernel with global scratch keeps Triton's own call
     assert launcher._c_launcher(scratchy) is None
+
+
+class Addressed:
+    """Stands in for a tensor argument: only its address matters to the launcher."""
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def test_a_step_hands_the_c_launcher_addresses_not_tensors(monkeypatch):
+    k = FakeKernel([("x", False, None), ("n", False, None), ("y", False, None), ("BLOCK", True, None)])
+    k.handle.run = ThreeSixLauncher()
+    step = launcher.Step(k, ("key", "raw"), (1,), {"BLOCK": 8})
+    first = (Addressed(4096), 7, Addressed(8192))
+    step(first, 0)
+    assert k.jit_calls[0][1] == first, "the JIT's first launch gets the objects themselves (it reads their dtypes)"
+    step((Addressed(16), 9, Addressed(32)), 0)
+    assert k.handle.run.calls[-1][-4:] == (16, 9, 32, 8), "then each pointer as its address, the scalars as given"
+    monkeypatch.setattr(launcher, "RAW_POINTERS", False)
+    t = Addressed(48)
+    step((t, 9, t), 0)
+    assert k.handle.run.calls[-1][-4:] == (t, 9, t, 8), "RAW_POINTERS off: the objects, for Triton to check"
