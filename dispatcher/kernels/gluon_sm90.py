@@ -20,9 +20,11 @@ its state (the running max, per-thread partial sums, Oᵀ) lives in the warpgrou
   reduce. At D = 512 (512+0, 448+64), where three stages fit, tile t - 1's P·V runs on the tensor cores under
   tile t's softmax (``_attend_pipe``); at 512+64 two stages; an fp8 pool (e4m3fn, e5m2) lands in the stages as
   bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile the products read.
-- ``_prefill_kernel``: the one-warpgroup prefill, run only with an explicit ``config``. The prefill's default is
-  warp-specialised and persistent (``gluon_sm90_ws``, picked by ``ws_module``), which overlaps the softmax with
-  the tensor cores where one warpgroup cannot.
+- ``_prefill_kernel``: a whole row a program. It is the decode where its split count is 1 (from about one row a
+  multiprocessor: ``direct_recipe``, one launch, no partials, no reduce), with the decode's config and pools; as
+  the prefill it runs only with an explicit ``config``. The prefill's default is warp-specialised and persistent
+  (``gluon_sm90_ws``, picked by ``ws_module``), which overlaps the softmax with the tensor cores where one
+  warpgroup cannot.
 
 Limits: an NVIDIA sm_90 GPU (H100, H200, H20, GH200); q fp16 or bf16; kv in q's dtype, or e4m3fn/e5m2 for the
 decode and the default prefill; D = 512 + 0 or 64 rope lanes (512+64, 448+64, 512+0); output lanes <= 512; rows
@@ -46,9 +48,10 @@ import torch
 from .common import KernelArgs, device_capability, device_key, empty_call
 from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .gluon_sm90_parts import HAVE_GLUON
-from .plan import clock_for, launch_key, planned
+from .launcher import Step, current_stream
+from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
 from .stamps import no_stamp
-from .triton_prefill import HEAD_BLOCK, count_block, pack
+from .triton_prefill import HEAD_BLOCK, LOG2E, count_block, pack
 
 if TYPE_CHECKING:
     from . import triton_decode
@@ -57,7 +60,7 @@ if HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
-    from .triton_stamps import STAMP_ARGS, stamp_start
+    from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
     from .gluon_sm90_attend import _attend, _attend_pipe
     from .gluon_sm90_parts import _launch_dependents, _partial_scale, _store_partial, _store_t
     from .triton_prefill import finish_scale, row_bounds
@@ -150,13 +153,18 @@ def _on_hopper(t: torch.Tensor) -> bool:
 
 if HAVE_GLUON:
 
-    @gluon.jit(do_not_specialize=_FLAGS)
+    @gluon.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
     def _prefill_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr,
                         skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes,
                         q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2,
+                        stamp_ptr, count_ptr, stamp_first, stamp_last,
                         DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False):
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False,
+                        KV8: gl.constexpr = 0, CLOCK: gl.constexpr = 0):
+        """A whole row per program (no split): the one-warpgroup prefill, and the decode where its split count is 1
+        (``direct_recipe``), which then needs no partials and no reduce."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
+        stamp_start(stamp_ptr, stamp_first, CLOCK)
         row = gl.program_id(0)
         h0 = gl.program_id(1) * 16
         base, seg = row_bounds(idx_ptr, idx_s0, idx_s1, width, None, None, indptr_ptr, row, ragged, None, None,
@@ -168,11 +176,12 @@ if HAVE_GLUON:
         else:
             m, l, o = _attend(q_ptr, kv_ptr, idx_ptr, row, h0, 0, seg, seg, base, idx_s1, skv, H, sm_scale2,
                               q_s0, q_s1, kv_s0, len_ptr, len_s0, ragged, has_len, CNT_BLOCK,
-                              DB, STAGES, ROPE1, CHAINS)
+                              DB, STAGES, ROPE1, CHAINS, KV8)
         offs_h = h0 + gl.arange(0, 16, gl.SliceLayout(0, mma))
         hmask = offs_h < H
         scale = finish_scale(m, l, sink_ptr, offs_h, hmask, sink_s0, has_sink)
         _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
+        stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
     @gluon.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
     def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
@@ -266,8 +275,8 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
         q, kv, p.idx, p.length, p.indptr, p.sink, out,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
         q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
-        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
-        CNT_BLOCK=count_block(p.width), **_consts(args, cfg),
+        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), *no_stamp(q.device),
+        -1, -1, CNT_BLOCK=count_block(p.width), **_consts(args, cfg),
     )
 
 
@@ -328,7 +337,42 @@ def decode_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
 
     if empty_call(args):
         return _gluon_nothing
-    return triton_decode.split_k_run(_partial_kernel, _decode_plan(args), args.q.device, "gluon")
+    plan = _decode_plan(args)
+    if plan.grid[1] == 1:  # one split a row: the row's whole softmax in one program, written out as it ends
+        return direct_recipe(args, decode_config(args))
+    return triton_decode.split_k_run(_partial_kernel, plan, args.q.device, "gluon")
+
+
+def direct_recipe(args: KernelArgs, cfg: Sm90Config) -> Callable[[KernelArgs], str]:
+    """The decode of calls of ``args``'s signature whose split count is 1 (rows x head blocks fill the GPU): one
+    launch of ``_prefill_kernel`` with the decode's ``cfg``, a program a (row, head block), each writing its
+    output as it finishes (no partials, no reduce); a stamped call's start and end from that kernel. An fp8 pool
+    is read as bytes and converted as the partials convert it."""
+    q, out = args.q, args.output
+    rows, heads, _ = q.shape
+    p = pack(args)
+    pool, kv8 = kv_operand(args.kv, q.dtype)
+    if kv8 == TO and pool.dtype != q.dtype:
+        raise ValueError(f"no PTX conversion reads a {pool.dtype} pool beside {q.dtype} q here (gluon_sm90.supports)")
+    clock = clock_for(q.device)
+    device = device_key(q.device) if q.is_cuda else -1
+    scalars = (p.skv, p.width, heads)
+    flags = (p.ragged, p.has_len, p.has_sink, p.lanes, q.stride(0), q.stride(1), pool.stride(0), p.idx_s0,
+             p.idx_s1, p.len_s0, p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2))
+    consts = dict(CNT_BLOCK=count_block(p.width), CLOCK=max(clock, 0), **_consts(args, cfg, kv8))
+    step = Step(_prefill_kernel,
+                launch_key(device, (q, pool, p.idx, p.length, p.indptr, p.sink, out), scalars + flags, consts),
+                (rows, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK), consts)
+    as_bytes, where = pool is not args.kv, q.device
+
+    def run(a: KernelArgs) -> str:
+        idx, length, indptr, sink = index_operands(a)
+        times, counts, entry = stamp_operands(a, where, clock)
+        step((a.q, a.kv.view(torch.uint8) if as_bytes else a.kv, idx, length, indptr, sink, a.output) + scalars
+             + (float(a.scale) * LOG2E,) + flags + (times, counts, entry, entry), current_stream(device))
+        return "gluon"
+
+    return run
 
 
 def prefill_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:

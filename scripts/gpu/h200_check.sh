@@ -3,7 +3,7 @@
 # graphs", "What a gate change saves") rest on, on the GPU, in one command; each phase under a time limit, its
 # output in $OUT.
 #   bash scripts/gpu/h200_check.sh [phase ...]
-#   phases: host fidelity reroute replay graphs tests launch kernels ab (default: all)
+#   phases: host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch kernels ab (default: all)
 # Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
 # image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
 # comes back as $OUT/tcache.tgz, so carrying it spares the next run the compiles.
@@ -21,15 +21,18 @@ phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $O
   echo "=== $name" >> "$OUT/results.txt"
   timeout "$limit" "$@" >> "$OUT/results.txt" 2>> "$OUT/log.txt"; echo "   rc=$? ($(date +%T))" | tee -a "$OUT/log.txt"
 }
-phases=${*:-host fidelity reroute replay graphs tests launch kernels ab}
+phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch kernels ab}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 git rev-parse --short HEAD 2>/dev/null || true
 for p in $phases; do
   case $p in
     host) phase host 120 "${RS[@]}" bench host --json ;;
     fidelity) phase fidelity 240 "${RS[@]}" bench fidelity --json ;;
-    reroute) phase reroute 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16 --json ;;
+    reroute) phase reroute 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16,256,1024 --json ;;
+    reroute-d512) phase reroute-d512 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16 --layout 512+0 --json ;;
     replay) phase replay 300 python3 -m telemetry.bench.gpu_replay --out "$OUT/replay-observe.json" --guard observe ;;
+    replay-reroute) phase replay-reroute 300 python3 -m telemetry.bench.gpu_replay --out "$OUT/replay-reroute.json" \
+                      --guard reroute ;;
     graphs) phase graphs 120 "${RS[@]}" bench graphs --json ;;
     tests) phase tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
              tests/dispatcher/kernels/test_nan_propagation.py ;;

@@ -50,19 +50,28 @@ def fidelity_command(
     rows: Annotated[str, typer.Option(help="comma-separated rows per call")] = "1,2,16,256,1024,4096",
     calls: Annotated[int, typer.Option(min=5, help="calls per size and regime")] = 60,
     guard: Annotated[str, typer.Option(help="observe: decodes on the prefill kernel; reroute: on split-K")] = "observe",
+    layout: Annotated[str, typer.Option(help="head layout, nope+rope (512+64, 448+64, 512+0) or an alias")] = "512+64",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Telemetry's per-call latency against CUPTI's kernel time of the same calls, GPU idle and back to back."""
     import torch
 
+    from dispatcher.sweep.grid import parse_layouts
+
     from .fidelity import render, run
 
     if guard not in ("observe", "reroute"):
         raise typer.BadParameter("observe or reroute", param_hint="--guard")
+    try:
+        layouts = parse_layouts(layout)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--layout") from exc
+    if len(layouts) != 1:
+        raise typer.BadParameter("one layout", param_hint="--layout")
     if not torch.cuda.is_available():
         typer.echo("bench fidelity needs a CUDA device: CUPTI's kernel time is its reference", err=True)
         raise typer.Exit(2)
-    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard), as_json, render)
+    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard, layout=layouts[0]), as_json, render)
 
 
 @bench_app.command("graphs")

@@ -342,13 +342,15 @@ COMPILE = textwrap.dedent("""
                           "idx_s1": 1, "o_s2": 1, "CLOCK": 1}
                 found[f"{db}_{kv}"] = compile_one(f"ws_{db}_{kv}", gluon_sm90_ws._ws_kernel, consts, ptrs(q, kv),
                                                   {"num_warps": 4, "maxnreg": 128})
-    elif sys.argv[2] == "fp8":  # the decode's partial kernel on an fp8 pool's bytes, every mode, both block shapes
+    elif sys.argv[2] == "fp8":  # the decode's kernels on an fp8 pool's bytes, every mode, both block shapes: the
+        # partials, and the whole-row kernel a decode of one split a row runs
         for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
             cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "CHAINS": 1, "PIPE": False,
-                      "CNT_BLOCK": 2048, "PDL": True, "KV8": kv8, "idx_s1": 1, "CLOCK": 1}
-            found[f"{db}_{kv8}"] = compile_one(f"p_{db}_{kv8}", gluon_sm90._partial_kernel, consts,
-                                               ptrs(q, "u8" if kv8 else q), {"num_warps": 4})
+                      "CNT_BLOCK": 2048, "PDL": True, "KV8": kv8, "idx_s1": 1, "o_s2": 1, "CLOCK": 1}
+            for name, fn in (("p", gluon_sm90._partial_kernel), ("whole", gluon_sm90._prefill_kernel)):
+                found[f"{name}_{db}_{kv8}"] = compile_one(f"{name}_{db}_{kv8}", fn, consts,
+                                                          ptrs(q, "u8" if kv8 else q), {"num_warps": 4})
     else:
         for db in (64, 0):
             d512 = (gluon_sm90_ws_d512._ws_kernel,) if db == 0 else ()  # used only at D = 512
@@ -408,17 +410,19 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
 
 
 @needs_gluon
-def test_the_fp8_partial_kernel_compiles_for_sm90a_without_spills(tmp_path):
+def test_the_fp8_decode_kernels_compile_for_sm90a_without_spills(tmp_path):
     found = compiled_for_sm90(tmp_path, "fp8")
+    assert len(found) == 10
     for key, got in found.items():
-        db, kv8 = (int(x) for x in key.split("_"))
+        name, db, kv8 = key.split("_")
+        db, kv8 = int(db), int(kv8)
         # the same wgmma as a 16-bit pool's: scores 512/16 (+ 64/16 rope) k-steps, P·V 8 row blocks x 4
         assert got["hgmma"] == 32 + (4 if db else 0) + 32 and got["hmma"] == 0, (key, got)
         assert got["stack"] == 0, (key, got)  # the converted tile's index is opaque: no hoisted descriptors
         assert got["shared"] <= 232448, (key, got)
         # with KV8, one conversion a 256-lane half of the tile (2) and one for the rope lanes, plus the opaque
-        # zero, beside the PDL and L1-prefetch asm statements the partial kernel always has
-        assert got["asm"] == found["64_0"]["asm"] + (2 + (1 if db else 0) + 1 if kv8 else 0), (key, got)
+        # zero, beside the asm statements each kernel always has (the partials' PDL and L1 prefetch, the stamps)
+        assert got["asm"] == found[f"{name}_64_0"]["asm"] + (2 + (1 if db else 0) + 1 if kv8 else 0), (key, got)
 
 
 @needs_gluon
@@ -473,6 +477,39 @@ def test_a_stamped_call_hands_its_stamp_to_its_first_and_last_kernels(monkeypatc
     assert last("_ws_kernel") == (6, 6) and len(recs["_redo_kernel"].calls) == redos
     gluon_sm90.launch_prefill(narrow._replace(stamp=None))
     assert last("_ws_kernel") == (-1, -1)
+
+
+@needs_gluon
+@pytest.mark.parametrize("layout", [Layout(512, 64), Layout(512, 0)], ids=str)
+def test_a_decode_of_one_split_a_row_is_one_launch(monkeypatch, layout):
+    """From one row a multiprocessor the split count is 1: the decode is one launch of the whole-row kernel with
+    the decode's config, which writes the output and both stamps; no partials, no reduce. Fewer rows keep the
+    split-K pair."""
+    from dispatcher.kernels import triton_decode
+    from dispatcher.kernels.stamps import DeviceStamp
+
+    recs = {}
+    for mod, name in ((gluon_sm90, "_partial_kernel"), (gluon_sm90, "_prefill_kernel"),
+                      (triton_decode, "_reduce_kernel")):
+        recs[name] = RecordingLaunch(getattr(mod, name))
+        monkeypatch.setattr(mod, name, recs[name])
+    pretend_sms(monkeypatch)
+    cpu = torch.device("cpu")
+    stamp = DeviceStamp(torch.zeros(8, 2, dtype=torch.int64), torch.zeros(8, dtype=torch.int32), 3)
+    wide = build(132, layout=layout, dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192)._replace(stamp=stamp)
+    gluon_sm90.launch_decode(wide)
+    (grid, kw), = recs["_prefill_kernel"].calls
+    assert grid == (132, 1) and not recs["_partial_kernel"].calls and not recs["_reduce_kernel"].calls
+    assert kw["out_ptr"] is wide.output and (kw["stamp_first"], kw["stamp_last"]) == (3, 3) and stamp.armed
+    cfg = gluon_sm90.decode_config(wide)
+    assert (kw["STAGES"], kw["PIPE"], kw["DB"]) == (cfg.stages, cfg.pipe, layout.head_dim - 512)
+    assert kw["has_sink"] == 1 and kw["sink_ptr"] is wide.attn_sink and kw["lanes"] == layout.nope
+    gluon_sm90.launch_decode(wide._replace(stamp=None))
+    assert recs["_prefill_kernel"].calls[-1][1]["stamp_first"] == -1
+    narrow = build(131, layout=layout, dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192)
+    gluon_sm90.launch_decode(narrow)  # 131 rows: two splits a row, the partials and the reduce
+    assert recs["_partial_kernel"].calls[-1][0] == (131, 2, 1) and len(recs["_reduce_kernel"].calls) == 1
+    assert len(recs["_prefill_kernel"].calls) == 2
 
 
 @needs_gluon

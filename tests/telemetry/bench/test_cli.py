@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -49,3 +50,9 @@ def test_bench_fidelity_needs_cuda():
         return
     res = runner.invoke(app, ["bench", "fidelity"])
     assert res.exit_code == 2 and "CUDA" in res.output
+
+
+@pytest.mark.parametrize("layout, said", [("512x64", "NOPE+ROPE"), ("512+64,448+64", "one layout")])
+def test_bench_fidelity_rejects_a_bad_layout_before_asking_for_a_gpu(layout, said):
+    res = runner.invoke(app, ["bench", "fidelity", "--layout", layout])
+    assert res.exit_code == 2 and said in res.output, res.output
