@@ -528,3 +528,17 @@ def test_the_prefill_flags_come_from_scratch_once_zeroed(monkeypatch):
         gluon_sm90_ws.launch_prefill_ws(build(rows, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu,
                                               topk=2048, kv_len=4096))
     assert redone[0] is redone[1] is redone[2] and redone[0].numel() == 40 and not redone[0].any()
+
+
+def test_the_gpu_tests_explicit_configs_are_valid_configs():
+    """The GPU tests' explicit one-warpgroup configs build (a stale positional tuple once set pipe and zeroed
+    chains, and the GPU test failed on the config, not the kernel)."""
+    from tests.dispatcher.kernels.test_triton_gpu import SM90_CONFIGS
+
+    specs = [s for s in SM90_CONFIGS.values() if isinstance(s, dict)]
+    assert len(specs) == 2
+    for spec in specs:
+        cfg = gluon_sm90.Sm90Config(**spec)
+        assert not cfg.pipe and cfg.chains in (1, 2), cfg
+        for layout in (Layout(512, 64), Layout(512, 0)):
+            assert gluon_sm90._consts(args_for(layout), cfg)["STAGES"] == spec["stages"]

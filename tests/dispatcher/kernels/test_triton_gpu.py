@@ -181,7 +181,8 @@ def _hopper():
     return gluon_sm90
 
 
-SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": (3, True, 0, 2), "one-chain": (2, False, 0, 1),
+SM90_CONFIGS = {"default": None, "3-stages-one-rope-buffer": {"stages": 3, "rope1": True, "chains": 2},
+                "one-chain": {"stages": 2, "chains": 1},
                 "ws-decode": "ws", "ws-whole-stages": "whole",
                 # every prefill with the exact running max, or with the reference max (flags and the redo),
                 # whatever gluon_sm90_ws.reference_pays would choose: gluon_sm90_ws's two specialisations
@@ -199,7 +200,7 @@ def test_sm90_full_shapes_match_the_reference(compiled, dtype, config, monkeypat
         from dispatcher.kernels import gluon_sm90_ws
 
         monkeypatch.setattr(gluon_sm90_ws, "prefill_reference", lambda a: spec == "reference")
-    kw = {"config": g.Sm90Config(*spec)} if isinstance(spec, tuple) else {}
+    kw = {"config": g.Sm90Config(**spec)} if isinstance(spec, dict) else {}
     took = {"gluon": 0, "triton": 0}
 
     def either(fast, slow):
