@@ -260,8 +260,14 @@ def test_sm90_prefill_computes_again_the_items_whose_scores_pass_its_reference(c
                                                                             redo(args, flags)))
     got = a._replace(output=torch.full_like(a.output, float("nan")))
     assert gluon_sm90_ws.prefill_reference(got) and g.ws_module(got) is gluon_sm90_ws  # top-k 2048: it pays
-    g.launch_prefill(got)  # the prefill's default: gluon_sm90_ws at either layout
+    gluon_sm90_ws.launch_prefill_ws(got)  # the kernel, then redo_flagged with its flags
     assert torch.nonzero(flagged[0]).flatten().tolist() == REDO_CASES[case][1 if dtype == torch.bfloat16 else 2]
+    # the prefill's default (gluon_sm90_ws at either layout) is the same pair of kernels launched by a kept recipe,
+    # with the redo kernel launched by the recipe itself: the same bits
+    default = a._replace(output=torch.full_like(a.output, float("nan")))
+    g.launch_prefill(default)
+    torch.cuda.synchronize()
+    assert torch.equal(default.output, got.output)
     ref = a._replace(output=torch.empty(a.output.shape, dtype=torch.float32, device=dev))
     ragged_prefill(ref)
     out = got.output.float()
