@@ -3,7 +3,9 @@
 What is timed, each as the wall time of issuing a batch of calls with nothing synchronising
 inside it, median over batches. A batch is short (20 calls) and starts on an idle GPU, so even
 a call whose kernels take longer than its launch does not fill the device's queue: the host's
-own cost is what shows. What is timed:
+own cost is what shows. The items take turns, one batch each a round (``per_call_us_interleaved``):
+the shared host's speed drifts by tens of percent within a run, and in turns every item sees the
+same drift, so the rows compare side by side. What is timed:
 
 - ``torch_noop``: a one-element in-place add (the floor of any device op);
 - ``triton_noop``: a trivial Triton kernel through the JIT launcher (the floor of a Triton launch);
@@ -43,19 +45,38 @@ ROWS = (2, 16, 1024)
 def per_call_us(fn: Callable[[], Any], *, batch: int, batches: int, sync: Callable[[], None]) -> float:
     """Median over ``batches`` of the wall µs per call of issuing ``batch`` calls back to back (each batch after a
     sync and three untimed calls, so the first launches after an idle moment are not in it)."""
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(batches):
+    return per_call_us_interleaved({"fn": fn}, batch=batch, batches=batches, sync=sync)["fn"]
+
+
+def per_call_us_interleaved(fns: dict[str, Callable[[], Any]], *, batch: int, batches: int,
+                            sync: Callable[[], None]) -> dict[str, float]:
+    """``per_call_us`` of every item, the items taking turns: each round times one batch of each, in order."""
+    for fn in fns.values():
         for _ in range(3):
             fn()
-        t0 = time.perf_counter_ns()
-        for _ in range(batch):
-            fn()
-        times.append((time.perf_counter_ns() - t0) / batch / 1e3)
-        sync()
-    return statistics.median(times)
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(batches):
+        for name, fn in fns.items():
+            for _ in range(3):
+                fn()
+            t0 = time.perf_counter_ns()
+            for _ in range(batch):
+                fn()
+            times[name].append((time.perf_counter_ns() - t0) / batch / 1e3)
+            sync()
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _raw_pointers(on: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with ``launcher.RAW_POINTERS`` set to ``on`` around it."""
+    def call() -> Any:
+        launcher.RAW_POINTERS = on
+        try:
+            return fn()
+        finally:
+            launcher.RAW_POINTERS = True
+    return call
 
 
 def _triton_noop() -> Callable[[torch.Tensor], Any] | None:
@@ -87,11 +108,12 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
                            "layout": str(layout), "topk": topk, "heads": heads, "kv_len": kv_len,
                            "batch": batch, "batches": batches, "us_per_call": {}}
     us = out["us_per_call"]
+    items: dict[str, Callable[[], Any]] = {}
     x = torch.zeros(16, device=device)
-    us["torch_noop"] = per_call_us(lambda: x.add_(0), batch=batch, batches=batches, sync=sync)
+    items["torch_noop"] = lambda: x.add_(0)
     tri = _triton_noop() if cuda else None
     if tri is not None:
-        us["triton_noop"] = per_call_us(lambda: tri(x), batch=batch, batches=batches, sync=sync)
+        items["triton_noop"] = lambda: tri(x)
     platform, policy = detect(), Policy()
     registry = default_registry()
     bare = Dispatcher(platform=platform, policy=policy, registry=registry)
@@ -103,22 +125,17 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
             a = make_sets(r, topk, heads, layout, max(kv_len, r), dtype=dtype, device=device)[0]._replace(memo={})
             for name, kernel in (("prefill", Kernel.INTREE_RAGGED_PREFILL), ("decode", Kernel.INTREE_SPARSE_DECODE)):
                 impl = registry.resolve(kernel, device.type)
-                us[f"launch_{name}_{r}"] = per_call_us(lambda: impl.launch(a), batch=batch, batches=batches,
-                                                       sync=sync)
+                launch = (lambda impl, a: lambda: impl.launch(a))(impl, a)
+                items[f"launch_{name}_{r}"] = _raw_pointers(True, launch)  # both rows pay the same wrapper
                 if cuda:
-                    launcher.RAW_POINTERS = False
-                    try:
-                        us[f"launch_{name}_{r}_tensor_args"] = per_call_us(lambda: impl.launch(a), batch=batch,
-                                                                           batches=batches, sync=sync)
-                    finally:
-                        launcher.RAW_POINTERS = True
+                    items[f"launch_{name}_{r}_tensor_args"] = _raw_pointers(False, launch)
                 out.setdefault("impls", {})[f"{name}_{r}"] = impl.launch(a) or impl.impl
             call = (a.q, a.kv, a.index.indices, None, a.scale, layout.head_dim, layout.nope, layout.rope, None,
                     a.output)
             kw = {"num_decodes": r, "num_decode_tokens": r, "num_prefills": 0, "model": "bench"}
-            us[f"dispatcher_{r}"] = per_call_us(lambda: bare(*call, **kw), batch=batch, batches=batches, sync=sync)
-            us[f"dispatcher_telemetry_{r}"] = per_call_us(lambda: watched(*call, **kw), batch=batch,
-                                                          batches=batches, sync=sync)
+            items[f"dispatcher_{r}"] = (lambda call, kw: lambda: bare(*call, **kw))(call, kw)
+            items[f"dispatcher_telemetry_{r}"] = (lambda call, kw: lambda: watched(*call, **kw))(call, kw)
+        us.update(per_call_us_interleaved(items, batch=batch, batches=batches, sync=sync))
     finally:
         tel.close()
     return out

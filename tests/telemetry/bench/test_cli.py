@@ -56,3 +56,17 @@ def test_bench_fidelity_needs_cuda():
 def test_bench_fidelity_rejects_a_bad_layout_before_asking_for_a_gpu(layout, said):
     res = runner.invoke(app, ["bench", "fidelity", "--layout", layout])
     assert res.exit_code == 2 and said in res.output, res.output
+
+
+def test_bench_host_items_take_turns_a_batch_each_round():
+    from telemetry.bench.host import per_call_us_interleaved
+
+    seen: list[str] = []
+    syncs: list[int] = []
+    fns = {name: (lambda n: lambda: seen.append(n))(name) for name in ("a", "b")}
+    got = per_call_us_interleaved(fns, batch=4, batches=2, sync=lambda: syncs.append(len(seen)))
+    assert set(got) == {"a", "b"} and all(v > 0 for v in got.values())
+    warm = ["a"] * 3 + ["b"] * 3
+    turn = lambda n: [n] * 7  # noqa: E731 - three untimed calls, then the batch of four
+    assert seen == warm + turn("a") + turn("b") + turn("a") + turn("b")
+    assert syncs == [6, 13, 20, 27, 34], "a sync after the warm-up and after every batch"
