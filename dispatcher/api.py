@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .classify import classify
+from .classify import CountsCache
 from .kernels.aiter import AiterSymbolMissing
 from .kernels.common import KernelArgs, SparseIndex
 from .kernels.registry import KernelRegistry, default_registry
@@ -49,6 +49,7 @@ class Dispatcher:
         self.probe_failures = 0
         self._cache = DecisionCache(self.platform, self.policy)
         self._validated = ValidatedCalls()
+        self._classify = CountsCache()
 
     def set_probe(self, probe: Probe | None) -> None:
         self.probe = probe
@@ -82,7 +83,7 @@ class Dispatcher:
             q, kv, indices, topk_length, scale, head_dim, nope_head_dim, rope_head_dim,
             attn_sink, output, ragged_indices, ragged_indptr,
         )
-        batch = classify(
+        batch = self._classify(
             rows=shape.rows, query_lens=query_lens, num_decodes=num_decodes,
             num_decode_tokens=num_decode_tokens, num_prefills=num_prefills,
             spec_tokens=self.policy.spec_tokens,

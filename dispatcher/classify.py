@@ -96,3 +96,37 @@ def classify(
     if num_decodes is not None or num_decode_tokens is not None:
         raise ValueError("num_decodes and num_decode_tokens come together")
     return UNKNOWN_BATCH
+
+
+MAX_COUNTS = 4096
+
+
+class CountsCache:
+    """``classify`` for calls that carry vLLM's host-side counts, memoised by (rows, num_decodes,
+    num_decode_tokens, num_prefills): a serving loop repeats a few such tuples, and a ``Batch`` is immutable.
+    Only answers are kept (counts that contradict the rows raise every time), only plain ``int`` counts are keys
+    (anything else, and ``query_lens``, is classified afresh, and so checked), and past ``MAX_COUNTS`` tuples the
+    cache stops storing. One per dispatcher."""
+
+    __slots__ = ("_batches",)
+
+    def __init__(self) -> None:
+        self._batches: dict[tuple, Batch] = {}
+
+    def __call__(self, *, rows: int, query_lens: object | None, num_decodes: int | None,
+                 num_decode_tokens: int | None, num_prefills: int | None, spec_tokens: int) -> Batch:
+        if (query_lens is None and type(num_decodes) is int and type(num_decode_tokens) is int
+                and (num_prefills is None or type(num_prefills) is int)):  # plain ints: a key means one answer
+            key = (rows, num_decodes, num_decode_tokens, num_prefills)
+            batch = self._batches.get(key)
+            if batch is None:
+                batch = classify_counts(rows=rows, num_decodes=num_decodes, num_decode_tokens=num_decode_tokens,
+                                        num_prefills=num_prefills)
+                if len(self._batches) < MAX_COUNTS:
+                    self._batches[key] = batch
+            return batch
+        return classify(rows=rows, query_lens=query_lens, num_decodes=num_decodes,
+                        num_decode_tokens=num_decode_tokens, num_prefills=num_prefills, spec_tokens=spec_tokens)
+
+    def __len__(self) -> int:
+        return len(self._batches)

@@ -77,3 +77,29 @@ def test_counts_errors():
 def test_no_metadata_is_unknown():
     b = classify(rows=4)
     assert b.call_class is CallClass.UNKNOWN and not b.known and b.decode_rows == 0
+
+
+def test_counts_cache_answers_as_classify_does_and_keeps_only_answers(monkeypatch):
+    import importlib
+
+    classify_mod = importlib.import_module("dispatcher.classify")  # the package's `classify` is the function
+
+    cache = classify_mod.CountsCache()
+    kw = dict(query_lens=None, spec_tokens=0)
+    for rows, nd, ndt, npf in ((2, 2, 2, 0), (16, 4, 4, None), (600, 4, 4, 1), (600, 0, 0, 1)):
+        want = classify(rows=rows, num_decodes=nd, num_decode_tokens=ndt, num_prefills=npf)
+        assert cache(rows=rows, num_decodes=nd, num_decode_tokens=ndt, num_prefills=npf, **kw) == want
+        assert cache(rows=rows, num_decodes=nd, num_decode_tokens=ndt, num_prefills=npf, **kw) is \
+            cache(rows=rows, num_decodes=nd, num_decode_tokens=ndt, num_prefills=npf, **kw)
+    assert len(cache) == 4
+    for _ in range(2):  # counts the rows contradict raise every time: never kept
+        with pytest.raises(ValueError, match="exceeds"):
+            cache(rows=2, num_decodes=3, num_decode_tokens=3, num_prefills=0, **kw)
+    with pytest.raises(ValueError, match="non-negative integer"):  # not a plain int: checked, as before
+        cache(rows=2, num_decodes=2.0, num_decode_tokens=2, num_prefills=0, **kw)
+    lens = cache(rows=3, num_decodes=None, num_decode_tokens=None, num_prefills=None, query_lens=[1, 2],
+                 spec_tokens=1)
+    assert lens.call_class is CallClass.PURE_DECODE and len(cache) == 4, "query_lens: classified, not kept"
+    monkeypatch.setattr(classify_mod, "MAX_COUNTS", 4)
+    assert cache(rows=5, num_decodes=1, num_decode_tokens=1, num_prefills=1, **kw).call_class is CallClass.MIXED
+    assert len(cache) == 4, "full: answers, stores no more"
