@@ -21,7 +21,7 @@ its state (the running max, per-thread partial sums, Oᵀ) lives in the warpgrou
   tile t's softmax (``_attend_pipe``); at 512+64 two stages; an fp8 pool (e4m3fn, e5m2) lands in the stages as
   bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile the products read.
 - ``_prefill_kernel``: a whole row a program. It is the decode where its split count is 1 (from about one row a
-  multiprocessor: ``direct_recipe``, one launch, no partials, no reduce), with the decode's config and pools; as
+  multiprocessor: ``whole_row_recipe``, one launch, no partials, no reduce), with the decode's config and pools; as
   the prefill it runs only with an explicit ``config``. The prefill's default is warp-specialised and persistent
   (``gluon_sm90_ws``, picked by ``ws_module``), which overlaps the softmax with the tensor cores where one
   warpgroup cannot.
@@ -162,7 +162,7 @@ if HAVE_GLUON:
                         CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr = False,
                         KV8: gl.constexpr = 0, CLOCK: gl.constexpr = 0):
         """A whole row per program (no split): the one-warpgroup prefill, and the decode where its split count is 1
-        (``direct_recipe``), which then needs no partials and no reduce."""
+        (``whole_row_recipe``), which then needs no partials and no reduce."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
         stamp_start(stamp_ptr, stamp_first, CLOCK)
         row = gl.program_id(0)
@@ -257,8 +257,7 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
     with a ``config``, this module's one-warpgroup kernel, the one the split-K decode's partials use (16-bit
     pools only).
     """
-    q, kv, out = args.q, args.kv, args.output
-    rows, heads, _ = q.shape
+    q, kv = args.q, args.kv
     ws = config is None and PREFILL_WARP_SPECIALISED
     if kv.dtype != q.dtype and not ws:
         raise ValueError(f"the one-warpgroup prefill reads a pool in q's dtype ({q.dtype}), not {kv.dtype}; "
@@ -269,15 +268,7 @@ def launch_prefill(args: KernelArgs, *, config: Sm90Config | None = None) -> Non
         planned(args, "gluon prefill", (), lambda: prefill_recipe(args))(args)
         return
     cfg = config or PREFILL_SM90
-    p = pack(args)
-    grid = (rows, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)
-    _prefill_kernel[grid](
-        q, kv, p.idx, p.length, p.indptr, p.sink, out,
-        p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.has_sink, p.lanes,
-        q.stride(0), q.stride(1), kv.stride(0), p.idx_s0, p.idx_s1, p.len_s0,
-        p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2), *no_stamp(q.device),
-        -1, -1, CNT_BLOCK=count_block(p.width), **_consts(args, cfg),
-    )
+    planned(args, "gluon whole row", (cfg,), lambda: whole_row_recipe(args, cfg))(args)
 
 
 def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tensor, splits: int, *,
@@ -286,9 +277,7 @@ def launch_partials(args: KernelArgs, part_o: torch.Tensor, part_lse: torch.Tens
     q = args.q
     rows, heads, _ = q.shape
     p = pack(args)
-    kv, kv8 = kv_operand(args.kv, q.dtype)
-    if kv8 == TO and kv.dtype != q.dtype:
-        raise ValueError(f"no PTX conversion reads a {kv.dtype} pool beside {q.dtype} q here (gluon_sm90.supports)")
+    kv, kv8 = _pool(args)
     _partial_kernel[(rows, splits, (heads + HEAD_BLOCK - 1) // HEAD_BLOCK)](
         q, kv, p.idx, p.length, p.indptr, part_o, part_lse,
         p.skv, p.width, heads, p.sm_scale2, p.ragged, p.has_len, p.lanes, splits,
@@ -339,21 +328,29 @@ def decode_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
         return _gluon_nothing
     plan = _decode_plan(args)
     if plan.grid[1] == 1:  # one split a row: the row's whole softmax in one program, written out as it ends
-        return direct_recipe(args, decode_config(args))
+        return whole_row_recipe(args, decode_config(args))
     return triton_decode.split_k_run(_partial_kernel, plan, args.q.device, "gluon")
 
 
-def direct_recipe(args: KernelArgs, cfg: Sm90Config) -> Callable[[KernelArgs], str]:
-    """The decode of calls of ``args``'s signature whose split count is 1 (rows x head blocks fill the GPU): one
-    launch of ``_prefill_kernel`` with the decode's ``cfg``, a program a (row, head block), each writing its
-    output as it finishes (no partials, no reduce); a stamped call's start and end from that kernel. An fp8 pool
-    is read as bytes and converted as the partials convert it."""
+def _pool(args: KernelArgs) -> tuple[torch.Tensor, int]:
+    """``kv_operand`` of the call's pool beside q, refusing a pool no PTX conversion reads (``supports`` does)."""
+    pool, kv8 = kv_operand(args.kv, args.q.dtype)
+    if kv8 == TO and pool.dtype != args.q.dtype:
+        raise ValueError(f"no PTX conversion reads a {pool.dtype} pool beside {args.q.dtype} q here "
+                         "(gluon_sm90.supports)")
+    return pool, kv8
+
+
+def whole_row_recipe(args: KernelArgs, cfg: Sm90Config) -> Callable[[KernelArgs], str]:
+    """Calls of ``args``'s signature through ``_prefill_kernel`` with ``cfg``, worked out once: one launch, a
+    program a (row, head block), each writing its output as it finishes; a stamped call's start and end from that
+    kernel. The decode where its split count is 1 (rows x head blocks fill the GPU), with the decode's ``cfg``: no
+    partials, no reduce; an fp8 pool is read as bytes and converted as the partials convert it. And the prefill
+    with an explicit ``config``."""
     q, out = args.q, args.output
     rows, heads, _ = q.shape
     p = pack(args)
-    pool, kv8 = kv_operand(args.kv, q.dtype)
-    if kv8 == TO and pool.dtype != q.dtype:
-        raise ValueError(f"no PTX conversion reads a {pool.dtype} pool beside {q.dtype} q here (gluon_sm90.supports)")
+    pool, kv8 = _pool(args)
     clock = clock_for(q.device)
     device = device_key(q.device) if q.is_cuda else -1
     scalars = (p.skv, p.width, heads)

@@ -42,15 +42,11 @@ from ..core import Telemetry
 ROWS = (2, 16, 1024)
 
 
-def per_call_us(fn: Callable[[], Any], *, batch: int, batches: int, sync: Callable[[], None]) -> float:
-    """Median over ``batches`` of the wall µs per call of issuing ``batch`` calls back to back (each batch after a
-    sync and three untimed calls, so the first launches after an idle moment are not in it)."""
-    return per_call_us_interleaved({"fn": fn}, batch=batch, batches=batches, sync=sync)["fn"]
-
-
 def per_call_us_interleaved(fns: dict[str, Callable[[], Any]], *, batch: int, batches: int,
                             sync: Callable[[], None]) -> dict[str, float]:
-    """``per_call_us`` of every item, the items taking turns: each round times one batch of each, in order."""
+    """Median over ``batches`` of each item's wall µs per call of issuing ``batch`` calls back to back, the items
+    taking turns (each round times one batch of each, in order). Every batch follows a sync and three untimed
+    calls, so the first launches after an idle moment are not in it."""
     for fn in fns.values():
         for _ in range(3):
             fn()

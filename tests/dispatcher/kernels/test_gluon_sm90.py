@@ -513,6 +513,23 @@ def test_a_decode_of_one_split_a_row_is_one_launch(monkeypatch, layout):
 
 
 @needs_gluon
+def test_an_explicit_config_runs_the_prefill_on_the_whole_row_kernel(monkeypatch):
+    """The prefill with a ``config``: one launch a call of the whole-row kernel with that config, the grid
+    (rows, head blocks), the output and the call's scale; no stamps unless the call carries one."""
+    rec = RecordingLaunch(gluon_sm90._prefill_kernel)
+    monkeypatch.setattr(gluon_sm90, "_prefill_kernel", rec)
+    cfg = gluon_sm90.Sm90Config(3, rope1=True, chains=2)
+    a = build(20, layout=Layout(512, 64), dtype=torch.bfloat16, device=torch.device("cpu"), topk=256, kv_len=1024)
+    for scale in (0.5, 0.25):
+        gluon_sm90.launch_prefill(a._replace(scale=scale), config=cfg)
+    assert len(rec.calls) == 2
+    grid, kw = rec.calls[-1]
+    assert grid == (20, 1) and kw["out_ptr"] is a.output and kw["sm_scale2"] == pytest.approx(0.25 * 1.4426950408889634)
+    assert (kw["STAGES"], kw["ROPE1"], kw["CHAINS"], kw["PIPE"]) == (3, True, 2, False)
+    assert (kw["stamp_first"], kw["stamp_last"]) == (-1, -1)
+
+
+@needs_gluon
 def test_the_prefill_flags_come_from_scratch_once_zeroed(monkeypatch):
     """No memset a call: the reference max's flags are one zeroed buffer per stream, handed out again; the redo
     kernel (tested under the interpreter) zeroes what it read."""
