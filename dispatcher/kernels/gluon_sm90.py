@@ -50,6 +50,7 @@ from .fp8_ptx import ASM_MODES, TO, kv_operand
 from .gluon_sm90_parts import HAVE_GLUON
 from .launcher import Step, current_stream
 from .plan import clock_for, index_operands, launch_key, planned, stamp_operands
+from .scratch import scratch
 from .stamps import no_stamp
 from .triton_prefill import HEAD_BLOCK, LOG2E, count_block, pack
 
@@ -63,6 +64,7 @@ if HAVE_GLUON:
     from .triton_stamps import STAMP_ARGS, stamp_end, stamp_start
     from .gluon_sm90_attend import _attend, _attend_pipe
     from .gluon_sm90_parts import _launch_dependents, _partial_scale, _store_partial, _store_t
+    from .gluon_sm90_reduce import _arrive_and_wait, _depart, _reduce_slice
     from .triton_prefill import finish_scale, row_bounds
 
 BLOCK_N = 64  # kv slots per tile: wgmma's M for one warpgroup
@@ -103,6 +105,12 @@ DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared m
 # (docs/kernels.md, "Decode kernel design figures"); relative error 2.2e-3 against 1.9e-3 (each partial is a
 # convex mix of v, so it stays in v's range).
 DECODE_PARTIALS_16BIT = True
+# The split-K decode as one cooperative launch (``_split_decode_kernel``: the partials, then the reduce in the same
+# programs) where its grid is resident at once (``split_reduce_fits``); else the partials and Triton's reduce, two
+# launches. One launch saves one launch's host time, 9-11 µs on an H200's host (docs/benchmarks.md, "Host cost of a
+# call").
+SPLIT_REDUCE = True
+REDUCE_SLICE_VALUES = 4096  # partial values a program's reduce loads at once (its splits x a run of the plane)
 
 
 def decode_config(args: KernelArgs) -> Sm90Config:
@@ -183,20 +191,14 @@ if HAVE_GLUON:
         _store_t(out_ptr, row.to(gl.int64) * o_s0, offs_h, o_s1, o_s2, lanes, hmask, o, scale)
         stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
-    @gluon.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
-    def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
-                        skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
-                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld, stamp_ptr, count_ptr, stamp_first, stamp_last,
-                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
-                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
-                        PIPE: gl.constexpr = False, KV8: gl.constexpr = 0, CLOCK: gl.constexpr = 0):
+    @gluon.jit
+    def _split_partial(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr, skv, width, H, sm_scale2,
+                       ragged, has_len, splits, q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld, row, split, h0,
+                       DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr, CHAINS: gl.constexpr,
+                       CNT_BLOCK: gl.constexpr, PIPE: gl.constexpr, KV8: gl.constexpr):
+        """Split ``split`` of a row's positions for heads [h0, h0 + 16): its normalised partial Oᵀ and log-sum-exp
+        into the partials' rows (row x splits + split) x H + head."""
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 16, 16])
-        stamp_start(stamp_ptr, stamp_first, CLOCK)
-        if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
-            _launch_dependents()
-        row = gl.program_id(0)
-        split = gl.program_id(1)
-        h0 = gl.program_id(2) * 16
         base, seg = row_bounds(idx_ptr, idx_s0, idx_s1, width, None, None, indptr_ptr, row, ragged, None, None,
                                LENGTH=False)  # the row's positions, not its length
         seg = seg.to(gl.int32)
@@ -216,6 +218,47 @@ if HAVE_GLUON:
         part0 = (row.to(gl.int64) * splits + split) * H  # the partial-row id of head 0
         gl.store(lse_ptr + part0 + offs_h, lse, mask=hmask)
         _store_partial(o_ptr, part0, h0, H, o_ld, o, inv)
+
+    @gluon.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
+    def _partial_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr,
+                        skv, width, H, sm_scale2, ragged, has_len, lanes, splits,
+                        q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld, stamp_ptr, count_ptr, stamp_first, stamp_last,
+                        DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
+                        CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, PDL: gl.constexpr,
+                        PIPE: gl.constexpr = False, KV8: gl.constexpr = 0, CLOCK: gl.constexpr = 0):
+        """The split-K decode's partials, a program a (row, split, head block), for ``triton_decode``'s reduce."""
+        stamp_start(stamp_ptr, stamp_first, CLOCK)
+        if PDL:  # the reduce may be scheduled now; it waits for this grid in gdc_wait
+            _launch_dependents()
+        _split_partial(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr, skv, width, H, sm_scale2,
+                       ragged, has_len, splits, q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld,
+                       gl.program_id(0), gl.program_id(1), gl.program_id(2) * 16,
+                       DB, STAGES, ROPE1, CHAINS, CNT_BLOCK, PIPE, KV8)
+
+    @gluon.jit(do_not_specialize=_FLAGS + STAMP_ARGS)
+    def _split_decode_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, o_ptr, lse_ptr, cnt_ptr,
+                             skv, width, H, sm_scale2, ragged, has_len, has_sink, lanes, splits,
+                             q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, o_ld,
+                             stamp_ptr, count_ptr, stamp_first, stamp_last,
+                             DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
+                             CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, S_BLOCK: gl.constexpr,
+                             F_BLOCK: gl.constexpr, PIPE: gl.constexpr = False, KV8: gl.constexpr = 0,
+                             CLOCK: gl.constexpr = 0):
+        """The whole split-K decode in one cooperative launch: each program's partial, then, once its group (row,
+        head block) has all of them, its slice of the group's reduce (``gluon_sm90_reduce``). Writes both stamps."""
+        stamp_start(stamp_ptr, stamp_first, CLOCK)
+        row = gl.program_id(0)
+        split = gl.program_id(1)
+        hb = gl.program_id(2)
+        _split_partial(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, o_ptr, lse_ptr, skv, width, H, sm_scale2,
+                       ragged, has_len, splits, q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, o_ld, row, split, hb * 16,
+                       DB, STAGES, ROPE1, CHAINS, CNT_BLOCK, PIPE, KV8)
+        cnt = cnt_ptr + row * gl.num_programs(2) + hb
+        _arrive_and_wait(cnt, splits)
+        _reduce_slice(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, hb * 16, H, o_ld, has_sink,
+                      sink_s0, o_s0, o_s1, o_s2, S_BLOCK, F_BLOCK)
+        _depart(cnt, splits)
+        stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
 
 def _consts(args: KernelArgs, cfg: Sm90Config, kv8: int = TO) -> dict:
@@ -291,16 +334,17 @@ def partial_dtype(q_dtype: torch.dtype) -> torch.dtype:
     return q_dtype if DECODE_PARTIALS_16BIT else torch.float32
 
 
-def _decode_plan(args: KernelArgs) -> triton_decode.DecodePlan:
+def _decode_plan(args: KernelArgs, splits: int | None = None,
+                 config: Sm90Config | None = None) -> triton_decode.DecodePlan:
     """The Hopper split-K decode of ``args``'s signature: a ``triton_decode.DecodePlan`` whose partial pass is
-    this module's kernel (its flags run to ``o_ld``)."""
+    this module's kernel (its flags run to ``o_ld``); by default the decode's config and split count."""
     from . import triton_decode
 
     q = args.q
     rows, heads, _ = q.shape
-    cfg = decode_config(args)
+    cfg = config or decode_config(args)
     p = pack(args)
-    splits = triton_decode.decode_splits(p, rows, heads, BLOCK_N, q.device, None, per_sm=DECODE_PER_SM[cfg.stages])
+    splits = triton_decode.decode_splits(p, rows, heads, BLOCK_N, q.device, splits, per_sm=DECODE_PER_SM[cfg.stages])
     use_pdl = triton_decode.pdl_supported(q.device)
     pool, kv8 = kv_operand(args.kv, q.dtype)
     clock = clock_for(q.device)
@@ -327,9 +371,108 @@ def decode_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
     if empty_call(args):
         return _gluon_nothing
     plan = _decode_plan(args)
+    cfg = decode_config(args)
     if plan.grid[1] == 1:  # one split a row: the row's whole softmax in one program, written out as it ends
-        return whole_row_recipe(args, decode_config(args))
+        return whole_row_recipe(args, cfg)
+    if SPLIT_REDUCE and split_reduce_fits(args, plan.grid, cfg):
+        return split_reduce_recipe(args, plan)
     return triton_decode.split_k_run(_partial_kernel, plan, args.q.device, "gluon")
+
+
+def two_launch_recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None] | None:
+    """The default decode plan's partials-then-reduce recipe where the default is the one cooperative launch, else
+    None: what the one launch replaced, for side-by-side figures (``routescope bench host``, scripts/gpu)."""
+    from . import triton_decode
+
+    if empty_call(args):
+        return None
+    plan = _decode_plan(args)
+    if plan.grid[1] == 1 or not (SPLIT_REDUCE and split_reduce_fits(args, plan.grid, decode_config(args))):
+        return None
+    return triton_decode.split_k_run(_partial_kernel, plan, args.q.device, "gluon")
+
+
+def cooperative_supported() -> bool:
+    """Whether this Triton launches a kernel cooperatively (``launch_cooperative_grid``, Triton 3.2 and later)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except Exception:  # noqa: BLE001 - no NVIDIA backend: no cooperative launch
+        return False
+    return "launch_cooperative_grid" in CUDAOptions.__dataclass_fields__
+
+
+def split_reduce_fits(args: KernelArgs, grid: tuple[int, int, int], cfg: Sm90Config) -> bool:
+    """Whether the split-K decode of ``grid`` (rows, splits, head blocks) runs as one cooperative launch: every
+    program resident at once (``DECODE_PER_SM`` a multiprocessor: the partial kernel's shared memory), two splits or
+    more, output lanes and heads multiples of 16 (the reduce's vector loads, whole head blocks), and a Triton that
+    launches cooperatively."""
+    from . import triton_decode
+
+    rows, splits, hbs = grid
+    return (splits > 1 and int(args.output.shape[2]) % 16 == 0 and int(args.q.shape[1]) % 16 == 0
+            and rows * splits * hbs <= DECODE_PER_SM[cfg.stages] * triton_decode.sm_count(args.q.device)
+            and cooperative_supported())
+
+
+def reduce_tile(splits: int, lanes: int) -> tuple[int, int]:
+    """(S_BLOCK, F_BLOCK) of the in-kernel reduce: every split at once, a run of the 16 heads x ``lanes`` plane
+    near ``REDUCE_SLICE_VALUES`` values in all and no longer than a program's share."""
+    from .triton_prefill import next_pow2
+
+    s_block = max(4, next_pow2(splits))
+    per = -(-(-(-16 * lanes // splits)) // 16) * 16
+    return s_block, max(128, min(next_pow2(per), REDUCE_SLICE_VALUES // s_block))
+
+
+def _split_reduce_or_raise(args: KernelArgs, splits: int | None,
+                           config: Sm90Config | None) -> Callable[[KernelArgs], str]:
+    plan = _decode_plan(args, splits, config)
+    if not split_reduce_fits(args, plan.grid, config or decode_config(args)):
+        raise ValueError(f"the split-K decode of grid {plan.grid} does not run as one cooperative launch here "
+                         "(split_reduce_fits: two splits or more, all programs resident at once, lanes and heads "
+                         "multiples of 16)")
+    return split_reduce_recipe(args, plan)
+
+
+def split_reduce_recipe(args: KernelArgs, plan: triton_decode.DecodePlan) -> Callable[[KernelArgs], str]:
+    """Calls of ``args``'s signature through ``_split_decode_kernel`` by ``plan``, worked out once: one cooperative
+    launch a call, the partials in the stream's scratch beside each group's counter (zeroed when made, zero again
+    after every launch); a stamped call's start and end from that kernel."""
+    from . import triton_decode
+
+    q, out = args.q, args.output
+    rows, splits, hbs = plan.grid
+    p = pack(args)
+    pool, _ = _pool(args)
+    s_block, f_block = reduce_tile(splits, p.lanes)
+    ints = (p.ragged, p.has_len, p.has_sink, p.lanes, splits, q.stride(0), q.stride(1), pool.stride(0), p.idx_s0,
+            p.idx_s1, p.len_s0, p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
+            p.lanes)  # o_ld: the partials are contiguous, a partial row every ``lanes`` values
+    consts = {k: v for k, v in plan.consts.items() if k != "PDL"}
+    consts.update(S_BLOCK=s_block, F_BLOCK=f_block, launch_cooperative_grid=True)
+    scalars, device, clock, where, as_bytes = plan.scalars, plan.device, plan.clock, q.device, plan.as_bytes
+    step = Step(_split_decode_kernel,
+                (launch_key(device, (q, pool, p.idx, p.length, p.indptr, p.sink, out), scalars + ints, consts),
+                 plan.part[2]),
+                plan.grid, consts)
+
+    def fetch(stream: int) -> tuple:
+        arrivals = scratch().get("decode_arrivals", rows * hbs, torch.int32, where, stream, zeroed=True)
+        return triton_decode.partials(plan.part, where, stream) + (arrivals,)
+
+    buffers = triton_decode.PerStream(fetch)
+
+    def run(a: KernelArgs) -> str:
+        stream = current_stream(device)
+        part_o, part_lse, arrivals = buffers(stream)
+        idx, length, indptr, sink = index_operands(a)
+        times, counts, entry = stamp_operands(a, where, clock)
+        step((a.q, a.kv.view(torch.uint8) if as_bytes else a.kv, idx, length, indptr, sink, a.output, part_o,
+              part_lse, arrivals) + scalars + (float(a.scale) * LOG2E,) + ints + (times, counts, entry, entry),
+             stream)
+        return "gluon"
+
+    return run
 
 
 def _pool(args: KernelArgs) -> tuple[torch.Tensor, int]:
@@ -384,21 +527,32 @@ def _gluon_nothing(args: KernelArgs) -> str:
 
 
 def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Config | None = None,
-                  pdl: bool | None = None, ws: bool | None = None) -> None:
-    """The split-K decode on Hopper: partials, then ``triton_decode``'s reduce. Call only where supports().
+                  pdl: bool | None = None, ws: bool | None = None, fused: bool | None = None) -> None:
+    """The split-K decode on Hopper. Call only where supports().
 
-    The partials come from this module's one-warpgroup kernel by default (``DECODE_WARP_SPECIALISED``
-    is False: faster at 2-16 rows), from the warp-specialised kernel (``gluon_sm90_ws``, split work items) with
+    By default (``decode_recipe``): one launch where the split count is 1 or the grid is resident at once
+    (``split_reduce_fits``: the partials and the reduce in one cooperative kernel), else this module's partials and
+    ``triton_decode``'s reduce. The options are for tests and tuning. ``fused=True``: the one cooperative launch
+    with ``splits`` and ``config`` (a ValueError where it does not fit); ``fused=False``, or any other option:
+    partials, then the reduce. Those come from this module's one-warpgroup kernel (``DECODE_WARP_SPECIALISED`` is
+    False: faster at 2-16 rows), from the warp-specialised kernel (``gluon_sm90_ws``, split work items) with
     ``ws=True``; an explicit ``config`` always means this module's kernel. The default launch keeps the partials in
-    the stream's scratch and stamps a stamped call (``args.stamp``): the partial kernel its start, the reduce its
-    end; the others (tests, tuning) allocate them and do not stamp.
+    the stream's scratch and stamps a stamped call (``args.stamp``); the others allocate them and do not stamp,
+    except ``fused=True``, which is the default's kernel.
     """
     from . import triton_decode
 
     if empty_call(args):
         return
-    if splits is None and config is None and pdl is None and not ((DECODE_WARP_SPECIALISED and ws is None) or ws):
+    default = splits is None and config is None and pdl is None and fused is None
+    if default and not ((DECODE_WARP_SPECIALISED and ws is None) or ws):
         planned(args, "gluon decode", (), lambda: decode_recipe(args))(args)
+        return
+    if fused:
+        if ws or pdl is not None:
+            raise ValueError("fused=True is the one-warpgroup kernel's cooperative launch: no ws, no pdl")
+        planned(args, "gluon split decode", (splits, config),
+                lambda: _split_reduce_or_raise(args, splits, config))(args)
         return
     q = args.q
     rows, heads, _ = q.shape

@@ -28,7 +28,8 @@ from dispatcher.kernels import triton_decode, triton_prefill  # noqa: E402
 
 PTRS = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*i32", "indptr_ptr": "*i32",
         "sink_ptr": "*fp32", "out_ptr": "*bf16", "o_ptr": "*fp32", "lse_ptr": "*fp32",
-        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "redo_ptr": "*i32", "stamp_ptr": "*i64", "count_ptr": "*i32"}
+        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "redo_ptr": "*i32", "stamp_ptr": "*i64", "count_ptr": "*i32",
+        "cnt_ptr": "*i32"}
 ONES = {"q_s2", "kv_s2", "idx_s1", "o_s2"}  # unit strides: Triton turns an argument equal to 1 into a constant
 DIV16 = {"q_s0", "q_s1", "kv_s0", "idx_s0", "o_s0", "o_s1", "skv", "H", "o_ld"}  # 9216, 576, 2048, ...: multiples of 16
 TOOLS = Path(triton.__file__).parent / "backends/nvidia/bin"

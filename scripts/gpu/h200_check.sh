@@ -3,7 +3,8 @@
 # graphs", "What a gate change saves") rest on, on the GPU, in one command; each phase under a time limit, its
 # output in $OUT.
 #   bash scripts/gpu/h200_check.sh [phase ...]
-#   phases: host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch kernels ab (default: all)
+#   phases: host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab kernels ab
+#   (default: all)
 # Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
 # image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
 # comes back as $OUT/tcache.tgz, so carrying it spares the next run the compiles.
@@ -19,9 +20,9 @@ phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $O
   local name=$1 limit=$2; shift 2
   echo "== $name ($(date +%T))" | tee -a "$OUT/log.txt"
   echo "=== $name" >> "$OUT/results.txt"
-  timeout "$limit" "$@" >> "$OUT/results.txt" 2>> "$OUT/log.txt"; echo "   rc=$? ($(date +%T))" | tee -a "$OUT/log.txt"
+  timeout -k 15 "$limit" "$@" >> "$OUT/results.txt" 2>> "$OUT/log.txt"; echo "   rc=$? ($(date +%T))" | tee -a "$OUT/log.txt"
 }
-phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch kernels ab}
+phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab kernels ab}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 git rev-parse --short HEAD 2>/dev/null || true
 for p in $phases; do
@@ -37,6 +38,9 @@ for p in $phases; do
     tests) phase tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
              tests/dispatcher/kernels/test_nan_propagation.py ;;
     launch) phase launch 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_launch_gpu.py ;;
+    split) phase split 420 python3 -m pytest -q -m gpu -p no:cacheprovider \
+             tests/dispatcher/kernels/test_split_reduce_gpu.py ;;
+    split-ab) phase split-ab 300 python3 scripts/gpu/decode_ab.py ;;
     kernels) phase kernels 480 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_triton_gpu.py \
                tests/dispatcher/test_sweep_cupti.py ;;
     ab) phase ab 300 python3 -m advise.ab_cli --calls 600 --repeats 3 --json ;;

@@ -11,7 +11,8 @@ same drift, so the rows compare side by side. What is timed:
 - ``triton_noop``: a trivial Triton kernel through the JIT launcher (the floor of a Triton launch);
 - ``launch`` of each in-tree kernel, the implementation the registry picks for the device, and the same launch
   with the tensors themselves handed to Triton's launcher (``_tensor_args``: it then checks each pointer with the
-  driver; ``launcher.RAW_POINTERS``);
+  driver; ``launcher.RAW_POINTERS``); where the Hopper decode is one cooperative launch, its partials-then-reduce
+  pair beside it (``_two_launches``);
 - ``dispatcher``: the whole ``Dispatcher`` call (validate, classify, decide, launch), without and
   with telemetry at default sampling.
 
@@ -75,6 +76,15 @@ def _raw_pointers(on: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
+def _two_launch_decode(a: Any) -> Callable[[Any], Any] | None:
+    """The Hopper decode's partials-then-reduce recipe where its default for ``a`` is one cooperative launch."""
+    from dispatcher.kernels import gluon_sm90
+
+    if not (gluon_sm90.HAVE_GLUON and gluon_sm90.supports_decode(a)):
+        return None
+    return gluon_sm90.two_launch_recipe(a)
+
+
 def _triton_noop() -> Callable[[torch.Tensor], Any] | None:
     try:
         import triton
@@ -125,6 +135,9 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
                 items[f"launch_{name}_{r}"] = _raw_pointers(True, launch)  # both rows pay the same wrapper
                 if cuda:
                     items[f"launch_{name}_{r}_tensor_args"] = _raw_pointers(False, launch)
+                    two = _two_launch_decode(a) if name == "decode" else None
+                    if two is not None:
+                        items[f"launch_decode_{r}_two_launches"] = (lambda two, a: lambda: two(a))(two, a)
                 out.setdefault("impls", {})[f"{name}_{r}"] = impl.launch(a) or impl.impl
             call = (a.q, a.kv, a.index.indices, None, a.scale, layout.head_dim, layout.nope, layout.rope, None,
                     a.output)
@@ -148,6 +161,6 @@ def render(result: dict[str, Any]) -> None:
     table.add_column("ran", justify="left")
     impls = result.get("impls", {})
     for key, value in result["us_per_call"].items():
-        ran = impls.get(key.removeprefix("launch_").removesuffix("_tensor_args"), "")
+        ran = impls.get(key.removeprefix("launch_").removesuffix("_tensor_args").removesuffix("_two_launches"), "")
         table.add_row(key, f"{value:.1f}", ran)
     Console(width=120).print(table)

@@ -101,3 +101,22 @@ def test_compile_check_reads_the_longest_backward_loop_of_a_sass_listing():
     got = compile_check.sass_loop(sass)
     assert got["sass"] == 10
     assert got["loop"] == 4 and got["loop_mix"] == "HMMA:2,LDG:1,BRA:1"  # 0x10-0x40, not the 2-long one nor a jump
+
+
+def test_decode_ab_pairs_the_one_launch_with_the_two_it_replaced(monkeypatch):
+    """Where the Hopper decode is one cooperative launch, the A/B gets both recipes of its plan; where it is not (one
+    split a row from 132 rows, or too many programs), nothing to compare."""
+    from dispatcher.kernels import gluon_sm90
+
+    if not gluon_sm90.HAVE_GLUON:
+        pytest.skip("this Triton has no Gluon")
+    ab = load("decode_ab")
+    monkeypatch.setattr(triton_decode, "sm_count", lambda device: 132)  # an H200's, as the split count sees it
+    from dispatcher.sweep.correctness import build
+
+    make = lambda rows: build(rows, layout=Layout(512, 64), dtype=torch.bfloat16,  # noqa: E731
+                              device=torch.device("cpu"), topk=2048, kv_len=8192)
+    pair = ab.variants(make(16))
+    assert set(pair) == {"one_launch", "two_launches"} and all(callable(f) for f in pair.values())
+    assert ab.variants(make(132)) == {} and ab.variants(make(100)) == {}
+    assert [layout for layout, _ in ab.SHAPES].count(Layout(512, 64)) == 2  # a 16-bit pool and an fp8 one

@@ -206,6 +206,7 @@ def test_ws_launchers_pass_the_grid_work_items_and_mode(monkeypatch):
     one, red = RecordingLaunch(gluon_sm90._partial_kernel), RecordingLaunch(triton_decode._reduce_kernel)
     monkeypatch.setattr(gluon_sm90, "_partial_kernel", one)
     monkeypatch.setattr(triton_decode, "_reduce_kernel", red)
+    monkeypatch.setattr(gluon_sm90, "SPLIT_REDUCE", False)  # the two launches (the one launch: below)
     gluon_sm90.launch_decode(d)  # the default: the one-warpgroup partials, the ws kernel untouched
     assert len(rec.calls) == n and len(one.calls) == 1 and len(red.calls) == 1
     (grid, kw), (rgrid, rkw) = one.calls[0], red.calls[0]
@@ -331,7 +332,12 @@ COMPILE = textwrap.dedent("""
         return {"shared": k.metadata.shared, "hgmma": sass.count("HGMMA."), "warps": k.metadata.num_warps,
                 "setmaxnreg": sass.count("USETMAXREG"), "hmma": sass.count("HMMA."),
                 "stack": stack_bytes(k, Path(sys.argv[1]) / f"{key}.cubin"), "l1_prefetch": sass.count("CCTL.E.PF1"),
-                "asm": k.asm["ttgir"].count("elementwise_inline_asm")}
+                "asm": k.asm["ttgir"].count("elementwise_inline_asm"), "coop": bool(k.metadata.launch_cooperative_grid),
+                "acquire": k.asm["ptx"].count(".acquire"), "release": k.asm["ptx"].count("atom.global.gpu.acq_rel"),
+                "cg_vectors": k.asm["ptx"].count("ld.global.cg.v")}
+
+
+    SPLIT = {"S_BLOCK": 32, "F_BLOCK": 128}  # the one-launch decode's reduce tile at 2 rows (32 splits)
 
 
     found = {}
@@ -348,15 +354,20 @@ COMPILE = textwrap.dedent("""
             cfg = gluon_sm90.DECODE_SM90_FP8 if kv8 else gluon_sm90.DECODE_SM90
             consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": False, "CHAINS": 1, "PIPE": False,
                       "CNT_BLOCK": 2048, "PDL": True, "KV8": kv8, "idx_s1": 1, "o_s2": 1, "CLOCK": 1}
-            for name, fn in (("p", gluon_sm90._partial_kernel), ("whole", gluon_sm90._prefill_kernel)):
-                found[f"{name}_{db}_{kv8}"] = compile_one(f"{name}_{db}_{kv8}", fn, consts,
-                                                          ptrs(q, "u8" if kv8 else q), {"num_warps": 4})
+            for name, fn in (("p", gluon_sm90._partial_kernel), ("whole", gluon_sm90._prefill_kernel),
+                             ("split", gluon_sm90._split_decode_kernel)):
+                extra, opts = ({}, {"num_warps": 4}) if name != "split" else (
+                    SPLIT, {"num_warps": 4, "launch_cooperative_grid": True})
+                found[f"{name}_{db}_{kv8}"] = compile_one(f"{name}_{db}_{kv8}", fn, {**consts, **extra},
+                                                          ptrs(q, "u8" if kv8 else q), opts)
     else:
         for db in (64, 0):
             d512 = (gluon_sm90_ws_d512._ws_kernel,) if db == 0 else ()  # used only at D = 512
-            for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90_ws._ws_kernel) + d512:
+            for fn in (gluon_sm90._prefill_kernel, gluon_sm90._partial_kernel, gluon_sm90._split_decode_kernel,
+                       gluon_sm90_ws._ws_kernel) + d512:
                 cfg = gluon_sm90.PREFILL_SM90
-                if fn is gluon_sm90._partial_kernel:  # the decode's default per layout: pipelined at D = 512
+                split = fn is gluon_sm90._split_decode_kernel
+                if fn is gluon_sm90._partial_kernel or split:  # the decode's default per layout: pipelined at D = 512
                     cfg = gluon_sm90.DECODE_SM90_D512 if db == 0 else gluon_sm90.DECODE_SM90
                 consts = {"DB": db, "STAGES": cfg.stages, "ROPE1": cfg.rope1, "CHAINS": cfg.chains,
                           "PIPE": cfg.pipe, "CNT_BLOCK": 2048, "PDL": True, "idx_s1": 1, "o_s2": 1,
@@ -365,6 +376,9 @@ COMPILE = textwrap.dedent("""
                 if d512 and fn is d512[0]:  # its own workers' registers
                     consts.update(WREGS=gluon_sm90_ws_d512.WORKER_REGS)
                 opts = {"num_warps": 4, "maxnreg": 168} if fn is gluon_sm90_ws._ws_kernel else {"num_warps": 4}
+                if split:
+                    consts.update(SPLIT)
+                    opts["launch_cooperative_grid"] = True
                 key = ("d512" if d512 and fn is d512[0] else "") + fn.__name__ + f"_{db}"
                 found[key] = compile_one(key, fn, consts, ptrs(), opts)
     print(json.dumps(found))
@@ -392,7 +406,7 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
         db = int(key.rsplit("_", 1)[1])
         scores = 32 + (4 if db else 0)
         ws = "_ws_kernel" in key
-        pipe = key == "_partial_kernel_0"
+        pipe = key in ("_partial_kernel_0", "_split_decode_kernel_0")
         assert got["hgmma"] == (2 * scores + 32 if ws else 2 * (scores + 32) if pipe else scores + 32), (key, got)
         assert got["hmma"] == 0, (key, got)  # no mma.sync fallback anywhere
         # the slot numbers asked of L1 ahead of their loads: the 2-stage one-warpgroup kernels where
@@ -406,13 +420,20 @@ def test_the_kernels_compile_for_sm90a_to_wgmma_in_shared_memory(tmp_path):
             assert got["stack"] <= 256, (key, got)
         else:
             assert got["stack"] == 0, (key, got)  # no spills
-    assert len(found) == 7 and "d512_ws_kernel_0" in found
+    assert len(found) == 9 and "d512_ws_kernel_0" in found
+    for db in (64, 0):  # the one-launch decode: the partial kernel's products and shared memory, then the reduce
+        split, part = found[f"_split_decode_kernel_{db}"], found[f"_partial_kernel_{db}"]
+        assert split["hgmma"] == part["hgmma"] and split["shared"] == part["shared"], (db, split, part)
+        assert split["coop"] and not part["coop"]  # launched cooperatively: every program resident at once
+        # it counts itself in with a release and waits with acquires; the partials are read past L1, in vectors
+        assert split["release"] >= 1 and split["acquire"] >= 1 and split["cg_vectors"] >= 1, (db, split)
+        assert part["release"] == part["acquire"] == part["cg_vectors"] == 0, (db, part)
 
 
 @needs_gluon
 def test_the_fp8_decode_kernels_compile_for_sm90a_without_spills(tmp_path):
     found = compiled_for_sm90(tmp_path, "fp8")
-    assert len(found) == 10
+    assert len(found) == 15
     for key, got in found.items():
         name, db, kv8 = key.split("_")
         db, kv8 = int(db), int(kv8)
@@ -451,7 +472,8 @@ def test_a_stamped_call_hands_its_stamp_to_its_first_and_last_kernels(monkeypatc
 
     recs = {}
     for mod, name in ((gluon_sm90, "_partial_kernel"), (triton_decode, "_reduce_kernel"),
-                      (gluon_sm90_ws, "_ws_kernel"), (triton_prefill, "_redo_kernel")):
+                      (gluon_sm90, "_split_decode_kernel"), (gluon_sm90_ws, "_ws_kernel"),
+                      (triton_prefill, "_redo_kernel")):
         recs[name] = RecordingLaunch(getattr(mod, name))
         monkeypatch.setattr(mod, name, recs[name])
     pretend_sms(monkeypatch)
@@ -464,9 +486,12 @@ def test_a_stamped_call_hands_its_stamp_to_its_first_and_last_kernels(monkeypatc
         kw = recs[name].calls[-1][1]
         return kw["stamp_first"], kw["stamp_last"]
 
-    d = stamped(build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
-    gluon_sm90.launch_decode(d)
+    d = stamped(build(100, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
+    gluon_sm90.launch_decode(d)  # 100 rows x 2 splits: more programs than multiprocessors, two launches
     assert d.stamp.armed and last("_partial_kernel") == (6, -1) and last("_reduce_kernel") == (-1, 6)
+    one = stamped(build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
+    gluon_sm90.launch_decode(one)  # 16 rows: the partials and the reduce are one kernel, which writes both
+    assert one.stamp.armed and last("_split_decode_kernel") == (6, 6)
     wide = stamped(build(64, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
     gluon_sm90.launch_prefill(wide)  # top-k 2048: the reference max, then the redo kernel ends the call
     assert reference_max(recs["_ws_kernel"].calls[-1][1])
@@ -559,3 +584,81 @@ def test_the_gpu_tests_explicit_configs_are_valid_configs():
         assert not cfg.pipe and cfg.chains in (1, 2), cfg
         for layout in (Layout(512, 64), Layout(512, 0)):
             assert gluon_sm90._consts(args_for(layout), cfg)["STAGES"] == spec["stages"]
+
+
+@needs_gluon
+@pytest.mark.parametrize("layout", [Layout(512, 64), Layout(512, 0)], ids=str)
+@pytest.mark.parametrize("rows", [1, 2, 16, 66])
+def test_a_decode_whose_grid_fits_is_one_cooperative_launch(monkeypatch, layout, rows):
+    """Under one program a multiprocessor (132 on an H200), the split-K decode is one cooperative launch of
+    ``_split_decode_kernel``: the partials from the stream's scratch, a zeroed int32 counter a (row, head block),
+    every split of a row in the reduce's tile; no partial kernel, no reduce kernel."""
+    from dispatcher.kernels import triton_decode
+    from dispatcher.kernels.scratch import scratch
+
+    recs = {}
+    for mod, name in ((gluon_sm90, "_partial_kernel"), (gluon_sm90, "_split_decode_kernel"),
+                      (triton_decode, "_reduce_kernel")):
+        recs[name] = RecordingLaunch(getattr(mod, name))
+        monkeypatch.setattr(mod, name, recs[name])
+    pretend_sms(monkeypatch)
+    a = build(rows, layout=layout, dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=8192)
+    for _ in range(2):
+        gluon_sm90.launch_decode(a)
+    assert not recs["_partial_kernel"].calls and not recs["_reduce_kernel"].calls
+    (grid, kw), again = recs["_split_decode_kernel"].calls
+    splits = triton_decode.choose_splits(rows, 1, 2048, 64, 132, 1)
+    assert grid == (rows, splits, 1) and rows * splits <= 132 and splits > 1 and again[0] == grid
+    assert kw["launch_cooperative_grid"] is True and "PDL" not in kw and kw["splits"] == splits
+    assert kw["S_BLOCK"] >= splits and kw["F_BLOCK"] >= 128
+    cfg = gluon_sm90.decode_config(a)
+    assert (kw["STAGES"], kw["PIPE"], kw["DB"]) == (cfg.stages, cfg.pipe, layout.head_dim - 512)
+    assert kw["out_ptr"] is a.output and kw["sink_ptr"] is a.attn_sink and kw["has_sink"] == 1
+    assert kw["o_ld"] == kw["lanes"] == layout.nope and kw["o_ptr"].numel() >= rows * splits * 16 * layout.nope
+    arrivals = kw["cnt_ptr"]
+    assert arrivals.dtype == torch.int32 and arrivals.numel() >= rows and not arrivals.any()
+    assert scratch().holds(arrivals) and again[1]["cnt_ptr"] is arrivals  # kept, not made per call
+
+
+@needs_gluon
+def test_a_decode_that_does_not_fit_keeps_two_launches(monkeypatch):
+    """More programs than multiprocessors, heads that are not whole blocks, or the one launch switched off: the
+    partials and the reduce; ``fused=True`` there is refused, ``fused=False`` anywhere gives the two launches."""
+    from dispatcher.kernels import triton_decode
+
+    recs = {}
+    for mod, name in ((gluon_sm90, "_partial_kernel"), (gluon_sm90, "_split_decode_kernel"),
+                      (triton_decode, "_reduce_kernel")):
+        recs[name] = RecordingLaunch(getattr(mod, name))
+        monkeypatch.setattr(mod, name, recs[name])
+    pretend_sms(monkeypatch)
+    cpu = torch.device("cpu")
+    wide = build(100, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192)
+    odd_heads = build(4, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192, heads=20)
+    for a in (wide, odd_heads):
+        gluon_sm90.launch_decode(a)
+        with pytest.raises(ValueError, match="cooperative"):
+            gluon_sm90.launch_decode(a, fused=True)
+    small = build(2, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192)
+    gluon_sm90.launch_decode(small, fused=False)
+    assert len(recs["_partial_kernel"].calls) == len(recs["_reduce_kernel"].calls) == 3
+    assert not recs["_split_decode_kernel"].calls
+    monkeypatch.setattr(gluon_sm90, "SPLIT_REDUCE", False)
+    gluon_sm90.launch_decode(build(2, layout=Layout(512, 0), dtype=torch.bfloat16, device=cpu, topk=2048,
+                                   kv_len=8192))
+    assert len(recs["_reduce_kernel"].calls) == 4 and not recs["_split_decode_kernel"].calls
+    gluon_sm90.launch_decode(small, fused=True, splits=4)  # the one launch with a split count of one's own
+    (grid, kw), = recs["_split_decode_kernel"].calls
+    assert grid == (2, 4, 1) and kw["splits"] == 4
+    with pytest.raises(ValueError, match="no ws, no pdl"):
+        gluon_sm90.launch_decode(small, fused=True, pdl=True)
+
+
+@needs_gluon
+@pytest.mark.parametrize("splits,lanes", [(2, 512), (4, 448), (8, 512), (17, 512), (32, 512), (64, 448)])
+def test_the_reduce_tile_holds_every_split_and_covers_a_programs_share(splits, lanes):
+    s_block, f_block = gluon_sm90.reduce_tile(splits, lanes)
+    per = -(-(-(-16 * lanes // splits)) // 16) * 16
+    assert s_block >= splits and s_block & (s_block - 1) == 0 and f_block & (f_block - 1) == 0
+    assert s_block * f_block <= max(gluon_sm90.REDUCE_SLICE_VALUES, s_block * 128)
+    assert per % 16 == 0 and per * splits >= 16 * lanes  # the shares tile the plane in runs of 16

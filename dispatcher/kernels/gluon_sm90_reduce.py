@@ -1,0 +1,78 @@
+"""The split-K decode's reduce inside its partial kernel (``gluon_sm90._split_decode_kernel``): one launch, not two.
+
+The ``splits`` programs of a group (a query row's head block) each write their partial, count themselves in on the
+group's counter, wait until the whole group has, and then each combine one slice of the group's 16 heads x lanes
+over every split, as ``triton_decode``'s reduce would, straight into the output. The wait is safe only if every
+program of the grid is resident at once, so the kernel is launched cooperatively (the driver refuses a grid that
+does not fit), and the host takes this path only where the grid fits (``gluon_sm90.split_reduce_fits``).
+
+The counter needs no memset: each program counts itself in once (arrival) and once more when it has read what it
+needed (departure), and the group's last departure sets it back to zero, so it is zero whenever a call starts.
+A group's reads follow an acquire of every arrival, and its writes precede a release: the partials from the other
+multiprocessors are read past L1 (``.cg``), which is not coherent with their writes.
+
+Why one launch: on an H200's host each launch of ours costs 9-11 µs of host time, about what the whole kernel takes
+on the GPU at 2-16 rows (docs/benchmarks.md, "Host cost of a call").
+"""
+
+from __future__ import annotations
+
+from .gluon_sm90_parts import HAVE_GLUON
+
+if HAVE_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    from .gluon_sm90_parts import cta_barrier
+
+    @gluon.jit
+    def _arrive_and_wait(cnt_ptr, splits):
+        """This program's partial is written: count it in (release), then wait (acquire) for the group's others."""
+        cta_barrier()  # every warp's stores are issued before the count says they are
+        gl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
+        seen = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+        while seen < splits:
+            seen = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+
+    @gluon.jit
+    def _depart(cnt_ptr, splits):
+        """Done with the partials: the group's last departure (its 2 x splits-th count) zeroes the counter."""
+        if gl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu") == 2 * splits - 1:
+            gl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
+
+    @gluon.jit
+    def _reduce_slice(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, h0, H, o_ld, has_sink, sink_s0,
+                      o_s0, o_s1, o_s2, S_BLOCK: gl.constexpr, F_BLOCK: gl.constexpr):
+        """Program ``split``'s share of its group's output: values [split x per, (split + 1) x per) of the 16 heads
+        x ``lanes`` plane (head-major), each the log-sum-exp-weighted mean of its ``splits`` partials with the
+        sink's mass in the total, as ``triton_decode._reduce_kernel`` computes it.
+
+        ``o_ld`` (the partials' row length, = ``lanes``) and ``per`` are multiples of 16, so each run of 16 values
+        lies in one head and its partial loads are vectors; every head block is whole (H a multiple of 16)."""
+        lay: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+        offs_s = gl.arange(0, S_BLOCK, gl.SliceLayout(1, lay))
+        smask = offs_s < splits
+        part0 = (row.to(gl.int64) * splits + offs_s) * H + h0  # each split's partial row of head h0
+        plane = 16 * o_ld  # o_ld is lanes, specialised: a multiple of 16
+        per = gl.cdiv(gl.cdiv(plane, splits), 16) * 16
+        f_lo = split * per
+        f_hi = gl.multiple_of(gl.minimum(f_lo + per, plane), 16)
+        out_row = out_ptr + row.to(gl.int64) * o_s0
+        for f0 in range(f_lo, f_hi, F_BLOCK):
+            f = gl.max_contiguous(gl.multiple_of(f0 + gl.arange(0, F_BLOCK, gl.SliceLayout(0, lay)), 16), 16)
+            h = f // o_ld
+            fmask = f < f_hi
+            mask = smask[:, None] & fmask[None, :]
+            lse = gl.load(lse_ptr + (part0[:, None] + h[None, :]), mask=mask, other=float("-inf"), cache_modifier=".cg")
+            # value f of the plane is lane f - h x o_ld of head h, so its partial sits at f past head 0's row
+            o = gl.load(o_ptr + part0[:, None] * o_ld + f[None, :], mask=mask, other=0.0, cache_modifier=".cg")
+            # Absent, the sink loads as -inf: it moves neither the max nor the total.
+            sink = gl.load(sink_ptr + (h0 + h) * sink_s0, mask=fmask & (has_sink != 0), other=float("-inf"))
+            sink = sink.to(gl.float32) * 1.4426950408889634
+            big = gl.maximum(gl.max(lse, axis=0), sink)
+            big_safe = gl.where(big == float("-inf"), 0.0, big)
+            w = gl.exp2(lse - big_safe[None, :])
+            total = gl.sum(w, axis=0) + gl.exp2(sink - big_safe)
+            inv = gl.where(total > 0.0, 1.0 / gl.where(total > 0.0, total, 1.0), 0.0)
+            res = gl.sum(o.to(gl.float32) * w, axis=0) * inv
+            gl.store(out_row + (h0 + h) * o_s1 + (f - h * o_ld) * o_s2, res.to(out_ptr.dtype.element_ty), mask=fmask)
