@@ -154,6 +154,7 @@ def test_captured_and_replayed_with_new_operands(g):
             args.q.copy_(src.q)
             args.kv.copy_(src.kv)
             args.index.indices.copy_(src.index.indices)
+            args.attn_sink.copy_(src.attn_sink)
         args.output.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
