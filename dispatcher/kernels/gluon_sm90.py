@@ -110,7 +110,7 @@ DECODE_PARTIALS_16BIT = True
 # launches. One launch saves one launch's host time, 9-11 µs on an H200's host (docs/benchmarks.md, "Host cost of a
 # call").
 SPLIT_REDUCE = True
-REDUCE_SLICE_VALUES = 4096  # partial values a program's reduce loads at once (its splits x a run of the plane)
+REDUCE_SLICE_VALUES = 8192  # partial values a program's reduce loads at once (its splits x a run of the plane)
 
 
 def decode_config(args: KernelArgs) -> Sm90Config:
@@ -242,8 +242,8 @@ if HAVE_GLUON:
                              stamp_ptr, count_ptr, stamp_first, stamp_last,
                              DB: gl.constexpr, STAGES: gl.constexpr, ROPE1: gl.constexpr,
                              CHAINS: gl.constexpr, CNT_BLOCK: gl.constexpr, S_BLOCK: gl.constexpr,
-                             F_BLOCK: gl.constexpr, PIPE: gl.constexpr = False, KV8: gl.constexpr = 0,
-                             CLOCK: gl.constexpr = 0):
+                             V_BLOCK: gl.constexpr, TPW_S: gl.constexpr, PIPE: gl.constexpr = False,
+                             KV8: gl.constexpr = 0, CLOCK: gl.constexpr = 0):
         """The whole split-K decode in one cooperative launch: each program's partial, then, once its group (row,
         head block) has all of them, its slice of the group's reduce (``gluon_sm90_reduce``). Writes both stamps."""
         stamp_start(stamp_ptr, stamp_first, CLOCK)
@@ -256,7 +256,7 @@ if HAVE_GLUON:
         cnt = cnt_ptr + row * gl.num_programs(2) + hb
         _arrive_and_wait(cnt, splits)
         _reduce_slice(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, hb * 16, H, o_ld, has_sink,
-                      sink_s0, o_s0, o_s1, o_s2, S_BLOCK, F_BLOCK)
+                      sink_s0, o_s0, o_s1, o_s2, S_BLOCK, V_BLOCK, TPW_S)
         _depart(cnt, splits)
         stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)
 
@@ -414,14 +414,14 @@ def split_reduce_fits(args: KernelArgs, grid: tuple[int, int, int], cfg: Sm90Con
             and cooperative_supported())
 
 
-def reduce_tile(splits: int, lanes: int) -> tuple[int, int]:
-    """(S_BLOCK, F_BLOCK) of the in-kernel reduce: every split at once, a run of the 16 heads x ``lanes`` plane
-    near ``REDUCE_SLICE_VALUES`` values in all and no longer than a program's share."""
+def reduce_tile(splits: int) -> tuple[int, int, int]:
+    """(S_BLOCK, V_BLOCK, TPW_S) of the in-kernel reduce (``gluon_sm90_reduce._reduce_slice``): every split at
+    once by V_BLOCK vectors of 8 values, ``REDUCE_SLICE_VALUES`` values in all; the splits over TPW_S lanes of a
+    warp and S_BLOCK / TPW_S registers of each thread."""
     from .triton_prefill import next_pow2
 
     s_block = max(4, next_pow2(splits))
-    per = -(-(-(-16 * lanes // splits)) // 16) * 16
-    return s_block, max(128, min(next_pow2(per), REDUCE_SLICE_VALUES // s_block))
+    return s_block, REDUCE_SLICE_VALUES // 8 // s_block, max(1, s_block // 8)
 
 
 def _split_reduce_or_raise(args: KernelArgs, splits: int | None,
@@ -444,12 +444,12 @@ def split_reduce_recipe(args: KernelArgs, plan: triton_decode.DecodePlan) -> Cal
     rows, splits, hbs = plan.grid
     p = pack(args)
     pool, _ = _pool(args)
-    s_block, f_block = reduce_tile(splits, p.lanes)
+    s_block, v_block, tpw_s = reduce_tile(splits)
     ints = (p.ragged, p.has_len, p.has_sink, p.lanes, splits, q.stride(0), q.stride(1), pool.stride(0), p.idx_s0,
             p.idx_s1, p.len_s0, p.sink.stride(0) if p.has_sink else 0, out.stride(0), out.stride(1), out.stride(2),
             p.lanes)  # o_ld: the partials are contiguous, a partial row every ``lanes`` values
     consts = {k: v for k, v in plan.consts.items() if k != "PDL"}
-    consts.update(S_BLOCK=s_block, F_BLOCK=f_block, launch_cooperative_grid=True)
+    consts.update(S_BLOCK=s_block, V_BLOCK=v_block, TPW_S=tpw_s, launch_cooperative_grid=True)
     scalars, device, clock, where, as_bytes = plan.scalars, plan.device, plan.clock, q.device, plan.as_bytes
     step = Step(_split_decode_kernel,
                 (launch_key(device, (q, pool, p.idx, p.length, p.indptr, p.sink, out), scalars + ints, consts),

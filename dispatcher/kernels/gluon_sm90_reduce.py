@@ -42,37 +42,51 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _reduce_slice(o_ptr, lse_ptr, sink_ptr, out_ptr, row, split, splits, h0, H, o_ld, has_sink, sink_s0,
-                      o_s0, o_s1, o_s2, S_BLOCK: gl.constexpr, F_BLOCK: gl.constexpr):
+                      o_s0, o_s1, o_s2, S_BLOCK: gl.constexpr, V_BLOCK: gl.constexpr, TPW_S: gl.constexpr):
         """Program ``split``'s share of its group's output: values [split x per, (split + 1) x per) of the 16 heads
-        x ``lanes`` plane (head-major), each the log-sum-exp-weighted mean of its ``splits`` partials with the
+        x ``o_ld`` plane (head-major), each the log-sum-exp-weighted mean of its ``splits`` partials with the
         sink's mass in the total, as ``triton_decode._reduce_kernel`` computes it.
 
-        ``o_ld`` (the partials' row length, = ``lanes``) and ``per`` are multiples of 16, so each run of 16 values
-        lies in one head and its partial loads are vectors; every head block is whole (H a multiple of 16)."""
-        lay: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
-        offs_s = gl.arange(0, S_BLOCK, gl.SliceLayout(1, lay))
+        One program a multiprocessor has four warps to hide the loads' latency with, so the share is loaded at
+        once: a tile of every split x V_BLOCK vectors of 8 values (8,192 values), each vector a 16-byte load that
+        lies in one head (``o_ld``, the lanes, and ``per`` are multiples of 8), its head's log-sum-exp loaded once
+        a vector. The splits lie in each thread's registers and across TPW_S lanes of a warp, so the sums over
+        them need no shared memory. Every head block is whole (H a multiple of 16)."""
+        lay: gl.constexpr = gl.BlockedLayout([S_BLOCK // TPW_S, 1, 8], [TPW_S, 32 // TPW_S, 1], [1, 4, 1], [2, 1, 0])
+        sv: gl.constexpr = gl.SliceLayout(2, lay)  # [splits, vectors]
+        out_l: gl.constexpr = gl.SliceLayout(0, lay)  # [vectors, 8]: the reduced values
+        offs_s = gl.arange(0, S_BLOCK, gl.SliceLayout(1, sv))
+        offs_v = gl.arange(0, V_BLOCK, gl.SliceLayout(0, sv))
+        offs_e = gl.arange(0, 8, gl.SliceLayout(0, gl.SliceLayout(1, lay)))
+        out_v = gl.arange(0, V_BLOCK, gl.SliceLayout(1, out_l))
+        out_e = gl.arange(0, 8, gl.SliceLayout(0, out_l))
         smask = offs_s < splits
         part0 = (row.to(gl.int64) * splits + offs_s) * H + h0  # each split's partial row of head h0
-        plane = 16 * o_ld  # o_ld is lanes, specialised: a multiple of 16
-        per = gl.cdiv(gl.cdiv(plane, splits), 16) * 16
+        plane = 16 * o_ld
+        per = gl.cdiv(gl.cdiv(plane, splits), 8) * 8
         f_lo = split * per
-        f_hi = gl.multiple_of(gl.minimum(f_lo + per, plane), 16)
+        f_hi = gl.minimum(f_lo + per, plane)
         out_row = out_ptr + row.to(gl.int64) * o_s0
-        for f0 in range(f_lo, f_hi, F_BLOCK):
-            f = gl.max_contiguous(gl.multiple_of(f0 + gl.arange(0, F_BLOCK, gl.SliceLayout(0, lay)), 16), 16)
-            h = f // o_ld
-            fmask = f < f_hi
-            mask = smask[:, None] & fmask[None, :]
-            lse = gl.load(lse_ptr + (part0[:, None] + h[None, :]), mask=mask, other=float("-inf"), cache_modifier=".cg")
-            # value f of the plane is lane f - h x o_ld of head h, so its partial sits at f past head 0's row
-            o = gl.load(o_ptr + part0[:, None] * o_ld + f[None, :], mask=mask, other=0.0, cache_modifier=".cg")
+        for f0 in range(f_lo, f_hi, V_BLOCK * 8):
+            fv = gl.multiple_of(f0 + offs_v * 8, 8)  # each vector's first value in the plane
+            h = fv // o_ld  # its head
+            vmask = fv < f_hi
+            mask = smask[:, None] & vmask[None, :]
+            lse = gl.load(lse_ptr + (part0[:, None] + h[None, :]), mask=mask, other=float("-inf"),
+                          cache_modifier=".cg")
+            # value f of the plane is lane f - h x o_ld of head h, so its partial sits f past head 0's row
+            o = gl.load(o_ptr + (part0[:, None] * o_ld + fv[None, :])[:, :, None] + offs_e[None, None, :],
+                        mask=mask[:, :, None], other=0.0, cache_modifier=".cg")
             # Absent, the sink loads as -inf: it moves neither the max nor the total.
-            sink = gl.load(sink_ptr + (h0 + h) * sink_s0, mask=fmask & (has_sink != 0), other=float("-inf"))
+            sink = gl.load(sink_ptr + (h0 + h) * sink_s0, mask=vmask & (has_sink != 0), other=float("-inf"))
             sink = sink.to(gl.float32) * 1.4426950408889634
             big = gl.maximum(gl.max(lse, axis=0), sink)
             big_safe = gl.where(big == float("-inf"), 0.0, big)
             w = gl.exp2(lse - big_safe[None, :])
             total = gl.sum(w, axis=0) + gl.exp2(sink - big_safe)
             inv = gl.where(total > 0.0, 1.0 / gl.where(total > 0.0, total, 1.0), 0.0)
-            res = gl.sum(o.to(gl.float32) * w, axis=0) * inv
-            gl.store(out_row + (h0 + h) * o_s1 + (f - h * o_ld) * o_s2, res.to(out_ptr.dtype.element_ty), mask=fmask)
+            res = gl.sum(o.to(gl.float32) * (w * inv[None, :])[:, :, None], axis=0)  # [vectors, 8]
+            fo = f0 + out_v * 8  # the same vectors, in the result's layout
+            ho = fo // o_ld
+            dst = out_row + ((h0 + ho) * o_s1 + (fo - ho * o_ld) * o_s2)[:, None] + out_e[None, :] * o_s2
+            gl.store(dst, res.to(out_ptr.dtype.element_ty), mask=(fo < f_hi)[:, None])

@@ -337,7 +337,7 @@ COMPILE = textwrap.dedent("""
                 "cg_vectors": k.asm["ptx"].count("ld.global.cg.v")}
 
 
-    SPLIT = {"S_BLOCK": 32, "F_BLOCK": 128}  # the one-launch decode's reduce tile at 2 rows (32 splits)
+    SPLIT = {"S_BLOCK": 32, "V_BLOCK": 32, "TPW_S": 4}  # the one-launch decode's reduce tile at 2 rows (32 splits)
 
 
     found = {}
@@ -610,7 +610,7 @@ def test_a_decode_whose_grid_fits_is_one_cooperative_launch(monkeypatch, layout,
     splits = triton_decode.choose_splits(rows, 1, 2048, 64, 132, 1)
     assert grid == (rows, splits, 1) and rows * splits <= 132 and splits > 1 and again[0] == grid
     assert kw["launch_cooperative_grid"] is True and "PDL" not in kw and kw["splits"] == splits
-    assert kw["S_BLOCK"] >= splits and kw["F_BLOCK"] >= 128
+    assert (kw["S_BLOCK"], kw["V_BLOCK"], kw["TPW_S"]) == gluon_sm90.reduce_tile(splits) and kw["S_BLOCK"] >= splits
     cfg = gluon_sm90.decode_config(a)
     assert (kw["STAGES"], kw["PIPE"], kw["DB"]) == (cfg.stages, cfg.pipe, layout.head_dim - 512)
     assert kw["out_ptr"] is a.output and kw["sink_ptr"] is a.attn_sink and kw["has_sink"] == 1
@@ -655,10 +655,11 @@ def test_a_decode_that_does_not_fit_keeps_two_launches(monkeypatch):
 
 
 @needs_gluon
-@pytest.mark.parametrize("splits,lanes", [(2, 512), (4, 448), (8, 512), (17, 512), (32, 512), (64, 448)])
-def test_the_reduce_tile_holds_every_split_and_covers_a_programs_share(splits, lanes):
-    s_block, f_block = gluon_sm90.reduce_tile(splits, lanes)
-    per = -(-(-(-16 * lanes // splits)) // 16) * 16
-    assert s_block >= splits and s_block & (s_block - 1) == 0 and f_block & (f_block - 1) == 0
-    assert s_block * f_block <= max(gluon_sm90.REDUCE_SLICE_VALUES, s_block * 128)
-    assert per % 16 == 0 and per * splits >= 16 * lanes  # the shares tile the plane in runs of 16
+@pytest.mark.parametrize("splits", [2, 3, 4, 8, 11, 16, 17, 32, 64])
+def test_the_reduce_tile_holds_every_split_in_one_warps_reach(splits):
+    """Every split in the tile, spread over at most 8 lanes of a warp (the rest in each thread's registers); the
+    vectors across the remaining lanes and the 4 warps, with no lane left idle; 8,192 values a tile."""
+    s_block, v_block, tpw_s = gluon_sm90.reduce_tile(splits)
+    assert s_block >= splits and s_block & (s_block - 1) == 0 and s_block % tpw_s == 0 and tpw_s <= 8
+    assert s_block * v_block * 8 == gluon_sm90.REDUCE_SLICE_VALUES
+    assert v_block % (32 // tpw_s * 4) == 0  # the lanes and warps along the vectors fit in the tile
