@@ -27,12 +27,14 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _arrive_and_wait(cnt_ptr, splits):
-        """This program's partial is written: count it in (release), then wait (acquire) for the group's others."""
+        """This program's partial is written: count it in (release), then wait (acquire) for the group's others. The
+        group's last arrival, which the others wait for, learns it from its own count and goes straight on."""
         cta_barrier()  # every warp's stores are issued before the count says they are
-        gl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
-        seen = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
-        while seen < splits:
+        before = gl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+        if before < splits - 1:
             seen = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+            while seen < splits:
+                seen = gl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
 
     @gluon.jit
     def _depart(cnt_ptr, splits):
