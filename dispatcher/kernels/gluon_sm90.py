@@ -105,10 +105,10 @@ DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared m
 # (docs/kernels.md, "Decode kernel design figures"); relative error 2.2e-3 against 1.9e-3 (each partial is a
 # convex mix of v, so it stays in v's range).
 DECODE_PARTIALS_16BIT = True
-# The split-K decode as one cooperative launch (``_split_decode_kernel``: the partials, then the reduce in the same
-# programs) where its grid is resident at once (``split_reduce_fits``); else the partials and Triton's reduce, two
-# launches. One launch saves one launch's host time, 9-11 µs on an H200's host (docs/benchmarks.md, "Host cost of a
-# call").
+# An eager split-K decode as one cooperative launch (``_split_decode_kernel``: the partials, then the reduce in the
+# same programs) where its grid is resident at once (``split_reduce_fits``); else, and in a CUDA graph capture, the
+# partials and Triton's reduce, two launches (``eager_or_captured``). One launch saves 4-8 µs of host time a call on
+# an H200's host (docs/benchmarks.md, "Host cost of a call").
 SPLIT_REDUCE = True
 REDUCE_SLICE_VALUES = 8192  # partial values a program's reduce loads at once (its splits x a run of the plane)
 
@@ -374,14 +374,30 @@ def decode_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
     cfg = decode_config(args)
     if plan.grid[1] == 1:  # one split a row: the row's whole softmax in one program, written out as it ends
         return whole_row_recipe(args, cfg)
+    two = triton_decode.split_k_run(_partial_kernel, plan, args.q.device, "gluon")
     if SPLIT_REDUCE and split_reduce_fits(args, plan.grid, cfg):
-        return split_reduce_recipe(args, plan)
-    return triton_decode.split_k_run(_partial_kernel, plan, args.q.device, "gluon")
+        return eager_or_captured(split_reduce_recipe(args, plan), two, args.q.device)
+    return two
+
+
+def eager_or_captured(eager: Callable[[KernelArgs], str], captured: Callable[[KernelArgs], str | None],
+                      device: torch.device) -> Callable[[KernelArgs], str | None]:
+    """``eager`` (the one cooperative launch) for a call launched now, ``captured`` (the partials and Triton's
+    reduce) for one being captured into a CUDA graph. An eager call is bound by the host, whose launch the one
+    kernel saves (4-8 µs on an H200's host); a replayed graph has no host in it, and there the two kernels are
+    the faster pair on the GPU, by 0.3-0.9 µs at 1-16 rows (docs/benchmarks.md, "Host cost of a call")."""
+    capturing = torch.cuda.is_current_stream_capturing if device.type == "cuda" else (lambda: False)
+
+    def run(a: KernelArgs) -> str | None:
+        return (captured if capturing() else eager)(a)
+
+    return run
 
 
 def two_launch_recipe(args: KernelArgs) -> Callable[[KernelArgs], str | None] | None:
-    """The default decode plan's partials-then-reduce recipe where the default is the one cooperative launch, else
-    None: what the one launch replaced, for side-by-side figures (``routescope bench host``, scripts/gpu)."""
+    """The default decode plan's partials-then-reduce recipe where an eager call's default is the one cooperative
+    launch, else None: what the one launch replaces, for side-by-side figures (``routescope bench host``,
+    scripts/gpu), and what a graph captures."""
     from . import triton_decode
 
     if empty_call(args):
@@ -530,9 +546,9 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
                   pdl: bool | None = None, ws: bool | None = None, fused: bool | None = None) -> None:
     """The split-K decode on Hopper. Call only where supports().
 
-    By default (``decode_recipe``): one launch where the split count is 1 or the grid is resident at once
-    (``split_reduce_fits``: the partials and the reduce in one cooperative kernel), else this module's partials and
-    ``triton_decode``'s reduce. The options are for tests and tuning. ``fused=True``: the one cooperative launch
+    By default (``decode_recipe``): one launch where the split count is 1, or, for a call not being captured into
+    a CUDA graph, where the grid is resident at once (``split_reduce_fits``: the partials and the reduce in one
+    cooperative kernel; ``eager_or_captured``), else this module's partials and ``triton_decode``'s reduce. The options are for tests and tuning. ``fused=True``: the one cooperative launch
     with ``splits`` and ``config`` (a ValueError where it does not fit); ``fused=False``, or any other option:
     partials, then the reduce. Those come from this module's one-warpgroup kernel (``DECODE_WARP_SPECIALISED`` is
     False: faster at 2-16 rows), from the warp-specialised kernel (``gluon_sm90_ws``, split work items) with
