@@ -20,6 +20,9 @@ its state (the running max, per-thread partial sums, Oᵀ) lives in the warpgrou
   reduce. At D = 512 (512+0, 448+64), where three stages fit, tile t - 1's P·V runs on the tensor cores under
   tile t's softmax (``_attend_pipe``); at 512+64 two stages; an fp8 pool (e4m3fn, e5m2) lands in the stages as
   bytes, and each landed tile is converted by ``fp8_ptx``'s PTX into one q-dtype tile the products read.
+- ``_split_decode_kernel``: the same partials, then the reduce in the same programs, one cooperative launch
+  (``gluon_sm90_reduce``): an eager decode whose grid is resident at once (``split_reduce_fits``,
+  ``eager_or_captured``).
 - ``_prefill_kernel``: a whole row a program. It is the decode where its split count is 1 (from about one row a
   multiprocessor: ``whole_row_recipe``, one launch, no partials, no reduce), with the decode's config and pools; as
   the prefill it runs only with an explicit ``config``. The prefill's default is warp-specialised and persistent
