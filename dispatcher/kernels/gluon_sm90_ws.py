@@ -67,6 +67,7 @@ if HAVE_GLUON:
     from .triton_stamps import stamp_end
     from .gluon_sm90_parts import _barriers
     from .gluon_sm90_ws_fp8 import _as_blocks
+    from .gluon_sm90_redo import _redo_own
     from .gluon_sm90_ws_parts import _load_part, _pv_part, _softmax_part, _ws_begin, ws_kernel
 
     @ws_kernel
@@ -75,7 +76,7 @@ if HAVE_GLUON:
                    q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0, o_s0, o_s1, o_s2, n_items, n_hb, splits,
                    partial, redo_ptr, stamp_ptr, count_ptr, stamp_first, stamp_last,
                    DB: gl.constexpr, PDL: gl.constexpr, WREGS: gl.constexpr, HALVES: gl.constexpr = False,
-                   CLOCK: gl.constexpr = 0):
+                   CLOCK: gl.constexpr = 0, REDO_HERE: gl.constexpr = False, REDO_KV8: gl.constexpr = 0):
         """Persistent: each program takes items (row, split, head block) pid, pid + grid, ...; the gathers run on."""
         _ws_begin(stamp_ptr, stamp_first, CLOCK, PDL)
         dt: gl.constexpr = q_ptr.dtype.element_ty
@@ -126,6 +127,10 @@ if HAVE_GLUON:
             (_softmax_part, sargs + (zero + 1,)),
             (_load_part, largs),
         ], [4, 4, 4], WREGS)  # the workers' registers (WORKER_REGS); P·V gets the rest
+        if REDO_HERE:  # the flagged items computed again here, by the default partition (gluon_sm90_redo)
+            _redo_own(q_ptr, kv_ptr, idx_ptr, len_ptr, indptr_ptr, sink_ptr, out_ptr, skv, width, H, sm_scale2,
+                      ragged, has_len, has_sink, lanes, q_s0, q_s1, kv_s0, idx_s0, idx_s1, len_s0, sink_s0,
+                      o_s0, o_s1, o_s2, n_items, n_hb, redo_ptr, DB, REDO_KV8)
         stamp_end(stamp_ptr, count_ptr, stamp_last, CLOCK)  # the call's end, when no redo kernel follows
 
 
@@ -139,6 +144,13 @@ WORKER_REGS = (160, 160, 56)
 # 2-tile one (top-k 128). The boundary is where it measured faster, by kernel time at 40 points a layout;
 # the figures, and the commit they were measured at: docs/kernels.md, "Prefill kernel design figures".
 REFERENCE_FROM = ((2048, 0), (512, 1 << 19), (256, 1 << 22))
+
+# The prefill's flagged items computed again by the kernel's own programs after its partitions join
+# (``gluon_sm90_redo``), instead of by Triton's redo kernel in a second launch, where the items make one pass of the
+# grid (``redo_in_kernel``). It compiles within the same shared memory, but ptxas then spills 24 bytes into the
+# partitions' loops (Triton 3.6, 512+64): at 2-132 rows the one launch is 0.7-1.5 µs faster on the GPU and 7-9 µs
+# cheaper on the host, at 1,024 rows 1.1% slower, at 16,384 1.9% (docs/benchmarks.md, "Host cost of a call").
+REDO_IN_KERNEL = True
 
 # Each stage handed over in two 256-lane halves (a barrier pair per stage): P·V frees the first half
 # before its second product, the loader refills it, and the scores start on it before the second lands.
@@ -229,21 +241,28 @@ def launch_kernel(kernel, args: KernelArgs, splits: int, part_o: torch.Tensor | 
 def prefill_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
     """The default prefill of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a function
     of a call's operands launching this kernel with the reference max where it pays (``prefill_reference``) and
-    then the redo kernel, or with the exact max alone; flags from the stream's scratch; a stamped call's start from
-    this kernel, its end from the last kernel."""
+    then the redo kernel, or the kernel alone computing its flagged items again itself (``redo_in_kernel``), or
+    the exact max alone; flags from the stream's scratch; a stamped call's start from this kernel, its end from
+    the last kernel."""
     from . import triton_decode, triton_prefill
 
     redo = prefill_reference(args)
-    plan = _plan(args, 1, None, False, redo, {"WREGS": WORKER_REGS, "HALVES": _halves(args, None)})
+    consts = {"WREGS": WORKER_REGS, "HALVES": _halves(args, None)}
+    here = redo and redo_in_kernel(args)
+    if here:
+        from .fp8_ptx import kv_operand
+
+        consts.update(REDO_HERE=True, REDO_KV8=kv_operand(args.kv, args.q.dtype)[1])
+    plan = _plan(args, 1, None, False, redo, consts)
     step = Step(_ws_kernel, plan.key, plan.grid, plan.consts)
-    redo_run = triton_prefill.redo_recipe(args) if redo else None
+    redo_run = triton_prefill.redo_recipe(args) if redo and not here else None
     scalars, flags, items, device, clock, where = (plan.scalars, plan.flags, plan.items, plan.device, plan.clock,
                                                    args.q.device)
     pad = scratch()
 
     def fetch(stream: int) -> tuple:
         unread = pad.get("ws_unread", 1, torch.float32, where, stream, zeroed=False)
-        if redo_run is None:
+        if not redo:
             return unread, pad.get("no_redo", 1, torch.int8, where, stream, zeroed=False)
         return unread, pad.get("redo_flags", items, torch.int32, where, stream, zeroed=True)
 
@@ -261,6 +280,14 @@ def prefill_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
         return "gluon"
 
     return run
+
+
+def redo_in_kernel(args: KernelArgs) -> bool:
+    """Whether the prefill computes its flagged items again in its own kernel (``REDO_IN_KERNEL``): where its items
+    (rows x head blocks) are at most one a multiprocessor, one pass of the persistent grid. Past that, the
+    spills the redo brings cost more kernel time than the second launch."""
+    rows, heads = int(args.q.shape[0]), int(args.q.shape[1])
+    return REDO_IN_KERNEL and rows * ((heads + HEAD_BLOCK - 1) // HEAD_BLOCK) <= sm_count(args.q.device)
 
 
 def redo_flagged(args: KernelArgs, flags: torch.Tensor) -> None:

@@ -492,10 +492,24 @@ def test_a_stamped_call_hands_its_stamp_to_its_first_and_last_kernels(monkeypatc
     one = stamped(build(16, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
     gluon_sm90.launch_decode(one)  # 16 rows: the partials and the reduce are one kernel, which writes both
     assert one.stamp.armed and last("_split_decode_kernel") == (6, 6)
-    wide = stamped(build(64, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
-    gluon_sm90.launch_prefill(wide)  # top-k 2048: the reference max, then the redo kernel ends the call
-    assert reference_max(recs["_ws_kernel"].calls[-1][1])
+    wide = stamped(build(200, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
+    gluon_sm90.launch_prefill(wide)  # top-k 2048, 200 items: the reference max, then the redo kernel ends the call
+    assert reference_max(recs["_ws_kernel"].calls[-1][1]) and not recs["_ws_kernel"].calls[-1][1].get("REDO_HERE")
     assert last("_ws_kernel") == (6, -1) and last("_redo_kernel") == (-1, 6) and wide.stamp.armed
+    redos = len(recs["_redo_kernel"].calls)
+    one = stamped(build(64, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192))
+    gluon_sm90.launch_prefill(one)  # 64 items, one pass of the grid: the kernel computes its flagged items itself
+    kw = recs["_ws_kernel"].calls[-1][1]
+    assert reference_max(kw) and kw["REDO_HERE"] is True and kw["REDO_KV8"] == 0
+    assert last("_ws_kernel") == (6, 6) and len(recs["_redo_kernel"].calls) == redos and one.stamp.armed
+    fp8 = build(64, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192,
+                kv_dtype=torch.float8_e4m3fn)
+    from dispatcher.kernels import fp8_ptx
+
+    # the PTX conversion a Hopper GPU would pick for e4m3 beside bf16 q (off CUDA, kv_operand picks none)
+    monkeypatch.setattr(fp8_ptx, "kv_operand", lambda kv, q_dtype, mode=None: (kv.view(torch.uint8), 1))
+    gluon_sm90.launch_prefill(fp8)  # an fp8 pool: the redo reads its bytes, converted by that mode
+    assert recs["_ws_kernel"].calls[-1][1]["REDO_KV8"] == 1 and len(recs["_redo_kernel"].calls) == redos
     narrow = stamped(build(64, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=128, kv_len=8192))
     redos = len(recs["_redo_kernel"].calls)
     gluon_sm90.launch_prefill(narrow)  # the exact max: the warp-specialised kernel starts and ends the call
