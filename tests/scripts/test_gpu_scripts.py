@@ -120,3 +120,29 @@ def test_decode_ab_pairs_the_one_launch_with_the_two_it_replaced(monkeypatch):
     assert set(pair) == {"one_launch", "two_launches"} and all(callable(f) for f in pair.values())
     assert ab.variants(make(132)) == {} and ab.variants(make(100)) == {}
     assert [layout for layout, _ in ab.SHAPES].count(Layout(512, 64)) == 2  # a 16-bit pool and an fp8 one
+
+
+def test_prefill_redo_ab_pairs_the_redo_in_the_kernel_with_its_launch():
+    """Where the prefill keeps a reference max, the A/B gets the default recipe with the redo in the kernel and with
+    Triton's redo launch, whatever the row count; where it keeps the exact max, nothing to compare. The flagged
+    call it builds is a reference-max call."""
+    from dispatcher.kernels import gluon_sm90, gluon_sm90_ws
+
+    if not gluon_sm90.HAVE_GLUON:
+        pytest.skip("this Triton has no Gluon")
+    ab = load("prefill_redo_ab")
+    from dispatcher.sweep.correctness import build
+
+    cpu = torch.device("cpu")
+    make = lambda rows, topk: build(rows, layout=Layout(512, 64), dtype=torch.bfloat16,  # noqa: E731
+                                    device=cpu, topk=topk, kv_len=8192)
+    for rows in (2, 300):
+        pair = ab.variants(make(rows, 2048))
+        assert set(pair) == {"redo_in_kernel", "redo_launch"} and all(callable(f) for f in pair.values())
+    assert ab.variants(make(2, 128)) == {}
+    keep = gluon_sm90_ws.redo_in_kernel
+    with ab.redo_here(False):
+        assert gluon_sm90_ws.redo_in_kernel(make(2, 2048)) is False
+    assert gluon_sm90_ws.redo_in_kernel is keep
+    call = ab.flagged_call(Layout(512, 0), torch.bfloat16, None, cpu)
+    assert gluon_sm90_ws.prefill_reference(call) and call.kv.shape[0] == 8192 + 128

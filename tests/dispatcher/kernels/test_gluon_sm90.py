@@ -348,6 +348,14 @@ COMPILE = textwrap.dedent("""
                           "idx_s1": 1, "o_s2": 1, "CLOCK": 1}
                 found[f"{db}_{kv}"] = compile_one(f"ws_{db}_{kv}", gluon_sm90_ws._ws_kernel, consts, ptrs(q, kv),
                                                   {"num_warps": 4, "maxnreg": 128})
+    elif sys.argv[2] == "redo":  # the prefill's ws kernel with a reference max, its redo launched or its own
+        for db, kv, kv8 in ((64, "bf16", 0), (0, "bf16", 0), (64, "fp8e4nv", 1)):
+            for here in (False, True):
+                consts = {"DB": db, "PDL": False, "WREGS": tuple(gluon_sm90_ws.WORKER_REGS), "HALVES": True,
+                          "idx_s1": 1, "o_s2": 1, "CLOCK": 1, "REDO_HERE": here, "REDO_KV8": kv8 if here else 0}
+                found[f"{db}_{kv}_{int(here)}"] = compile_one(f"redo_{db}_{kv}_{int(here)}", gluon_sm90_ws._ws_kernel,
+                                                              consts, {**ptrs("bf16", kv), "redo_ptr": "*i32"},
+                                                              {"num_warps": 4, "maxnreg": 128})
     elif sys.argv[2] == "fp8":  # the decode's kernels on an fp8 pool's bytes, every mode, both block shapes: the
         # partials, and the whole-row kernel a decode of one split a row runs
         for db, kv8, q in ((64, 0, "bf16"), (64, 1, "bf16"), (0, 2, "bf16"), (64, 3, "fp16"), (0, 4, "fp16")):
@@ -677,3 +685,17 @@ def test_the_reduce_tile_holds_every_split_in_one_warps_reach(splits):
     assert s_block >= splits and s_block & (s_block - 1) == 0 and s_block % tpw_s == 0 and tpw_s <= 8
     assert s_block * v_block * 8 == gluon_sm90.REDUCE_SLICE_VALUES
     assert v_block % (32 // tpw_s * 4) == 0  # the lanes and warps along the vectors fit in the tile
+
+
+@needs_gluon
+def test_the_prefill_redoes_its_items_in_the_same_shared_memory(tmp_path):
+    """With its redo in the kernel (``REDO_HERE``), the warp-specialised prefill keeps its shared memory: the
+    one-warpgroup loop after the partitions join reuses what they held. It adds that loop's wgmma (scores 512/16,
+    + 64/16 rope, and P·V 32) and a bounded stack: ptxas spills a few words (24 bytes at 512+64 with Triton 3.6),
+    which is why only calls of one pass of the grid take it (``gluon_sm90_ws.redo_in_kernel``)."""
+    found = compiled_for_sm90(tmp_path, "redo")
+    for db, kv in ((64, "bf16"), (0, "bf16"), (64, "fp8e4nv")):
+        launched, own = found[f"{db}_{kv}_0"], found[f"{db}_{kv}_1"]
+        assert own["shared"] == launched["shared"] <= 232448, (db, kv, own, launched)
+        assert own["hgmma"] == launched["hgmma"] + 32 + (4 if db else 0) + 32 and own["hmma"] == 0, (db, kv, own)
+        assert own["stack"] <= 256 and own["warps"] == 16, (db, kv, own)
