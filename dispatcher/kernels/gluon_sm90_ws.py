@@ -29,9 +29,10 @@ The reference max and the redo. What bounds this kernel is the softmax's chain: 
 tile max across the warps, the hand-overs) takes 2.7 times as long beside wgmma's operand reads. So where the call
 is wide and big enough to repay a fixed cost (``reference_pays``), the prefill keeps each item's first finite max
 as P's reference (``_softmax_tile_redo``): no tile max between an item's scores and its P after that, and the items
-whose sums of P outgrow P's dtype are flagged and computed again, exactly, by Triton's redo kernel, launched after
-this one (``redo_flagged``). Elsewhere, and always for the decode's partials, the exact running max. The two are
-separate specialisations, chosen by the flags' dtype (``launch_kernel``).
+whose sums of P outgrow P's dtype are flagged and computed again, exactly: by this kernel's own programs after
+their partitions join where the items make one pass of the grid (``redo_in_kernel``, ``gluon_sm90_redo``), else by
+Triton's redo kernel, launched after this one (``redo_flagged``). Elsewhere, and always for the decode's partials,
+the exact running max. The two are separate specialisations, chosen by the flags' dtype (``launch_kernel``).
 
 An fp8 pool (e4m3fn, e5m2) keeps all of that: each tile's bytes land in the upper half of the q-dtype stage half
 (and rope buffer) they become, and the softmax warpgroup whose tile it is converts them there, in place, before its
