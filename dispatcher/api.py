@@ -88,17 +88,19 @@ class Dispatcher:
             num_decode_tokens=num_decode_tokens, num_prefills=num_prefills,
             spec_tokens=self.policy.spec_tokens,
         )
-        cache = self._cache
-        known = memo.get(batch.call_class) if memo is not None else None  # the signature's decision, if this
-        if known is not None and known[0] is cache:  # cache made it: a call of a known shape decides for free
-            decision = known[1]
+        cache, registry = self._cache, self.registry
+        # the signature's decision and the implementation that runs it, if this cache made the one and this registry,
+        # unchanged since, resolved the other: a call of a known shape decides and resolves for free
+        known = memo.get(batch.call_class) if memo is not None else None
+        if known is not None and known[0] is cache and known[2] is registry and known[3] == registry.generation:
+            decision, impl = known[1], known[4]
         else:
             decision = cache.decide(shape, batch.call_class)
+            impl = registry.resolve(decision.kernel, "cuda" if q.is_cuda else q.device.type)
             if memo is not None:
-                memo[batch.call_class] = (cache, decision)
+                memo[batch.call_class] = (cache, decision, registry, registry.generation, impl)
         args = KernelArgs(q, kv, SparseIndex(indices, topk_length, ragged_indices, ragged_indptr), float(scale),
                           attn_sink, output, None, memo)
-        impl = self.registry.resolve(decision.kernel, "cuda" if q.is_cuda else q.device.type)
         announced = impl.impl
         probe = self.probe
         token = None

@@ -27,11 +27,13 @@ class KernelRegistry:
     def __init__(self) -> None:
         self._impls: dict[Kernel, list[KernelImpl]] = {}
         self._resolved: dict[tuple[Kernel, str], KernelImpl] = {}
+        self.generation = 0  # bumped by every register(): what a caller kept from resolve() may be stale
 
     def register(self, impl: KernelImpl, *, prefer: bool = False) -> None:
         entries = self._impls.setdefault(impl.kernel, [])
         entries.insert(0, impl) if prefer else entries.append(impl)
         self._resolved.clear()
+        self.generation += 1
 
     def impls(self, kernel: Kernel) -> list[KernelImpl]:
         return list(self._impls.get(kernel, ()))

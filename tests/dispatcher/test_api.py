@@ -209,3 +209,26 @@ def test_bad_input_raises_before_probe():
     with pytest.raises(ValueError, match="head_dim"):
         d(*args)
     assert probe.events == []
+
+
+def test_a_known_signature_keeps_its_implementation_until_the_registry_changes():
+    """A call of a known signature runs the implementation resolved for it before (no lookup); a registration
+    after that, even into the same registry, is seen by the next call; a dispatcher given another registry too."""
+    ran = []
+    reg = KernelRegistry()
+    reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "first", lambda args: ran.append("first")))
+    d = Dispatcher(platform=what_if("cpu"), policy=Policy(), registry=reg)
+    resolved = []
+    resolve = reg.resolve
+    reg.resolve = lambda kernel, device: resolved.append(kernel) or resolve(kernel, device)
+    for _ in range(3):
+        d(*call_args(5), model="glm")
+    assert ran == ["first"] * 3 and len(resolved) == 1  # resolved for the signature's first call only
+    reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "second", lambda args: ran.append("second")), prefer=True)
+    d(*call_args(5), model="glm")
+    assert ran[-1] == "second" and len(resolved) == 2
+    other = KernelRegistry()
+    other.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "third", lambda args: ran.append("third")))
+    d.registry = other
+    d(*call_args(5), model="glm")
+    assert ran[-1] == "third"
