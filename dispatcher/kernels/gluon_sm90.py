@@ -110,8 +110,8 @@ DECODE_PER_SM = {2: 1, 3: 1}  # programs per multiprocessor that fit in shared m
 DECODE_PARTIALS_16BIT = True
 # An eager split-K decode as one cooperative launch (``_split_decode_kernel``: the partials, then the reduce in the
 # same programs) where its grid is resident at once (``split_reduce_fits``); else, and in a CUDA graph capture, the
-# partials and Triton's reduce, two launches (``eager_or_captured``). One launch saves 4-8 µs of host time a call on
-# an H200's host (docs/benchmarks.md, "Host cost of a call").
+# partials and Triton's reduce, two launches (``eager_or_captured``). One launch saves 3.6-12.3 µs of host time a call
+# on an H200's host (docs/kernels.md, "Decode kernel design figures").
 SPLIT_REDUCE = True
 REDUCE_SLICE_VALUES = 8192  # partial values a program's reduce loads at once (its splits x a run of the plane)
 
@@ -366,9 +366,11 @@ def _decode_plan(args: KernelArgs, splits: int | None = None,
 
 
 def decode_recipe(args: KernelArgs) -> Callable[[KernelArgs], str]:
-    """The default Hopper split-K decode of calls of ``args``'s signature, worked out once (``plan.planned`` keeps
-    it): a function of a call's operands launching the one-warpgroup partials and Triton's reduce, the partials in
-    the stream's scratch, a stamped call's start from the partials and its end from the reduce."""
+    """The default Hopper decode of calls of ``args``'s signature, worked out once (``plan.planned`` keeps it): a
+    function of a call's operands. One split a row: ``whole_row_recipe``. A grid resident at once: the one
+    cooperative launch for an eager call, the pair for one being captured (``eager_or_captured``). Else the pair:
+    the one-warpgroup partials and Triton's reduce, the partials in the stream's scratch, a stamped call's start
+    from the partials and its end from the reduce."""
     from . import triton_decode
 
     if empty_call(args):
@@ -387,8 +389,8 @@ def eager_or_captured(eager: Callable[[KernelArgs], str], captured: Callable[[Ke
                       device: torch.device) -> Callable[[KernelArgs], str | None]:
     """``eager`` (the one cooperative launch) for a call launched now, ``captured`` (the partials and Triton's
     reduce) for one being captured into a CUDA graph. An eager call is bound by the host, whose launch the one
-    kernel saves (4-8 µs on an H200's host); a replayed graph has no host in it, and there the two kernels are
-    the faster pair on the GPU, by 0.3-0.9 µs at 1-16 rows (docs/benchmarks.md, "Host cost of a call")."""
+    kernel saves (3.6-12.3 µs on an H200's host); a replayed graph has no host in it, and there the pair is the
+    faster on the GPU, by up to 1.0 µs at 1-16 rows (docs/kernels.md, "Decode kernel design figures")."""
     capturing = torch.cuda.is_current_stream_capturing if device.type == "cuda" else (lambda: False)
 
     def run(a: KernelArgs) -> str | None:
@@ -551,9 +553,9 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
 
     By default (``decode_recipe``): one launch where the split count is 1, or, for a call not being captured into
     a CUDA graph, where the grid is resident at once (``split_reduce_fits``: the partials and the reduce in one
-    cooperative kernel; ``eager_or_captured``), else this module's partials and ``triton_decode``'s reduce. The options are for tests and tuning. ``fused=True``: the one cooperative launch
-    with ``splits`` and ``config`` (a ValueError where it does not fit); ``fused=False``, or any other option:
-    partials, then the reduce. Those come from this module's one-warpgroup kernel (``DECODE_WARP_SPECIALISED`` is
+    cooperative kernel; ``eager_or_captured``), else this module's partials and ``triton_decode``'s reduce. The
+    options are for tests and tuning. ``fused=True``: the one cooperative launch with ``splits`` and ``config`` (a
+    ValueError where it does not fit); ``fused=False``, or any other option: partials, then the reduce. Those come from this module's one-warpgroup kernel (``DECODE_WARP_SPECIALISED`` is
     False: faster at 2-16 rows), from the warp-specialised kernel (``gluon_sm90_ws``, split work items) with
     ``ws=True``; an explicit ``config`` always means this module's kernel. The default launch keeps the partials in
     the stream's scratch and stamps a stamped call (``args.stamp``); the others allocate them and do not stamp,
