@@ -555,9 +555,10 @@ def launch_decode(args: KernelArgs, *, splits: int | None = None, config: Sm90Co
     a CUDA graph, where the grid is resident at once (``split_reduce_fits``: the partials and the reduce in one
     cooperative kernel; ``eager_or_captured``), else this module's partials and ``triton_decode``'s reduce. The
     options are for tests and tuning. ``fused=True``: the one cooperative launch with ``splits`` and ``config`` (a
-    ValueError where it does not fit); ``fused=False``, or any other option: partials, then the reduce. Those come from this module's one-warpgroup kernel (``DECODE_WARP_SPECIALISED`` is
-    False: faster at 2-16 rows), from the warp-specialised kernel (``gluon_sm90_ws``, split work items) with
-    ``ws=True``; an explicit ``config`` always means this module's kernel. The default launch keeps the partials in
+    ValueError where it does not fit); ``fused=False``, or any other option: partials, then the reduce. Those come
+    from this module's one-warpgroup kernel (``DECODE_WARP_SPECIALISED`` is False: faster at 2-16 rows), from the
+    warp-specialised kernel (``gluon_sm90_ws``, split work items) with ``ws=True``; an explicit ``config`` always
+    means this module's kernel. The default launch keeps the partials in
     the stream's scratch and stamps a stamped call (``args.stamp``); the others allocate them and do not stamp,
     except ``fused=True``, which is the default's kernel.
     """
