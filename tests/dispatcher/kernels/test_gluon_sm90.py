@@ -134,6 +134,15 @@ def test_registry_launch_hands_unsupported_calls_to_triton_and_says_so(interp, k
     torch.testing.assert_close(a.output.float(), ref.output, atol=3e-3, rtol=3e-3)
 
 
+def recording(monkeypatch, *kernels) -> dict:
+    """Each (module, kernel name) replaced by a ``RecordingLaunch``: {name: its recorder}."""
+    recs = {}
+    for mod, name in kernels:
+        recs[name] = RecordingLaunch(getattr(mod, name))
+        monkeypatch.setattr(mod, name, recs[name])
+    return recs
+
+
 def pretend_sms(monkeypatch, n: int = 132) -> None:
     """The launchers' multiprocessor count, as on an H200 (on CPU, ``sm_count`` says 8)."""
     from dispatcher.kernels import gluon_sm90_ws, triton_decode
@@ -478,12 +487,9 @@ def test_a_stamped_call_hands_its_stamp_to_its_first_and_last_kernels(monkeypatc
     from dispatcher.kernels import gluon_sm90_ws, triton_decode, triton_prefill
     from dispatcher.kernels.stamps import DeviceStamp
 
-    recs = {}
-    for mod, name in ((gluon_sm90, "_partial_kernel"), (triton_decode, "_reduce_kernel"),
-                      (gluon_sm90, "_split_decode_kernel"), (gluon_sm90_ws, "_ws_kernel"),
-                      (triton_prefill, "_redo_kernel")):
-        recs[name] = RecordingLaunch(getattr(mod, name))
-        monkeypatch.setattr(mod, name, recs[name])
+    recs = recording(monkeypatch, (gluon_sm90, "_partial_kernel"), (triton_decode, "_reduce_kernel"),
+                     (gluon_sm90, "_split_decode_kernel"), (gluon_sm90_ws, "_ws_kernel"),
+                     (triton_prefill, "_redo_kernel"))
     pretend_sms(monkeypatch)
     cpu = torch.device("cpu")
 
@@ -535,11 +541,8 @@ def test_a_decode_of_one_split_a_row_is_one_launch(monkeypatch, layout):
     from dispatcher.kernels import triton_decode
     from dispatcher.kernels.stamps import DeviceStamp
 
-    recs = {}
-    for mod, name in ((gluon_sm90, "_partial_kernel"), (gluon_sm90, "_prefill_kernel"),
-                      (triton_decode, "_reduce_kernel")):
-        recs[name] = RecordingLaunch(getattr(mod, name))
-        monkeypatch.setattr(mod, name, recs[name])
+    recs = recording(monkeypatch, (gluon_sm90, "_partial_kernel"), (gluon_sm90, "_prefill_kernel"),
+                     (triton_decode, "_reduce_kernel"))
     pretend_sms(monkeypatch)
     cpu = torch.device("cpu")
     stamp = DeviceStamp(torch.zeros(8, 2, dtype=torch.int64), torch.zeros(8, dtype=torch.int32), 3)
@@ -618,11 +621,8 @@ def test_a_decode_whose_grid_fits_is_one_cooperative_launch(monkeypatch, layout,
     from dispatcher.kernels import triton_decode
     from dispatcher.kernels.scratch import scratch
 
-    recs = {}
-    for mod, name in ((gluon_sm90, "_partial_kernel"), (gluon_sm90, "_split_decode_kernel"),
-                      (triton_decode, "_reduce_kernel")):
-        recs[name] = RecordingLaunch(getattr(mod, name))
-        monkeypatch.setattr(mod, name, recs[name])
+    recs = recording(monkeypatch, (gluon_sm90, "_partial_kernel"), (gluon_sm90, "_split_decode_kernel"),
+                     (triton_decode, "_reduce_kernel"))
     pretend_sms(monkeypatch)
     a = build(rows, layout=layout, dtype=torch.bfloat16, device=torch.device("cpu"), topk=2048, kv_len=8192)
     for _ in range(2):
@@ -648,11 +648,8 @@ def test_a_decode_that_does_not_fit_keeps_two_launches(monkeypatch):
     partials and the reduce; ``fused=True`` there is refused, ``fused=False`` anywhere gives the two launches."""
     from dispatcher.kernels import triton_decode
 
-    recs = {}
-    for mod, name in ((gluon_sm90, "_partial_kernel"), (gluon_sm90, "_split_decode_kernel"),
-                      (triton_decode, "_reduce_kernel")):
-        recs[name] = RecordingLaunch(getattr(mod, name))
-        monkeypatch.setattr(mod, name, recs[name])
+    recs = recording(monkeypatch, (gluon_sm90, "_partial_kernel"), (gluon_sm90, "_split_decode_kernel"),
+                     (triton_decode, "_reduce_kernel"))
     pretend_sms(monkeypatch)
     cpu = torch.device("cpu")
     wide = build(100, layout=Layout(512, 64), dtype=torch.bfloat16, device=cpu, topk=2048, kv_len=8192)
