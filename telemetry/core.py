@@ -130,7 +130,7 @@ class Telemetry:
         gpu = mode is TimingMode.GPU
         health = self._agg.health
         self._events = GpuEvents(self._torch, cfg.timing_pool) if gpu else None
-        self._stamps = DeviceStamps(self._torch, health) if gpu else None
+        self._stamps = DeviceStamps(self._torch, health, frame=cfg.device_frame_ns) if gpu else None
         self._graphs = graph_hooks(self._torch) if self._cuda else None
         self._decisions: deque | None = deque(maxlen=cfg.decisions_maxlen) if cfg.decisions_maxlen else None
         self._samples: deque | None = deque() if (self._otel_on or cfg.keep_samples) else None
@@ -389,6 +389,11 @@ class Telemetry:
     @property
     def wall_offset_ns(self) -> int:
         return self._wall_offset_ns
+
+    @property
+    def device_frames(self) -> dict[str, int]:
+        """The kernel frame (ns, ``telemetry.frame``) added to each stamped device's spans; {} when none stamped."""
+        return self._stamps.frames() if self._stamps is not None else {}
 
     @property
     def last_background_flush(self) -> float | None:

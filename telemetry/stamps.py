@@ -5,7 +5,8 @@ Each device gets one table (``dispatcher.kernels.stamps`` describes what the ker
 (no copy, no event, no CUDA call at all: safe while another thread captures a graph), and an
 int32 counter per entry in device memory. Entries below ``eager`` rotate among sampled eager
 calls (zeroed when handed out, freed once read or given up on); the rest are held by captured
-calls for their graph's lifetime, and each flush reads the latest replay of each.
+calls for their graph's lifetime, and each flush reads the latest replay of each. A sample is the stamped span
+plus the device's kernel frame (``frame``): what the kernel's programs cannot stamp of its GPU time.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from dispatcher.kernels.stamps import DeviceStamp, Pointer
 
 from .aggregates import Health
+from .frame import AUTO, device_name, frame_ns
 from .slots import Clock
 from .timing import LatencySink
 
@@ -39,8 +41,9 @@ class TableStamp(DeviceStamp):
 class StampTable:
     """One device's table: host-readable ``times`` [n, 2] int64 and device ``counts`` [n] int32."""
 
-    def __init__(self, torch_mod: Any, device: Any, *, eager: int, graph: int) -> None:
+    def __init__(self, torch_mod: Any, device: Any, *, eager: int, graph: int, frame: int = 0) -> None:
         n = eager + graph
+        self.frame = frame  # ns added to every span read from this table
         pinned = getattr(device, "type", "cuda") != "cpu"
         self.times = torch_mod.zeros((n, 2), dtype=torch_mod.int64, pin_memory=pinned)
         self.host = self.times.numpy()
@@ -89,8 +92,10 @@ class StampTable:
 class DeviceStamps:
     """Hands out stamp entries per device and turns written ones into ``Clock.DEVICE`` samples at flush."""
 
-    def __init__(self, torch_mod: Any, health: Health, *, eager: int = EAGER_ENTRIES, graph: int = GRAPH_ENTRIES) -> None:
+    def __init__(self, torch_mod: Any, health: Health, *, eager: int = EAGER_ENTRIES, graph: int = GRAPH_ENTRIES,
+                 frame: int = AUTO) -> None:
         self._torch = torch_mod
+        self._frame = frame  # TelemetryConfig.device_frame_ns
         self._health = health
         self._sizes = (eager, graph)
         self._tables: dict[str, StampTable] = {}
@@ -105,9 +110,14 @@ class DeviceStamps:
             with self._lock:
                 table = self._tables.get(key)
                 if table is None:
+                    frame = frame_ns(device_name(self._torch, device), self._frame)
                     table = self._tables[key] = StampTable(self._torch, device, eager=self._sizes[0],
-                                                           graph=self._sizes[1])
+                                                           graph=self._sizes[1], frame=frame)
         return table
+
+    def frames(self) -> dict[str, int]:
+        """Each device's frame in use (ns), by device, for the devices stamped so far."""
+        return {key: table.frame for key, table in list(self._tables.items())}
 
     def claim(self, device: Any) -> TableStamp | None:
         """An eager entry for a sampled call (the table is made on first use; never during a capture)."""
@@ -173,7 +183,7 @@ class DeviceStamps:
             start, end = table.read(index)
             if start > 0 and end >= start:
                 if end - start < MAX_PLAUSIBLE_NS:
-                    sink.observe(slot, Clock.DEVICE, end - start, wall_ns)
+                    sink.observe(slot, Clock.DEVICE, end - start + table.frame, wall_ns)
                     done += 1
                 else:
                     self._health.drop("timing_unresolved")
@@ -188,7 +198,7 @@ class DeviceStamps:
             start, end = table.read(index)
             if start > last_end and end >= start and end - start < MAX_PLAUSIBLE_NS:
                 held_entry[3] = end
-                sink.observe(slot, Clock.DEVICE, end - start, time.time_ns())
+                sink.observe(slot, Clock.DEVICE, end - start + table.frame, time.time_ns())
                 done += 1
         with self._lock:
             self._pending[:0] = keep

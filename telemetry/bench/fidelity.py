@@ -10,7 +10,11 @@ start to last kernel end, ``dispatcher.sweep.cupti``). Two regimes per size:
 - ``back_to_back``: calls issued one after another, as a serving loop does.
 
 Prints, per size and regime, the median and p90 of telemetry's samples and of CUPTI's, their
-errors, and the clock the samples came from. On a machine without CUDA it says so and exits 2.
+errors, and the clock the samples came from. Samples on the ``device`` clock are the kernels'
+stamped span plus the GPU model's kernel frame (``telemetry.frame``); the bench also gives the
+bare span and, over every point, the frame it measures (CUPTI's median minus the span's): the
+value ``ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS`` takes on a GPU model not measured yet. On a machine
+without CUDA it says so and exits 2.
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ def _call_args(a: Any, layout: Layout) -> tuple[tuple, dict]:
             {"num_decodes": a.q.shape[0], "num_decode_tokens": a.q.shape[0], "num_prefills": 0, "model": "bench"})
 
 
-def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, calls: int, regime: str) -> dict:
-    """One size in one regime: telemetry's samples and CUPTI's kernel times of the same ``calls`` calls."""
+def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, calls: int, regime: str,
+                  frame_ns: int = 0) -> dict:
+    """One size in one regime: telemetry's samples and CUPTI's kernel times of the same ``calls`` calls;
+    ``frame_ns``, the frame in the device clock's samples (taken off again for the bare span)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     tel.drain_samples()
@@ -75,6 +81,9 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
         out[f"cupti_{name}_us"] = c
         out[f"{name}_error_pct"] = 100.0 * (t - c) / c
     out["within_bound"] = all(abs(out[f"{n}_error_pct"]) <= BOUND_PCT for n in ("median", "p90"))
+    if clocks == ["device"]:
+        out["span_median_us"] = out["telemetry_median_us"] - frame_ns / 1000
+        out["frame_gap_ns"] = 1000 * (out["cupti_median_us"] - out["span_median_us"])
     if len(got) == len(ref):
         paired = [100.0 * (t - c) / c for t, c in zip(got, ref)]
         out["paired_median_error_pct"] = statistics.median(paired)
@@ -94,7 +103,8 @@ def run(*, rows: tuple[int, ...] = DEFAULT_ROWS, regimes: tuple[str, ...] = REGI
     tel = Telemetry(cfg, platform=platform, policy=policy)
     d = tel.instrument(Dispatcher(platform=platform, policy=policy))
     device = torch.device("cuda")
-    points = []
+    points: list[dict[str, Any]] = []
+    frame = 0
     try:
         for r in rows:
             sets = make_sets(r, topk, heads, layout, max(kv_len, r), dtype=dtype, device=device)
@@ -102,13 +112,17 @@ def run(*, rows: tuple[int, ...] = DEFAULT_ROWS, regimes: tuple[str, ...] = REGI
                 args, kw = _call_args(sets[i % len(sets)], layout)
                 d(*args, **kw)
             torch.cuda.synchronize()
+            frame = max(tel.device_frames.values(), default=0)
             for regime in regimes:
-                points.append({"rows": r, **measure_point(d, tel, sets, layout, calls=calls, regime=regime)})
+                points.append({"rows": r, **measure_point(d, tel, sets, layout, calls=calls, regime=regime,
+                                                          frame_ns=frame)})
     finally:
         tel.close()
+    gaps = [p["frame_gap_ns"] for p in points if "frame_gap_ns" in p]
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "timing": timing, "guard": guard,
             "layout": str(layout), "topk": topk, "heads": heads, "kv_len": kv_len, "dtype": str(dtype),
-            "calls_per_point": calls, "bound_pct": BOUND_PCT, "points": points}
+            "calls_per_point": calls, "bound_pct": BOUND_PCT, "frame_ns_in_use": frame,
+            "frame_ns_measured": round(statistics.median(gaps)) if gaps else None, "points": points}
 
 
 def render(result: dict[str, Any]) -> None:
@@ -127,4 +141,8 @@ def render(result: dict[str, Any]) -> None:
         table.add_row(str(p["rows"]), p["regime"], ",".join(p["clocks"]), f"{p['telemetry_median_us']:.1f}",
                       f"{p['cupti_median_us']:.1f}", f"{p['median_error_pct']:+.1f}%", f"{p['telemetry_p90_us']:.1f}",
                       f"{p['cupti_p90_us']:.1f}", f"{p['p90_error_pct']:+.1f}%", "yes" if p["within_bound"] else "NO")
-    Console(width=160).print(table)
+    console = Console(width=160)
+    console.print(table)
+    if result.get("frame_ns_measured") is not None:
+        console.print(f"kernel frame: {result['frame_ns_in_use']} ns added to each stamped span; measured here "
+                      f"{result['frame_ns_measured']} ns (CUPTI's median minus the span's, median over the points)")

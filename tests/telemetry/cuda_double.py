@@ -77,7 +77,12 @@ class FakeCuda:
     capturing = False
     stream_lookups = 0
     recorded = 0
+    name = "stand-in GPU"  # what get_device_name answers (no measured kernel frame)
     graphs = type("graphs", (), {"CUDAGraph": FakeGraph})
+
+    @staticmethod
+    def get_device_name(device: Any = None) -> str:
+        return FakeCuda.name
 
     @staticmethod
     def is_available() -> bool:
@@ -117,3 +122,4 @@ class CudaQ:
 
 def reset() -> None:
     FakeCuda.capturing, FakeCuda.stream_lookups, FakeCuda.recorded = False, 0, 0
+    FakeCuda.name = "stand-in GPU"

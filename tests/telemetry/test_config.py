@@ -14,10 +14,12 @@ def test_from_env_reads_prefixed_vars_and_multiproc_dir(tmp_path):
         "ROUTESCOPE_TELEMETRY_RANK": "3",
         "ROUTESCOPE_TELEMETRY_SAMPLE_EVERY": "64",
         "ROUTESCOPE_TELEMETRY_COUNTERFACTUALS": "gfx942_1024",
+        "ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS": "900",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
     }
     cfg = TelemetryConfig.from_env(env)
     assert cfg.models == ("glm", "dsv4") and cfg.rank == "3" and cfg.sample_every == 64
+    assert cfg.device_frame_ns == 900 and TelemetryConfig().device_frame_ns == -1
     assert cfg.multiproc_dir == str(tmp_path) and cfg.counterfactuals == ("gfx942_1024",)
     assert not cfg.otlp
     assert TelemetryConfig.from_env(env, rank="5").rank == "5"
@@ -36,7 +38,7 @@ def test_defaults_do_not_read_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("bad", [dict(timing="sometimes"), dict(sample_every=0), dict(models=("other",)),
-                                 dict(max_slots=0)])
+                                 dict(max_slots=0), dict(device_frame_ns=-2), dict(device_frame_ns=10**6)])
 def test_validation(bad):
     with pytest.raises(ValueError):
         TelemetryConfig(**bad)

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dispatcher.types import Batch, CallClass
 from telemetry import Telemetry, TelemetryConfig
+from telemetry.frame import MEASURED_NS
 
 from .conftest import L, args_for, dispatcher, scrape, series, total
 from .cuda_double import CudaQ, FakeCuda, FakeTorch, reset
@@ -79,6 +82,24 @@ def test_armed_stamps_time_calls_on_the_device_clock_and_events_stop(make_tel):
         L(kernel="intree.ragged_prefill", rows_bucket="8-15", model="glm", clock="device", rank="0"): sampled}
     assert total(s, "routescope_call_duration_seconds_sum") == sampled * 40e-6
     assert all(not b for b in tel._stamps.table("cuda:0", create=False).busy), "read stamps are freed"
+
+
+@pytest.mark.parametrize(("name", "setting", "frame_ns"), [
+    ("stand-in GPU", -1, 0),  # a model not measured: the bare span
+    ("NVIDIA H200", -1, MEASURED_NS["NVIDIA H200"]),  # the measured frame of its model
+    ("NVIDIA H200", 500, 500),  # the setting wins
+    ("NVIDIA H200", 0, 0),
+])
+def test_device_samples_add_the_kernel_frame_of_the_gpu_model(make_tel, name, setting, frame_ns):
+    """What the kernels' programs cannot stamp of their GPU time is added to every span, once a call."""
+    tel, decision, shape = probe_and_shape(make_tel, sample_first=4, sample_every=1000, device_frame_ns=setting)
+    FakeCuda.name = name  # read when the device's stamp table is made, at its first sampled call
+    run(tel, decision, shape, 4, stream="s1", stamp=(1_000_000, 1_040_000))  # 40 µs spans
+    tel.flush()
+    s = scrape(tel.registry)
+    assert total(s, "routescope_call_duration_seconds_count") == 4
+    assert total(s, "routescope_call_duration_seconds_sum") == pytest.approx(4 * (40_000 + frame_ns) * 1e-9)
+    assert tel.device_frames == {"cuda:0": frame_ns}
 
 
 def test_unwritten_stamps_wait_then_are_given_up(make_tel, monkeypatch):

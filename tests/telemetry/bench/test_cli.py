@@ -70,3 +70,18 @@ def test_bench_host_items_take_turns_a_batch_each_round():
     turn = lambda n: [n] * 7  # noqa: E731 - three untimed calls, then the batch of four
     assert seen == warm + turn("a") + turn("b") + turn("a") + turn("b")
     assert syncs == [6, 13, 20, 27, 34], "a sync after the warm-up and after every batch"
+
+
+def test_bench_fidelity_renders_the_frame_in_use_and_the_frame_it_measured(capsys):
+    from telemetry.bench.fidelity import render
+
+    point = {"rows": 2, "regime": "idle", "samples": 40, "cupti_calls": 40, "clocks": ["device"],
+             "telemetry_median_us": 8.6, "cupti_median_us": 8.5, "median_error_pct": 1.2, "telemetry_p90_us": 8.7,
+             "cupti_p90_us": 8.6, "p90_error_pct": 1.1, "within_bound": True, "span_median_us": 7.4,
+             "frame_gap_ns": 1100.0}
+    render({"device": "GPU", "layout": "512+64", "topk": 2048, "dtype": "bf16", "guard": "reroute",
+            "calls_per_point": 40, "bound_pct": 10.0, "frame_ns_in_use": 1184, "frame_ns_measured": 1100,
+            "points": [point]})
+    out = capsys.readouterr().out
+    assert "1184 ns added to each stamped span" in out and "measured here 1100 ns" in out
+    assert "+1.2%" in out and "yes" in out

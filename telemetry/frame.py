@@ -1,0 +1,37 @@
+"""The kernel frame: the part of a kernel's GPU time that its own stamps cannot see.
+
+A stamping kernel writes the GPU's ``%globaltimer`` when its first program starts and when its last
+program has stored its results. The kernel time a profiler reports (CUPTI, Nsight) runs from the
+GPU starting the kernel to the kernel retiring, so it also holds the time before the first program
+runs and after the last one's stores. That frame does not grow with the kernel: on the H200 it read
+0.96-1.34 µs over 30 points from an 8.5 µs decode to a 1.2 ms prefill, one kernel or two
+(docs/benchmarks.md, "Timing fidelity"). Left out, it makes an 8.5 µs kernel read 14% short.
+
+So the ``device`` clock reports the stamped span plus the frame of the device's model: the value
+measured here, or ``TelemetryConfig.device_frame_ns`` where set (``routescope bench fidelity``
+prints the frame it measures on any GPU); a model not measured gets 0, the bare span.
+"""
+
+from __future__ import annotations
+
+# median of CUPTI's kernel time minus the stamped span, per device name (torch.cuda.get_device_name)
+MEASURED_NS: dict[str, int] = {
+    "NVIDIA H200": 1184,  # 30 points at 9e2c0af, 16a8a00 and fabcea4: 960-1,344 ns
+}
+AUTO = -1  # the setting's default: the measured frame of the device's model
+
+
+def frame_ns(device_name: str, setting: int = AUTO) -> int:
+    """The frame added to a stamped span on a device named ``device_name``: the setting when it is not ``AUTO``,
+    else the measured value, else 0."""
+    if setting != AUTO:
+        return setting
+    return MEASURED_NS.get(device_name, 0)
+
+
+def device_name(torch_mod, device) -> str:  # noqa: ANN001 - torch or a stand-in
+    """The device's model name; "" where the runtime cannot say (the frame is then 0)."""
+    try:
+        return str(torch_mod.cuda.get_device_name(device))
+    except Exception:  # noqa: BLE001 - a name is a nicety; the span is still right
+        return ""
