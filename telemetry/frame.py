@@ -4,7 +4,7 @@ A stamping kernel writes the GPU's ``%globaltimer`` when its first program start
 program has stored its results. The kernel time a profiler reports (CUPTI, Nsight) runs from the
 GPU starting the kernel to the kernel retiring, so it also holds the time before the first program
 runs and after the last one's stores. That frame does not grow with the kernel: on the H200 it read
-0.96-1.34 µs over 30 points from an 8.5 µs decode to a 1.2 ms prefill, one kernel or two
+0.96-1.41 µs over 58 points from an 8 µs decode to a 1.2 ms prefill, one kernel or two
 (docs/benchmarks.md, "Timing fidelity"). Left out, it makes an 8.5 µs kernel read 14% short.
 
 So the ``device`` clock reports the stamped span plus the frame of the device's model: the value
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 # median of CUPTI's kernel time minus the stamped span, per device name (torch.cuda.get_device_name)
 MEASURED_NS: dict[str, int] = {
-    "NVIDIA H200": 1184,  # 30 points at 9e2c0af, 16a8a00 and fabcea4: 960-1,344 ns
+    "NVIDIA H200": 1184,  # the median of 30 points at 9e2c0af, 16a8a00 and fabcea4 (960-1,344 ns)
 }
 AUTO = -1  # the setting's default: the measured frame of the device's model
 
