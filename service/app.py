@@ -147,7 +147,13 @@ def create_app(
     app.state.routescope = state
     app.include_router(router)
     app.include_router(docs_router)
-    app.mount("/static/swagger-ui", StaticFiles(directory=swagger_ui_dir()), name="swagger-ui")
+    swagger = swagger_ui_dir()
+    app.state.swagger_ui = swagger is not None
+    if swagger is not None:
+        app.mount("/static/swagger-ui", StaticFiles(directory=swagger), name="swagger-ui")
+    else:
+        log.warning("routescope: swagger-ui-bundle-v2 is not installed, so /docs answers 503; every other "
+                    "endpoint is served")
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler(ExplainQuery.model_fields))
     app.add_exception_handler(Exception, unexpected_handler)

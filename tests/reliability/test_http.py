@@ -86,6 +86,22 @@ def test_docs_assets_come_from_this_server(client):
     assert client.get("/redoc").status_code == 404  # its page would load from a CDN: not served
 
 
+def test_without_the_swagger_bundle_only_docs_is_unavailable(monkeypatch, caplog):
+    """An image that left swagger-ui-bundle-v2 out still serves /routing and /metrics; /docs says what is missing."""
+    import service.app
+
+    monkeypatch.setattr(service.app, "swagger_ui_dir", lambda: None)
+    with caplog.at_level("WARNING", logger="routescope.service"):
+        app = create_app(ServiceSettings(flush_interval_s=0.2))
+    assert "swagger-ui-bundle-v2 is not installed" in caplog.text
+    with TestClient(app, base_url=LOOPBACK) as c:
+        docs = c.get("/docs")
+        assert docs.status_code == 503 and "pip install swagger-ui-bundle-v2" in docs.text
+        assert c.get("/static/swagger-ui/swagger-ui.css").status_code == 404
+        for path in ("/routing", "/metrics", "/openapi.json", "/"):
+            assert c.get(path).status_code == 200, path
+
+
 def _raw_get(port: int, target: str) -> tuple[int, bytes]:
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
