@@ -42,6 +42,8 @@ class Source(Protocol):
     def multiprocess_dir(self) -> str | None: ...
     @property
     def totals(self) -> Totals: ...
+    @property
+    def device_frames(self) -> dict[str, int]: ...
 
 
 def _rows(d: dict, names: tuple[str, ...], value: str = "calls") -> list[dict[str, Any]]:
@@ -120,7 +122,7 @@ def _decisions(tel: Source) -> list[dict[str, Any]]:
 def build_snapshot(tel: Source, own: Totals, *, merged: Totals | None = None) -> dict[str, Any]:
     """Keys: platform, policy, counterfactuals, counterfactual_platform, counts, traffic, decode_in_prefill, latency,
     decisions, would_route, errors, guard, graph_captured, graph_replayed, graph_replayed_untimed, decode_path, health,
-    scope (plus rank, arch, timing, rows_buckets).
+    scope (plus rank, arch, timing, device_frames, rows_buckets).
 
     The series come from ``merged`` (every process's, multiprocess mode) when given, else from
     ``own``; decisions, first occurrences and health are always this process's.
@@ -141,6 +143,7 @@ def build_snapshot(tel: Source, own: Totals, *, merged: Totals | None = None) ->
         "rank": tel.config.rank,
         "arch": tel.platform.arch,
         "timing": tel.timing,
+        "device_frames": dict(tel.device_frames),
         "rows_buckets": list(agg.buckets.labels),
         "counts": _counts(t),
         "traffic": _traffic(t),
@@ -183,7 +186,7 @@ def empty_snapshot(tel: Source) -> dict[str, Any]:
     return {
         "platform": tel.platform.to_dict(), "policy": tel.policy.to_dict(), "counterfactuals": [],
         "counterfactual_platform": tel.counterfactual_platform.to_dict(),
-        "rank": tel.config.rank, "arch": tel.platform.arch, "timing": tel.timing, "rows_buckets": [],
+        "rank": tel.config.rank, "arch": tel.platform.arch, "timing": tel.timing, "device_frames": {}, "rows_buckets": [],
         "counts": [], "traffic": [], "decode_in_prefill": {"counts": [], "first_occurrences": []}, "latency": [],
         "decisions": [], "would_route": [], "errors": [], "guard": {"mode": tel.policy.guard.value, "rerouted": [],
         "refused": []}, "graph_captured": [], "graph_replayed": [], "graph_replayed_untimed": [],

@@ -99,7 +99,7 @@ def test_device_samples_add_the_kernel_frame_of_the_gpu_model(make_tel, name, se
     s = scrape(tel.registry)
     assert total(s, "routescope_call_duration_seconds_count") == 4
     assert total(s, "routescope_call_duration_seconds_sum") == pytest.approx(4 * (40_000 + frame_ns) * 1e-9)
-    assert tel.device_frames == {"cuda:0": frame_ns}
+    assert tel.device_frames == {"cuda:0": frame_ns} == tel.snapshot()["device_frames"]
 
 
 def test_unwritten_stamps_wait_then_are_given_up(make_tel, monkeypatch):
