@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from ..config import MAX_FRAME_NS
+
 bench_app = typer.Typer(name="bench", help="Measure what routescope costs per call and how true its clocks are.",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -51,6 +53,9 @@ def fidelity_command(
     calls: Annotated[int, typer.Option(min=5, help="calls per size and regime")] = 60,
     guard: Annotated[str, typer.Option(help="observe: decodes on the prefill kernel; reroute: on split-K")] = "observe",
     layout: Annotated[str, typer.Option(help="head layout, nope+rope (512+64, 448+64, 512+0) or an alias")] = "512+64",
+    frame_ns: Annotated[int, typer.Option(
+        min=-1, max=MAX_FRAME_NS, envvar="ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS",
+        help="kernel frame added to stamped spans (telemetry.frame); -1: the value measured for the GPU model")] = -1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Telemetry's per-call latency against CUPTI's kernel time of the same calls, GPU idle and back to back."""
@@ -71,7 +76,7 @@ def fidelity_command(
     if not torch.cuda.is_available():
         typer.echo("bench fidelity needs a CUDA device: CUPTI's kernel time is its reference", err=True)
         raise typer.Exit(2)
-    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard, layout=layouts[0]), as_json, render)
+    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard, layout=layouts[0], frame_ns=frame_ns), as_json, render)
 
 
 @bench_app.command("graphs")

@@ -92,14 +92,16 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
 
 def run(*, rows: tuple[int, ...] = DEFAULT_ROWS, regimes: tuple[str, ...] = REGIMES, calls: int = 60,
         topk: int = 2048, layout: Layout = Layout(512, 64), heads: int = 16, kv_len: int = 8192,
-        dtype: torch.dtype = torch.bfloat16, timing: str = "gpu", guard: str = "observe") -> dict[str, Any]:
+        dtype: torch.dtype = torch.bfloat16, timing: str = "gpu", guard: str = "observe",
+        frame_ns: int = -1) -> dict[str, Any]:
     """Every size in every regime; ``timing`` is the TelemetryConfig timing mode under test, ``guard`` the decode
-    guard (observe: pure decodes run on the prefill kernel, as in the seed's bug; reroute: on the split-K one)."""
+    guard (observe: pure decodes run on the prefill kernel, as in the seed's bug; reroute: on the split-K one),
+    ``frame_ns`` its ``device_frame_ns`` (-1: the GPU model's measured frame)."""
     if not torch.cuda.is_available():
         raise RuntimeError("bench fidelity needs a CUDA device (CUPTI is the reference)")
     platform, policy = detect(), Policy(guard=GuardMode(guard))
     cfg = TelemetryConfig(models=("bench",), sample_first=1 << 30, sample_every=1, keep_samples=True,
-                          decisions_maxlen=0, timing=timing, timing_pool=4 * calls)
+                          decisions_maxlen=0, timing=timing, timing_pool=4 * calls, device_frame_ns=frame_ns)
     tel = Telemetry(cfg, platform=platform, policy=policy)
     d = tel.instrument(Dispatcher(platform=platform, policy=policy))
     device = torch.device("cuda")

@@ -85,3 +85,9 @@ def test_bench_fidelity_renders_the_frame_in_use_and_the_frame_it_measured(capsy
     out = capsys.readouterr().out
     assert "1184 ns added to each stamped span" in out and "measured here 1100 ns" in out
     assert "+1.2%" in out and "yes" in out
+
+
+@pytest.mark.parametrize("value", ["-2", "100001", "abc"])
+def test_bench_fidelity_rejects_a_bad_frame_before_asking_for_a_gpu(value):
+    res = runner.invoke(app, ["bench", "fidelity", "--frame-ns", value])
+    assert res.exit_code == 2 and "--frame-ns" in res.output, res.output
