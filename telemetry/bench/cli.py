@@ -97,14 +97,22 @@ def overhead_command(
     repeats: Annotated[int, typer.Option(min=3, help="interleaved passes per variant")] = 61,
     real: Annotated[bool, typer.Option("--real/--no-real", help="also run with real (small) torch kernels")] = True,
     multiprocess: Annotated[bool, typer.Option("--multiprocess", help="also run in prometheus multiprocess mode")] = False,
+    processes: Annotated[int, typer.Option(
+        min=1, max=64, help="also repeat the no-op run in this many fresh processes, one after another, and give "
+                            "the median over them (a process's memory layout moves its figure by tens of ns)")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Host ns per call: bare dispatcher, with telemetry, with naive prometheus_client calls (same calls, one run)."""
-    from .overhead import run, run_multiprocess
+    from .overhead import run, run_multiprocess, run_processes
 
     result = run(calls=calls, repeats=repeats, real=real)
     if multiprocess:
         result["multiprocess"] = run_multiprocess(calls=calls, repeats=repeats)
+    if processes > 1:
+        def progress(i: int, n: int) -> None:
+            typer.echo(f"bench overhead: fresh process {i + 1} of {n}", err=True)
+
+        result["processes"] = run_processes(calls=calls, repeats=repeats, processes=processes, progress=progress)
     _emit(result, as_json, _render)
 
 
@@ -165,6 +173,12 @@ def _render(result: dict) -> None:
                       f"{r['empty_probe_minus_bare_ns']:.0f}",
                       f"{po['instrumented']:.0f} / {po['naive_prometheus']:.0f}")
     console.print(table)
+    if "processes" in result:
+        p = result["processes"]
+        console.print(f"no-op run in {p['processes']} fresh processes: instr − bare "
+                      f"{', '.join(f'{v:.0f}' for v in p['instrumented_minus_bare_ns'])} ns; median "
+                      f"{p['instrumented_minus_bare_median_ns']:.0f} ns (naive − bare median "
+                      f"{p['naive_minus_bare_median_ns']:.0f} ns)")
     n = result["noop_kernel"]
     console.print(f"no-op run: {n['kernel_note']}. Host CPU ns per call (thread time), medians over "
                   f"{n['repeats']} interleaved passes of {n['calls']} calls; differences are medians of per-pass "

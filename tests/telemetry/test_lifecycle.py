@@ -70,6 +70,23 @@ def test_bench_overhead_cli_json():
     assert out["multiprocess"]["multiprocess"] is True
 
 
+def test_bench_overhead_repeats_the_noop_run_in_fresh_processes():
+    res = CliRunner().invoke(bench_app, ["overhead", "--calls", "64", "--repeats", "3", "--no-real", "--processes",
+                                         "2"])
+    assert res.exit_code == 0, res.output
+    assert "fresh process 1 of 2" in res.stderr and "fresh process 2 of 2" in res.stderr
+    assert "no-op run in 2 fresh processes" in res.stdout
+    res = CliRunner().invoke(bench_app, ["overhead", "--calls", "64", "--repeats", "3", "--no-real", "--processes",
+                                         "2", "--json"])
+    out = json.loads(res.stdout[res.stdout.index("{"):])
+    p = out["processes"]
+    assert p["processes"] == 2 and len(p["instrumented_minus_bare_ns"]) == 2 and len(p["bare_ns_per_call"]) == 2
+    assert all(b > 0 for b in p["bare_ns_per_call"]) and p["telemetry_errors"] == 0
+    lo, hi = sorted(p["instrumented_minus_bare_ns"])
+    assert lo <= p["instrumented_minus_bare_median_ns"] <= hi
+    assert CliRunner().invoke(bench_app, ["overhead", "--processes", "0"]).exit_code == 2
+
+
 def test_routescope_bench_is_wired():
     from routescope.cli import build_app
 
