@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What the figures of docs/benchmarks.md ("Host cost of a call", "Timing fidelity", "Telemetry on the GPU", "CUDA
-# graphs", "What a gate change saves") rest on, on the GPU, in one command; each phase under a time limit, its
-# output in $OUT.
+# graphs", "What a gate change saves", "The demo on a GPU") rest on, on the GPU, in one command; each phase under a
+# time limit, its output in $OUT.
 #   bash scripts/gpu/h200_check.sh [phase ...]
 #   phases: host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab redo-ab kernels
-#   ab (default: all)
+#   ab demo (default: all)
 # Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
 # image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
 # comes back as $OUT/tcache.tgz, so carrying it spares the next run the compiles.
@@ -22,7 +22,7 @@ phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $O
   echo "=== $name" >> "$OUT/results.txt"
   timeout -k 15 "$limit" "$@" >> "$OUT/results.txt" 2>> "$OUT/log.txt"; echo "   rc=$? ($(date +%T))" | tee -a "$OUT/log.txt"
 }
-phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab redo-ab kernels ab}
+phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab redo-ab kernels ab demo}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 git rev-parse --short HEAD 2>/dev/null || true
 for p in $phases; do
@@ -45,6 +45,7 @@ for p in $phases; do
     kernels) phase kernels 480 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_triton_gpu.py \
                tests/dispatcher/test_sweep_cupti.py ;;
     ab) phase ab 300 python3 -m advise.ab_cli --calls 600 --repeats 3 --json ;;
+    demo) phase demo 150 python3 scripts/gpu/demo_check.py --seconds 25 --out "$OUT/demo" ;;
     *) echo "unknown phase $p" >&2 ;;
   esac
 done
