@@ -34,6 +34,16 @@ def get(url: str) -> bytes:
         return r.read()
 
 
+READY_S = 120  # the demo's warm-up compiles every kernel its traffic uses first: tens of seconds on a GPU
+
+
+def ready(base: str) -> bool:
+    try:
+        return bool(get(base + "/readyz"))
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=30.0)
@@ -45,17 +55,20 @@ def main() -> int:
     cmd = [sys.executable, "-c", "from routescope.cli import main; main()", "serve", "--demo", "--port", str(port)]
     if a.glm_bug:
         cmd.append("--demo-glm-bug")
-    log = open(a.out / f"serve{'-glm-bug' if a.glm_bug else ''}.log", "w")
+    log_path = a.out / f"serve{'-glm-bug' if a.glm_bug else ''}.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, process_group=0)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if get(base + "/readyz"):
-                    break
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(1)
+        deadline = time.time() + READY_S
+        while not ready(base):
+            if proc.poll() is not None or time.time() > deadline:
+                log.flush()
+                why = f"exited with {proc.returncode}" if proc.poll() is not None else f"not ready in {READY_S} s"
+                tail = log_path.read_text()[-3000:]
+                print(f"demo_check: the server {why}; the end of its log ({log_path}):\n{tail}", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
         t_ready = time.time()
         time.sleep(a.seconds)
         routing = json.loads(get(base + "/routing"))
@@ -70,7 +83,7 @@ def main() -> int:
     (a.out / f"routing{suffix}.json").write_text(json.dumps(routing, indent=1))
     (a.out / f"metrics{suffix}.txt").write_text(metrics)
     print(f"platform {routing['platform']['arch']} timing {routing.get('timing')} after {a.seconds:.0f}s "
-          f"(ready {t_ready - (deadline - 120):.1f}s after start); glm bug {a.glm_bug}; "
+          f"(ready {t_ready - (deadline - READY_S):.1f}s after start); glm bug {a.glm_bug}; "
           f"warm-up {routing['demo'].get('warm_up')}")
     for c in sorted(routing["counts"], key=lambda c: (c["model"], c["kernel"], c["rows_bucket"])):
         print(f"  {c['model']:>16} {c['kernel']:<24} {c['impl']:<7} {c['rows_bucket']:>11} {c['call_class']:<12} "

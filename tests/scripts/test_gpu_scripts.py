@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,17 @@ def test_demo_check_serves_the_demo_and_reads_back_what_it_counted(tmp_path):
     assert by_model["DeepSeek-V4.1-Flash"]["calls"] == 0
     assert "routescope_decode_in_prefill" in (tmp_path / "metrics-glm-bug.txt").read_text()
     assert (tmp_path / "serve-glm-bug.log").exists()
+
+
+def test_demo_check_says_at_once_why_the_server_did_not_come_up(tmp_path):
+    """A server that exits at start (here a bad setting; on the GPU image once a missing package) is reported with
+    its log, not waited for."""
+    env = dict(os.environ, ROUTESCOPE_GFX942_MIN_ROWS="abc")
+    run = subprocess.run([sys.executable, str(GPU / "demo_check.py"), "--seconds", "3", "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "the server exited with 2" in run.stderr and "--gfx942-min-rows" in run.stderr
+    assert not (tmp_path / "routing.json").exists()
 
 
 def test_profile_plans_the_shapes_each_mode_names(monkeypatch):
