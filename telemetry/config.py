@@ -12,6 +12,8 @@ from typing import Any
 from dispatcher.platform import KNOWN_ARCHS
 from dispatcher.policy import Policy
 
+from .frame import AUTO as MEASURED_FRAME
+
 
 
 class TimingMode(str, Enum):
@@ -46,7 +48,7 @@ class TelemetryConfig:
     timing: str = "auto"  # a TimingMode value
     sample_first: int = 32  # calls timed first per slot (kernel x rows bucket x model x class)
     sample_every: int = 128  # then one call in this many
-    device_frame_ns: int = -1  # added to the kernels' stamped spans (telemetry.frame); -1: measured for the GPU model
+    device_frame_ns: int = MEASURED_FRAME  # added to the stamped spans (telemetry.frame); -1: measured for the model
     timing_pool: int = 256  # preallocated CUDA event pairs (for kernels that write no device stamps)
     sample_buffer: int = 65536  # sampled latencies kept for OpenTelemetry (or drain_samples) between flushes
     keep_samples: bool = False  # keep raw sampled latencies for Telemetry.drain_samples() (benchmarks)
@@ -69,7 +71,7 @@ class TelemetryConfig:
         for name in ("sample_first", "timing_pool", "sample_buffer", "decisions_maxlen", "otel_span_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
-        if not -1 <= self.device_frame_ns <= MAX_FRAME_NS:
+        if not MEASURED_FRAME <= self.device_frame_ns <= MAX_FRAME_NS:
             raise ValueError(f"device_frame_ns must be -1 (the GPU model's measured frame) or 0-{MAX_FRAME_NS} ns; "
                              f"got {self.device_frame_ns}")
         for name in ("sample_every", "max_slots", "max_decisions"):
