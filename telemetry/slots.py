@@ -22,6 +22,7 @@ from typing import NamedTuple
 from dispatcher.types import CallShape, Decision
 
 from .buckets import N_LATENCY_BUCKETS
+from .native import NativeCounts
 
 NO_SLOT = -1
 
@@ -75,7 +76,7 @@ class SlotCounters:
     """Per-slot counts, preallocated to ``size``; every list is indexed by slot."""
 
     __slots__ = ("calls", "rows", "decode_rows", "captured", "replayed", "replayed_untimed", "latency", "latency_sum_ns",
-                 "latency_clock", "other_clock", "impl", "impl_extra", "_lock")
+                 "latency_native", "latency_clock", "other_clock", "other_clock_native", "impl", "impl_extra", "_lock")
 
     def __init__(self, size: int) -> None:
         self.calls = [0] * size
@@ -86,8 +87,10 @@ class SlotCounters:
         self.replayed_untimed = [0] * size  # of ``replayed``: calls whose replays no device stamp times
         self.latency: list[list[int] | None] = [None] * size  # histogram bucket counts, made with the slot
         self.latency_sum_ns = [0] * size
+        self.latency_native: list[NativeCounts | None] = [None] * size  # the same samples in native buckets
         self.latency_clock: list[Clock | None] = [None] * size  # the clock of ``latency``: set by its first sample
         self.other_clock: dict[tuple[int, Clock], tuple[list[int], list[int]]] = {}  # (slot, clock) -> (counts, [sum])
+        self.other_clock_native: dict[tuple[int, Clock], NativeCounts] = {}
         self.impl: list[str | None] = [None] * size  # the implementation the slot's first call ran
         self.impl_extra: dict[tuple[int, str], int] = {}  # (slot, impl) -> calls that ran another implementation
         self._lock = threading.Lock()
@@ -95,6 +98,7 @@ class SlotCounters:
     def open(self, slot: int) -> None:
         """Give a new slot its histogram."""
         self.latency[slot] = [0] * N_LATENCY_BUCKETS
+        self.latency_native[slot] = NativeCounts()
 
     def note_impl(self, slot: int, impl: str) -> None:
         """The first implementation seen for a slot becomes its own; calls on others are counted beside it."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from .aggregates import Health
 from .buckets import LATENCY_BOUNDS_NS, N_LATENCY_BUCKETS
+from .native import NativeCounts
 from .slots import Clock, SlotCounters
 
 
@@ -83,11 +84,16 @@ class LatencySink:
         if counters.latency_clock[slot] is clock:
             counters.latency[slot][bucket] += 1  # type: ignore[index]
             counters.latency_sum_ns[slot] += dt_ns
+            counters.latency_native[slot].observe(dt_ns)  # type: ignore[union-attr]
         else:
             with self._lock:
                 counts, total = counters.other_clock.setdefault((slot, clock), ([0] * N_LATENCY_BUCKETS, [0]))
                 counts[bucket] += 1
                 total[0] += dt_ns
+                native = counters.other_clock_native.get((slot, clock))
+                if native is None:
+                    native = counters.other_clock_native[(slot, clock)] = NativeCounts()
+                native.observe(dt_ns)
         samples = self.samples
         if samples is not None:
             if len(samples) < self._cap:

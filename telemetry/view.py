@@ -12,6 +12,7 @@ from dispatcher.policy import Policy
 
 from .aggregates import Aggregates
 from .buckets import LATENCY_BOUNDS_NS
+from .native import NativeCounts
 from .spec import DROP_REASONS, STAGES
 
 Key = tuple[str, ...]
@@ -42,6 +43,7 @@ class Totals:
     telemetry_errors: dict[Key, int] = field(default_factory=dict)
     dropped: dict[Key, int] = field(default_factory=dict)
     latency: dict[Key, tuple[list[int], float]] = field(default_factory=dict)  # (bucket counts, sum s), keyed with clock
+    latency_native: dict[Key, NativeCounts] = field(default_factory=dict)  # the same samples in native buckets
     last_flush: dict[Key, float] = field(default_factory=dict)
     thresholds: dict[Key, float] = field(default_factory=dict)
     cf_info: dict[Key, float] = field(default_factory=dict)  # (policy, arch it is decided on) -> 1
@@ -60,11 +62,16 @@ def _default_impl(kernel: str, seen: dict[str, str]) -> str:
     return seen.get(kernel, "torch")
 
 
-def _add_latency(t: Totals, key: Key, counts: list[int], total_ns: int) -> None:
+def _add_latency(t: Totals, key: Key, counts: list[int], total_ns: int, native: NativeCounts | None) -> None:
     if not any(counts):
         return
     have, total = t.latency.get(key, ([0] * (len(LATENCY_BOUNDS_NS) + 1), 0.0))
     t.latency[key] = ([x + y for x, y in zip(have, counts)], total + total_ns / 1e9)
+    if native is not None:
+        merged = t.latency_native.get(key)
+        if merged is None:
+            merged = t.latency_native[key] = NativeCounts()
+        merged.merge(native)
 
 
 def build_totals(
@@ -126,10 +133,11 @@ def build_totals(
             _add(t.captured, (k, m), captured[s])
         hist, clock = c.latency[s], c.latency_clock[s]
         if hist is not None and clock is not None:
-            _add_latency(t, (k, b, m, clock.value), hist, c.latency_sum_ns[s])
+            _add_latency(t, (k, b, m, clock.value), hist, c.latency_sum_ns[s], c.latency_native[s])
     for (s, clock), (counts, total) in list(c.other_clock.items()):
         inf = agg.info[s]
-        _add_latency(t, (inf.kernel, inf.bucket, inf.model, clock.value), counts, total[0])
+        _add_latency(t, (inf.kernel, inf.bucket, inf.model, clock.value), counts, total[0],
+                     c.other_clock_native.get((s, clock)))
     for (s, exc), count in list(agg.kernel_errors.counts.items()):
         inf = agg.info[s]
         _add(t.kernel_errors, (inf.kernel, exc, inf.model), count)
