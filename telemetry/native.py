@@ -6,6 +6,12 @@ Bucket indices follow Prometheus' own (``frexp``-based, exact at every power of 
 bucket. Counts are sparse (index -> count) and kept per series; the hot path never sees them: samples reach them at
 flush. ``NativeCounts`` is the one representation the exporters (text, OpenMetrics 2.0, protobuf, OpenTelemetry) and
 the multiprocess files read.
+
+Every collector hands a series' native buckets to the exposition layer the same way: beside the classic
+``_bucket``/``_count``/``_sum`` samples of a histogram family, one sample named after the family whose
+``native_histogram`` is ``native_histogram(counts)`` (prometheus_client's ``NativeHistogram``);
+``counts_from_native(nh)`` reads one back. ``ZERO_THRESHOLD_S`` is positive so that Prometheus 2.4x reads even an
+empty histogram as native (it takes a histogram with no native buckets and a zero threshold of 0 for a classic one).
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 
+from prometheus_client.samples import BucketSpan, NativeHistogram
+
 SCHEMA = 4
-ZERO_THRESHOLD_S = 0.0
+ZERO_THRESHOLD_S = 2.0 ** -128  # client_golang's default: below any latency, and > 0 (see the module docstring)
 _PER_OCTAVE = 1 << SCHEMA
 # Upper bounds of the buckets of one octave, as frexp fractions in [0.5, 1): bound j is 2 ** (j / 2**s - 1).
 _OCTAVE_BOUNDS = tuple(2.0 ** (j / _PER_OCTAVE - 1.0) for j in range(_PER_OCTAVE))
@@ -140,3 +148,25 @@ def from_spans(spans: Iterable[tuple[int, int]], deltas: Iterable[int]) -> Itera
             count += next(counts)
             if count:
                 yield index, count
+
+
+def native_histogram(counts: NativeCounts) -> NativeHistogram:
+    """The ``native_histogram`` value of a histogram family's native sample (what every exposition encodes)."""
+    spans, deltas = counts.spans()
+    return NativeHistogram(
+        count_value=counts.count, sum_value=counts.sum_ns / 1e9, schema=SCHEMA, zero_threshold=ZERO_THRESHOLD_S,
+        zero_count=counts.zero, pos_spans=[BucketSpan(offset, length) for offset, length in spans],
+        pos_deltas=deltas,
+    )
+
+
+def counts_from_native(value: NativeHistogram) -> NativeCounts:
+    """``NativeCounts`` back from a ``NativeHistogram`` of schema ``SCHEMA`` (sum rounded to whole ns)."""
+    if value.schema != SCHEMA:
+        raise ValueError(f"schema {value.schema}, expected {SCHEMA}")
+    out = NativeCounts()
+    out.count = int(value.count_value)
+    out.zero = int(value.zero_count)
+    out.sum_ns = round(value.sum_value * 1e9)
+    out.buckets = dict(from_spans(value.pos_spans or (), value.pos_deltas or ()))
+    return out
