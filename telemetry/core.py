@@ -18,12 +18,14 @@ from dispatcher.policy import Policy, PolicySettings
 
 from . import exithooks
 from .aggregates import STAGE, Aggregates
-from .compact import LOCK_TIMEOUT_S, compact
 from .config import TelemetryConfig, TimingMode, counterfactual_policy
 from .graphs import graph_hooks
-from .merge import totals_from_families
-from .mphealth import Problems, os_problem
-from .multiproc import MultiprocWriter, ident_for, ident_pid, multiprocess_registry
+from .multiproc.compact import LOCK_TIMEOUT_S, compact
+from .multiproc.directory import ident_for, ident_pid
+from .multiproc.health import Problems, os_problem
+from .multiproc.merge import totals_from_families
+from .multiproc.reader import multiprocess_registry
+from .multiproc.writer import MultiprocWriter
 from .probe import TelemetryProbe, build_probe
 from .prom import TelemetryCollector, make_registry
 from .snapshot import build_snapshot, empty_snapshot

@@ -30,8 +30,9 @@ from dispatcher import Dispatcher, Policy, what_if
 
 from ..config import TelemetryConfig
 from ..core import Telemetry
-from ..merge import totals_from_families
-from ..multiproc import MultiprocWriter, multiprocess_registry
+from ..multiproc.merge import totals_from_families
+from ..multiproc.reader import multiprocess_registry
+from ..multiproc.writer import MultiprocWriter
 from .kill_worker import read_slot
 from .workload import make_calls, noop_registry
 

@@ -15,7 +15,7 @@ from advise.sources import (
 )
 from advise.traffic import TRAFFIC_LABELS, bucket_bounds
 from dispatcher.types import GuardMode
-from telemetry.multiproc import MultiprocWriter
+from telemetry.multiproc.writer import MultiprocWriter
 from telemetry.view import Totals
 
 from .fixtures import RAGGED, demo_entries, entry, routing_doc

@@ -10,7 +10,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from telemetry import Telemetry
 from telemetry.bench.kill_worker import make_call, make_tel, real_dispatcher
-from telemetry.multiproc import FILE_RE, multiprocess_registry
+from telemetry.multiproc.directory import FILE_RE
+from telemetry.multiproc.reader import multiprocess_registry
 
 from ..telemetry.conftest import scrape, series
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-import telemetry.multiproc
-from telemetry.compact import compact
-from telemetry.multiproc import LOCK_NAME
+import telemetry.multiproc.directory
+from telemetry.multiproc.compact import compact
+from telemetry.multiproc.directory import LOCK_NAME
 
 from .conftest import call, calls_in, db_files, errors, make_tel, real_dispatcher
 from .test_compaction_crash import write_process
@@ -57,7 +57,7 @@ def held(mp):
 
 
 class Recording:
-    """A stand-in for a module, as ``telemetry.multiproc`` sees it: ``overrides`` first, the module for the rest."""
+    """A stand-in for a module, as ``telemetry.multiproc.directory`` sees it: ``overrides`` first, the module for the rest."""
 
     def __init__(self, module, **overrides) -> None:
         self._module, self._overrides = module, overrides
@@ -78,8 +78,8 @@ def flocks(monkeypatch) -> list[int]:
     def no_sleep(s):
         raise AssertionError(f"waited {s} s for the lock")
 
-    monkeypatch.setattr(telemetry.multiproc, "fcntl", Recording(fcntl, flock=flock))
-    monkeypatch.setattr(telemetry.multiproc, "time", Recording(time, sleep=no_sleep))
+    monkeypatch.setattr(telemetry.multiproc.directory, "fcntl", Recording(fcntl, flock=flock))
+    monkeypatch.setattr(telemetry.multiproc.directory, "time", Recording(time, sleep=no_sleep))
     return ops
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-import telemetry.compact
-import telemetry.multiproc
-from telemetry import mpfile
-from telemetry.compact import archive_name, compact
-from telemetry.mphealth import Problems
+import telemetry.multiproc.compact
+import telemetry.multiproc.directory
+from telemetry.multiproc import mpfile
+from telemetry.multiproc.compact import archive_name, compact
+from telemetry.multiproc.health import Problems
 
 from .conftest import calls_in, db_files
 from .test_compaction_crash import write_process
@@ -120,7 +120,7 @@ def test_a_file_that_cannot_be_set_aside_is_skipped_and_counted_once(mp, monkeyp
 
     with monkeypatch.context() as m:
         failing_read(m, BAD, errno.EACCES)
-        m.setattr(telemetry.multiproc.os, "rename", rename)
+        m.setattr(telemetry.multiproc.directory.os, "rename", rename)
         compact(str(mp), alive=alive, problems=problems)
         compact(str(mp), alive=alive, problems=problems)
     assert BAD in db_files(mp)
@@ -175,10 +175,10 @@ def test_an_archive_unreadable_for_now_defers_its_own_kind_only(tmp_path, monkey
 
 
 def test_which_faults_are_the_files_own():
-    from telemetry.compact import the_files_fault
+    from telemetry.multiproc.compact import the_files_fault
 
     assert the_files_fault(PermissionError(errno.EACCES, "x")) and the_files_fault(OSError(errno.EIO, "x"))
     assert the_files_fault(IsADirectoryError(errno.EISDIR, "x"))
     assert not the_files_fault(OSError(errno.EMFILE, "x")) and not the_files_fault(OSError(errno.ENOMEM, "x"))
     assert not the_files_fault(OSError(errno.ENOSPC, "x"))
-    assert telemetry.compact.LOCK_TIMEOUT_S > 0  # close() may wait; a flush never does (test_compact_lock.py)
+    assert telemetry.multiproc.compact.LOCK_TIMEOUT_S > 0  # close() may wait; a flush never does (test_compact_lock.py)

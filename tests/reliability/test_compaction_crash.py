@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import telemetry.compact
-import telemetry.multiproc
-from telemetry.compact import compact
-from telemetry.multiproc import MultiprocWriter
+import telemetry.multiproc.compact
+import telemetry.multiproc.directory
+from telemetry.multiproc.compact import compact
+from telemetry.multiproc.writer import MultiprocWriter
 
 from .conftest import calls_by_prometheus_client, calls_in, call, db_files, make_tel, real_dispatcher
 
@@ -85,12 +85,12 @@ def pristine(tmp_path_factory) -> tuple[Path, int]:
 
 
 def run(path: Path, fault: FaultyOs) -> None:
-    saved = telemetry.compact.os, telemetry.multiproc.os
-    telemetry.compact.os = telemetry.multiproc.os = fault  # type: ignore[assignment]
+    saved = telemetry.multiproc.compact.os, telemetry.multiproc.directory.os
+    telemetry.multiproc.compact.os = telemetry.multiproc.directory.os = fault  # type: ignore[assignment]
     try:
         compact(str(path), alive=alive)
     finally:
-        telemetry.compact.os, telemetry.multiproc.os = saved
+        telemetry.multiproc.compact.os, telemetry.multiproc.directory.os = saved
 
 
 def steps(pristine, tmp_path) -> list[str]:

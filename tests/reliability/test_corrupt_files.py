@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.mmap_dict import _read_all_values
 
-from telemetry import mpfile
-from telemetry.compact import compact
+from telemetry.multiproc import mpfile
+from telemetry.multiproc.compact import compact
 
 from .conftest import calls_by_prometheus_client, calls_in, call, db_files, errors, make_tel, real_dispatcher
 from .test_compaction_crash import write_process

@@ -18,14 +18,14 @@ from types import SimpleNamespace
 
 import pytest
 
-import telemetry.multiproc
+import telemetry.multiproc.writer
 from dispatcher.types import Kernel
 
 from .conftest import ROOT, call, calls_in, errors, make_tel, real_dispatcher
 
 
 class FullDisk:
-    """``os`` for telemetry.multiproc, on a full filesystem (a test double: CI may not mount one)."""
+    """``os`` for telemetry.multiproc.writer, on a full filesystem (a test double: CI may not mount one)."""
 
     def __getattr__(self, name: str):
         return getattr(os, name)
@@ -44,7 +44,7 @@ class FullDisk:
 @pytest.fixture
 def full(monkeypatch):
     def fill() -> None:
-        monkeypatch.setattr(telemetry.multiproc, "os", FullDisk())
+        monkeypatch.setattr(telemetry.multiproc.writer, "os", FullDisk())
 
     return fill
 
@@ -74,7 +74,7 @@ def test_full_disk_at_start(tmp_path, full, monkeypatch):
 
 
 def test_disk_fills_while_running(tmp_path, full, monkeypatch):
-    monkeypatch.setattr(telemetry.multiproc, "MIN_CAPACITY", 0)  # little slack, so new series soon need new blocks
+    monkeypatch.setattr(telemetry.multiproc.writer, "MIN_CAPACITY", 0)  # little slack, so new series soon need new blocks
     tel = make_tel(str(tmp_path), models=("glm", "dsv4"), flush_on_exit=False)
     try:
         d = tel.instrument(real_dispatcher())

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from telemetry import mpfile
-from telemetry.compact import compact
-from telemetry.mphealth import Problems
-from telemetry.multiproc import RoutescopeMultiProcessCollector
+from telemetry.multiproc import mpfile
+from telemetry.multiproc.compact import compact
+from telemetry.multiproc.health import Problems
+from telemetry.multiproc.reader import RoutescopeMultiProcessCollector
 
 from .conftest import ROOT, calls_by_prometheus_client, calls_in, db_files
 from .test_compaction_crash import write_process
@@ -46,10 +46,10 @@ def sparse(path: Path, head: bytes, size: int = 8 * GiB) -> None:
 
 CAPPED = """
 import json, os, resource, sys
-from telemetry import mpfile
-from telemetry.compact import compact
-from telemetry.mphealth import Problems
-from telemetry.multiproc import RoutescopeMultiProcessCollector
+from telemetry.multiproc import mpfile
+from telemetry.multiproc.compact import compact
+from telemetry.multiproc.health import Problems
+from telemetry.multiproc.reader import RoutescopeMultiProcessCollector
 
 path, dead = sys.argv[1], int(sys.argv[2])
 mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from telemetry import mpfile
+from telemetry.multiproc import mpfile
 
 from .conftest import make_tel
 from .test_compaction_crash import write_process

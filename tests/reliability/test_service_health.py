@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-import telemetry.multiproc
+import telemetry.multiproc.writer
 from service.app import create_app
 from service.settings import ServiceSettings
 
@@ -91,7 +91,7 @@ def test_deleted_directory_turns_readyz_503_then_recovers(served):
 
 
 def test_full_disk_turns_readyz_503_then_recovers(tmp_path, monkeypatch):
-    monkeypatch.setattr(telemetry.multiproc, "os", FullDisk())  # full before the service starts: no file can be made
+    monkeypatch.setattr(telemetry.multiproc.writer, "os", FullDisk())  # full before the service starts: no file can be made
     app = create_app(ServiceSettings(multiproc_dir=str(tmp_path), flush_interval_s=0.2))
     with TestClient(app, base_url="http://127.0.0.1") as c:
         d = app.state.routescope.telemetry.instrument(real_dispatcher())

@@ -20,7 +20,7 @@ import pytest
 
 from dispatcher import Policy, what_if
 from telemetry import Telemetry, TelemetryConfig
-from telemetry.mphealth import Problems
+from telemetry.multiproc.health import Problems
 
 from ..telemetry.cuda_double import FakeTorch, reset
 from .conftest import ROOT, call, calls_in, errors, real_dispatcher
@@ -100,7 +100,8 @@ def test_problems_within_bounded_never_wait_for_their_own_thread():
 CHILD = """
 import os, signal, sys
 from dispatcher import Policy, what_if
-from telemetry import Telemetry, TelemetryConfig, mpfile
+from telemetry import Telemetry, TelemetryConfig
+from telemetry.multiproc import mpfile
 from telemetry.bench.kill_worker import make_call, real_dispatcher
 from tests.telemetry.cuda_double import FakeTorch
 

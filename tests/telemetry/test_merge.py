@@ -1,9 +1,9 @@
-"""telemetry.merge: exported families back into Totals, summed over ranks (pure; the multiprocess path is in
+"""telemetry.multiproc.merge: exported families back into Totals, summed over ranks (pure; the multiprocess path is in
 test_multiprocess.py)."""
 
 from __future__ import annotations
 
-from telemetry.merge import totals_from_families
+from telemetry.multiproc.merge import totals_from_families
 from telemetry.prom import LE, family
 from telemetry.spec import ALL
 from telemetry.view import Totals

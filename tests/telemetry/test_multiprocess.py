@@ -15,7 +15,8 @@ from prometheus_client import generate_latest
 from dispatcher import Policy, what_if
 from telemetry import Telemetry, TelemetryConfig
 from telemetry.bench.workload import make_calls
-from telemetry.multiproc import FILE_RE, multiprocess_registry
+from telemetry.multiproc.directory import FILE_RE
+from telemetry.multiproc.reader import multiprocess_registry
 
 from .conftest import dispatcher, scrape, series
 

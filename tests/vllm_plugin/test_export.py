@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 
 from dispatcher import what_if
 from routescope.vllm import plugin
-from telemetry.multiproc import multiprocess_registry
+from telemetry.multiproc.reader import multiprocess_registry
 
 from .conftest import Meta, prefill_args, telemetry
 

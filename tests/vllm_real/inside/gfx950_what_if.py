@@ -10,7 +10,7 @@ import os
 import torch
 
 from dispatcher import what_if
-from telemetry.multiproc import multiprocess_registry
+from telemetry.multiproc.reader import multiprocess_registry
 from tests.vllm_real.inside import batch
 from tests.vllm_real.inside.common import OPS, emit, metric_samples, observer
 

@@ -1,10 +1,10 @@
-"""Prometheus multiprocess mode (TP ranks, as vLLM runs it): files written at flush, read at scrape, never fatal.
+"""The writer: this process's totals into its own files at flush, with plain file I/O, never fatal.
 
-Each Telemetry writes its own files in prometheus_client's format (``telemetry/mpfile.py``),
-named so its MultiProcessCollector (and vLLM's /metrics) reads them:
-``counter_routescope-<id>.db``, ``histogram_routescope-<id>.db``,
-``gauge_livemax_routescope-<id>.db``. The id is ``<pid>-<random>``, or ``id.<process_id>``
-when configured: such a file is reopened and continued by the next process with that id.
+Each Telemetry writes its own files in prometheus_client's format (``mpfile``), named so its
+MultiProcessCollector (and vLLM's /metrics) reads them: ``counter_routescope-<id>.db``,
+``histogram_routescope-<id>.db``, ``gauge_livemax_routescope-<id>.db``. The id is
+``<pid>-<random>``, or ``id.<process_id>`` when configured: such a file is reopened and
+continued by the next process with that id.
 
 Writing uses ordinary file I/O (``pwrite``), never mmap, so a full disk is an ``OSError``
 (counted, reported, retried) and never a SIGBUS. A file is created complete under a
@@ -12,123 +12,24 @@ temporary name and renamed into place, and grown with real zero bytes (not a spa
 truncate) after a free-space check, so every ``*.db`` a reader sees parses. Each flush
 checks that the file on disk is still the one it writes (a deleted directory, a file
 quarantined by a reader) and recreates it from memory when not.
-
-Reading parses every file itself: a corrupt or truncated one is skipped and renamed aside
-(``*.db.corrupt-<unix ms>``), counted and listed, and never stops a scrape. Files of dead
-processes are merged into ``*_routescope-archive.db`` by ``telemetry/compact.py``.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import re
-import secrets
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.mmap_dict import mmap_key  # the key format only: nothing here maps a file
-from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector
 
+from ..prom import LE
+from ..spec import COUNTERS, GAUGES, HISTOGRAM
+from ..view import Totals
 from . import mpfile
-from .mphealth import Problems, os_problem
-from .prom import LE
-from .spec import COUNTERS, GAUGES, HISTOGRAM
-from .view import Totals
+from .directory import KINDS, quarantine
+from .health import Problems, os_problem
 
-FILE_RE = re.compile(r"^(counter|histogram|gauge_[a-z]+)_routescope-([A-Za-z0-9.\-]+)\.db$")
-TMP_RE = re.compile(r"^\..*_routescope-.*\.db\.tmp-(\d+)$")  # a file being created by process <pid>
-KINDS = ("counter", "histogram", "gauge_livemax")
-ARCHIVE = "archive"
-LOCK_NAME = ".routescope.lock"
-_PROCESS_ID_RE = re.compile(r"^[A-Za-z0-9.\-]+$")
 MIN_CAPACITY = 16384  # bytes a new file is given (real zeros): room for new series while the disk is full
 FREE_MARGIN = 4096  # a new file or growth leaves at least a page free
 _CLEAN = 1 << 62
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def ident_for(process_id: str | None) -> str:
-    """``<pid>-<random>`` (unique per Telemetry, compacted after death) or ``id.<process_id>`` (reused)."""
-    if process_id is None:
-        return f"{os.getpid()}-{secrets.token_hex(3)}"
-    if not _PROCESS_ID_RE.match(process_id):
-        raise ValueError(f"process_id may hold letters, digits, '.' and '-' only; got {process_id!r}")
-    return f"id.{process_id}"
-
-
-def ident_pid(ident: str) -> int | None:
-    head = ident.split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-class LockBusy(TimeoutError):
-    """The directory lock is held elsewhere (another process, or another open of it here) past the wait asked for."""
-
-
-@contextmanager
-def dir_lock(path: str, *, exclusive: bool, timeout: float | None = None) -> Iterator[None]:
-    """flock on the directory's lock file (compaction is exclusive).
-
-    ``timeout``: None waits as long as it takes; 0 tries once and never waits; otherwise retries
-    for that many seconds. LockBusy when it was not acquired."""
-    fd = os.open(os.path.join(path, LOCK_NAME), os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        _flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, timeout, path)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _flock(fd: int, op: int, timeout: float | None, path: str) -> None:
-    if timeout is None:
-        fcntl.flock(fd, op)
-        return
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, op | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                held = f" for more than {timeout} s" if timeout > 0 else ""
-                raise LockBusy(f"lock on {path} held by another process{held}") from None
-            time.sleep(0.005)
-
-
-def our_files(path: str) -> list[str]:
-    """Routescope's files, archives last: a reader that meets an archive after its sources can drop them."""
-    return sorted((f for f in os.listdir(path) if FILE_RE.match(f)), key=lambda f: (f"-{ARCHIVE}.db" in f, f))
-
-
-def quarantine(path: str, reason: str, problems: Problems, stage: str, problem: str = "corrupt file") -> bool:
-    """Rename a bad file aside (not ``*.db``: no collector reads it), count it and list it.
-
-    True when the file is no longer at ``path`` (renamed here, or by another reader first);
-    False when it could not be renamed (counted and listed once per version of the file)."""
-    moved: str | None = f"{path}.corrupt-{int(time.time() * 1000)}"
-    try:
-        os.rename(path, moved)  # type: ignore[arg-type]
-    except FileNotFoundError:
-        return True  # another reader moved it (and counted it) first
-    except OSError:
-        moved = None
-        if not problems.first_unmovable(path):
-            return False
-    problems.quarantined(stage, path, moved, reason, problem)
-    return moved is not None
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
@@ -342,81 +243,3 @@ class MultiprocWriter:
             except OSError:
                 pass
         self._files.clear()
-
-
-class RoutescopeMultiProcessCollector(MultiProcessCollector):
-    """Reads only routescope's files (not vLLM's, which may share the directory); never raises.
-
-    No lock: archives are read last, and a file an archive lists as merged is dropped, so a
-    compaction running meanwhile neither hides nor doubles a dead process's values."""
-
-    def __init__(self, registry: CollectorRegistry | None, path: str, problems: Problems | None = None,
-                 key_cache: dict[str, list] | None = None) -> None:
-        self._path = path
-        self._problems = problems if problems is not None else Problems(lambda stage: None)
-        self._cache = key_cache if key_cache is not None else {}
-        if registry:
-            registry.register(self)
-
-    def read(self) -> dict[str, list]:
-        """File name -> entries of every readable file not yet merged into an archive.
-
-        A file's ``read`` condition (an I/O error) lasts until it reads again, or is gone."""
-        try:
-            names = our_files(self._path)
-        except OSError as exc:
-            self._problems.report("read", self._path, os_problem(exc), f"cannot list {self._path}: {exc}",
-                                  blocking=True)
-            return {}
-        self._problems.clear("read", self._path)
-        self._problems.clear_missing("read", self._path, {os.path.join(self._path, n) for n in names})
-        parsed: dict[str, list] = {}
-        merged: set[str] = set()
-        for name in names:
-            full = os.path.join(self._path, name)
-            try:
-                entries, manifest = mpfile.read(full, self._cache)
-            except FileNotFoundError:
-                self._problems.clear("read", full)
-                continue  # compacted meanwhile: its values are in the archive read after it
-            except mpfile.CorruptFile as exc:
-                self._problems.clear("read", full)  # it reads, if wrongly: no I/O error any more
-                quarantine(full, exc.reason, self._problems, "read")
-                continue
-            except OSError as exc:
-                self._problems.report("read", full, os_problem(exc), str(exc))
-                continue
-            self._problems.clear("read", full)
-            parsed[name] = entries
-            merged.update(manifest or ())
-        return {n: e for n, e in parsed.items() if n not in merged}
-
-    def collect(self):  # type: ignore[override]
-        """As prometheus_client's ``_read_metrics`` builds families, from entries already parsed and checked."""
-        metrics: dict[str, Metric] = {}
-        for name, entries in self.read().items():
-            parts = name.split("_")
-            typ = parts[0]
-            for _key, (metric_name, sample, labels, help_text), value, ts, _off in entries:
-                metric = metrics.get(metric_name)
-                if metric is None:
-                    metric = metrics[metric_name] = Metric(metric_name, help_text, typ)
-                labels_key = tuple(sorted(labels.items()))
-                if typ == "gauge":
-                    metric._multiprocess_mode = parts[1]  # type: ignore[attr-defined]
-                    metric.add_sample(sample, labels_key + (("pid", parts[2][:-3]),), value, ts)  # type: ignore[arg-type]
-                else:
-                    metric.add_sample(sample, labels_key, value)  # type: ignore[arg-type]
-        try:
-            return list(MultiProcessCollector._accumulate_metrics(metrics, True))
-        except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() makes
-            self._problems.report("read", self._path, exc.__class__.__name__, f"merging the files failed: {exc}")
-            return []
-
-
-def multiprocess_registry(path: str, problems: Problems | None = None,
-                          key_cache: dict[str, list] | None = None) -> CollectorRegistry:
-    """A fresh registry that merges every process's files at each scrape."""
-    reg = CollectorRegistry()
-    RoutescopeMultiProcessCollector(reg, path=path, problems=problems, key_cache=key_cache)
-    return reg

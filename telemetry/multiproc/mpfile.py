@@ -4,7 +4,7 @@ A file (``prometheus_client.mmap_dict``) is a 4-byte native int ``used``, 4 zero
 entries up to ``used``: a 4-byte key length, the UTF-8 JSON key padded to 8-byte alignment, and
 two doubles (value, timestamp). Bytes past ``used`` are preallocated space, which every reader
 ignores; routescope's archives keep there the names of the files merged into them (a
-*manifest*, see ``telemetry/compact.py``), so prometheus_client's collector (vLLM's /metrics)
+*manifest*, see ``compact``), so prometheus_client's collector (vLLM's /metrics)
 reads an archive as any other file. Pure: bytes in, entries out, or ``CorruptFile`` with why;
 ``read`` and ``load`` alone touch the disk, and read no byte past what the header says is used
 (plus a manifest), so a huge or sparse hostile ``*.db`` costs a few reads, never its size.

@@ -1,7 +1,7 @@
 """Totals rebuilt from exported metric families: every process's series, for snapshot() in multiprocess mode.
 
 A multiprocess directory holds each process's totals as prometheus_client files
-(``multiproc.MultiprocWriter``); its collector merges them into families. This turns those
+(``writer.MultiprocWriter``); its collector merges them into families. This turns those
 families back into a ``Totals`` summed over processes and ranks, so ``snapshot()`` (and the
 service's ``/routing``) can show what every rank routed, not only the serving process.
 Pure: families in, ``Totals`` out.
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .prom import LE
-from .spec import ALL
-from .view import Key, Totals
+from ..prom import LE
+from ..spec import ALL
+from ..view import Key, Totals
 
 _BY_FAMILY = {s.base: s for s in ALL}  # family names: counters without "_total", the others as named
 

@@ -29,9 +29,9 @@ import os
 from collections.abc import Callable
 
 from . import mpfile
-from .mphealth import Problems, os_problem
-from .multiproc import (ARCHIVE, FILE_RE, TMP_RE, LockBusy, dir_lock, ident_pid, our_files, pid_alive,
+from .directory import (ARCHIVE, FILE_RE, TMP_RE, LockBusy, dir_lock, ident_pid, our_files, pid_alive,
                         quarantine)
+from .health import Problems, os_problem
 
 LOCK_TIMEOUT_S = 5.0  # how long ``close()`` waits for the lock; a flush does not wait (0)
 _THE_FILES_FAULT = frozenset({errno.EACCES, errno.EPERM, errno.EIO, errno.EISDIR, errno.ELOOP, errno.ENXIO,
