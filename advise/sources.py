@@ -140,8 +140,8 @@ def from_multiproc(path: str, *, span_s: float | None = None) -> Traffic:
     """Every process's series in a Prometheus multiprocess directory (telemetry's own readers)."""
     import os
 
-    from telemetry.merge import totals_from_families
-    from telemetry.multiproc import multiprocess_registry
+    from telemetry.multiproc.merge import totals_from_families
+    from telemetry.multiproc.reader import multiprocess_registry
 
     if not os.path.isdir(path):
         raise SourceError(f"multiprocess directory {path!r} does not exist")

@@ -21,7 +21,7 @@ from telemetry import Telemetry, TelemetryConfig
 from telemetry.aggregates import KernelErrors
 from telemetry.index import SlotIndex
 from telemetry.timing import LatencySink
-from telemetry.multiproc import MultiprocWriter
+from telemetry.multiproc.writer import MultiprocWriter
 from telemetry.otel import OtelExporter
 
 from .conftest import args_for, dispatcher, noop_registry, scrape, series
