@@ -1,6 +1,6 @@
 """The A/B check of ``advise``: replay the demo's traffic under two gates, time each arm, compare with the prediction.
 
-The calls are the demo's (service/demo/traffic.py: DeepSeek-V4.1 and GLM-5.3 with the GLM
+The calls are the demo's (workloads/traffic.py: DeepSeek-V4.1 and GLM-5.3 with the GLM
 decode bug, so decode rows reach the prefill entry), sampled evenly over one cycle of its
 scenarios. Arm A routes them as the active policy does on this device, arm B as the advised
 gate does (rows under the gate to the split-K decode kernel). Both arms launch the project's
@@ -28,8 +28,8 @@ from dispatcher.kernels.registry import default_registry
 from dispatcher.policy import Policy
 from dispatcher.sweep.inputs import topk_indices
 from dispatcher.types import CallClass, Kernel
-from service.demo.scale import ScaledShape, scaled
-from service.demo.traffic import DEMO_MODELS, CallSpec, traffic
+from workloads.scale import ScaledShape, scaled
+from workloads.traffic import DEMO_MODELS, CallSpec, traffic
 
 from .policies import Target, decided_kernel, target_for
 from .traffic import ObservedCall, Traffic, TrafficEntry, aggregate

@@ -256,7 +256,7 @@ def as_demo(traffic: Traffic) -> Traffic:
     """
     if traffic.demo is not None:
         return traffic
-    from service.demo.traffic import DEMO_MODELS
+    from workloads.traffic import DEMO_MODELS
 
     demo = {"scaled": True, "shapes": [{"model": m.name} for m in DEMO_MODELS], "source": DECLARED_DEMO}
     return replace(traffic, demo=demo)
@@ -266,11 +266,11 @@ GENERATED = "none (generated, not run)"
 
 
 def from_demo(calls: int, *, glm_bug: bool = False, seed: int = 7) -> Traffic:
-    """The demo's first ``calls`` calls (service/demo/traffic.py; both entries, the prefill entry's priced) at the real
+    """The demo's first ``calls`` calls (workloads/traffic.py; both entries, the prefill entry's priced) at the real
     models' shapes: what `serve --demo` would route, generated without running a kernel; the demo's policies."""
     import itertools
 
-    from service.demo.traffic import DEMO_MODELS, traffic
+    from workloads.traffic import DEMO_MODELS, traffic
     from telemetry.config import DEFAULT_COUNTERFACTUALS, counterfactual_policy
 
     from .traffic import ObservedCall, aggregate
@@ -287,5 +287,5 @@ def from_demo(calls: int, *, glm_bug: bool = False, seed: int = 7) -> Traffic:
         counterfactuals=tuple(counterfactual_policy(s, active) for s in DEFAULT_COUNTERFACTUALS),
         counterfactual_arch="gfx942", span_s=None, span_note="generated calls: no wall time",
         source=f"the demo's traffic generator: its first {calls} calls, seed {seed}, GLM decode bug "
-               f"{'on' if glm_bug else 'off'} (service/demo/traffic.py)",
+               f"{'on' if glm_bug else 'off'} (workloads/traffic.py)",
     )

@@ -150,10 +150,10 @@ class DemoShapes:
 
 
 def demo_shapes(demo: Mapping | None, models: Iterable[str]) -> DemoShapes | None:
-    """For a scaled demo, the real top-k and layout of each of ``models`` it ran (service/demo/traffic.py)."""
+    """For a scaled demo, the real top-k and layout of each of ``models`` it ran (workloads/traffic.py)."""
     if not demo or not demo.get("scaled"):
         return None
-    from service.demo.traffic import DEMO_MODELS
+    from workloads.traffic import DEMO_MODELS
 
     names = {s.get("model") for s in demo.get("shapes", [])} & set(models)
     return DemoShapes({m.name: (m.topk, f"{m.nope_head_dim}+{m.rope_head_dim}") for m in DEMO_MODELS if m.name in names})

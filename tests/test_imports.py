@@ -1,4 +1,4 @@
-"""No import circles: the modules of every package pyproject.toml ships import each other in one direction.
+"""No import circles, and no arrow back up: the packages pyproject.toml ships import each other in one direction.
 
 Each module's source is parsed (``ast``), so every import counts wherever it stands: at the top, inside a
 function, under ``if TYPE_CHECKING:``, or as ``importlib.import_module`` with a literal name. A circle is any
@@ -104,7 +104,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_every_shipped_package_is_checked():
-    assert set(shipped_packages()) >= {"dispatcher", "telemetry", "service", "advise", "routescope", "dashboards"}
+    assert set(shipped_packages()) >= {"dispatcher", "telemetry", "service", "advise", "routescope", "dashboards",
+                                       "workloads"}
     graph = import_graph()
     for package in shipped_packages():
         assert package in graph, f"{package} has no __init__.py under {ROOT}"
@@ -112,6 +113,43 @@ def test_every_shipped_package_is_checked():
 
 def test_no_import_circles():
     assert circles(import_graph()) == []
+
+
+# Arrows that must never exist between the shipped packages: dispatcher and workloads sit at the bottom and
+# import none of the others; telemetry observes the dispatcher and knows no consumer; advise is used by the
+# service and never uses it (the demo's traffic both share lives in workloads).
+FORBIDDEN = {
+    "dispatcher": {"telemetry", "workloads", "advise", "service", "routescope", "dashboards"},
+    "workloads": {"dispatcher", "telemetry", "advise", "service", "routescope", "dashboards"},
+    "telemetry": {"advise", "service"},
+    "advise": {"service"},
+}
+
+
+def package_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str, str, str]]:
+    """(package, imported package, module, imported module) for every import that crosses packages."""
+    return {(m.split(".")[0], d.split(".")[0], m, d) for m, deps in graph.items() for d in deps
+            if m.split(".")[0] != d.split(".")[0]}
+
+
+def test_packages_import_downward_only():
+    arrows = package_arrows(import_graph())
+    wrong = sorted(f"{module} imports {dep}" for src, dst, module, dep in arrows if dst in FORBIDDEN.get(src, ()))
+    assert wrong == [], wrong
+
+
+def test_the_layering_check_sees_a_lazy_import_back_up(tmp_path):
+    """The checker itself: advise reaching into service from inside a function is caught."""
+    for pkg in ("advise", "service"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "service" / "app.py").write_text("from advise import report\n")
+    (tmp_path / "advise" / "report.py").write_text("def f():\n    from service.demo import runner\n")
+    (tmp_path / "service" / "demo.py").write_text("")
+    arrows = package_arrows(import_graph(("advise", "service"), tmp_path))
+    assert {(s, d) for s, d, _, _ in arrows} == {("service", "advise"), ("advise", "service")}
+    wrong = [a for a in arrows if a[1] in FORBIDDEN.get(a[0], ())]
+    assert wrong == [("advise", "service", "advise.report", "service.demo")]
 
 
 def test_every_kind_of_import_is_seen(tmp_path):

@@ -1,1 +1,1 @@
-"""The embedded demo workload: model-shaped traffic (pure), its scaling, a what-if view, and the runner."""
+"""The embedded demo: the runner that launches ``workloads``' model-shaped traffic through the real dispatcher."""

@@ -1,6 +1,6 @@
 """Runs the demo traffic through the real dispatcher and kernels on a background thread, paced.
 
-Everything decided about the traffic lives in ``traffic.py``; this module only turns call
+Everything decided about the traffic lives in ``workloads.traffic``; this module only turns call
 specs into tensors, launches them, counts what it did, and sleeps so the machine stays usable.
 """
 
@@ -19,8 +19,8 @@ import torch
 from dispatcher import DecodeInPrefillError, Dispatcher, Kernel
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 
-from .scale import ScaledShape, scaled
-from .traffic import DEFAULT_SCENARIOS, DEMO_MODELS, CallSpec, ModelSpec, Scenario, traffic, warm_up_calls
+from workloads.scale import ScaledShape, scaled
+from workloads.traffic import DEFAULT_SCENARIOS, DEMO_MODELS, CallSpec, ModelSpec, Scenario, traffic, warm_up_calls
 
 log = logging.getLogger("routescope.demo")
 

@@ -1,6 +1,6 @@
 """Traffic fixtures with exactly the shape telemetry's `traffic` aggregate has (docs/advise.md), built from the demo.
 
-The demo's calls (service/demo/traffic.py) aggregated by ``advise.traffic.aggregate`` (telemetry's
+The demo's calls (workloads/traffic.py) aggregated by ``advise.traffic.aggregate`` (telemetry's
 rows buckets), as a CPU demo's /routing would carry them (scaled shapes: top-k 32, head dims / 8):
 a known traffic in a millisecond, where running the demo until it has made these calls would take
 minutes. Telemetry's own aggregate is what the end-to-end tests read: `serve --demo` to
@@ -14,7 +14,7 @@ import itertools
 from typing import Any
 
 from advise.traffic import ObservedCall, TrafficEntry, aggregate
-from service.demo.traffic import DEMO_MODELS, traffic
+from workloads.traffic import DEMO_MODELS, traffic
 
 RAGGED = "intree.ragged_prefill"
 SPLIT = "intree.sparse_decode"

@@ -9,7 +9,7 @@ import pytest
 
 from dispatcher import Dispatcher, GuardMode, Policy
 from service.demo.runner import DemoRunner
-from service.demo.traffic import DEFAULT_SCENARIOS, GLM_FLASH, traffic, warm_up_calls
+from workloads.traffic import DEFAULT_SCENARIOS, GLM_FLASH, traffic, warm_up_calls
 from telemetry import Telemetry, TelemetryConfig
 from tests.service.held_demo import HeldWarmUp
 

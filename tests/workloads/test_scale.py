@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.demo.scale import scaled
-from service.demo.traffic import DSV4_FLASH, GLM_FLASH
+from workloads.scale import scaled
+from workloads.traffic import DSV4_FLASH, GLM_FLASH
 
 
 def test_full_scale_is_the_real_shape():

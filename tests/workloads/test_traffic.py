@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from service.demo.traffic import (DEFAULT_SCENARIOS, DSV4_FLASH, GLM_FLASH, CallSpec, Scenario, traffic,
-                                  warm_up_calls)
+from workloads.traffic import (DEFAULT_SCENARIOS, DSV4_FLASH, GLM_FLASH, CallSpec, Scenario, traffic,
+                               warm_up_calls)
 
 
 def take(n: int, **kw) -> list[CallSpec]:
