@@ -1,7 +1,9 @@
 """GET /metrics: one exposition of telemetry's series and the service's own HTTP metrics.
 
-The Accept header picks the format (Prometheus text or OpenMetrics) through
-``prometheus_client``'s own negotiation; in multiprocess mode every process's files are read.
+The Accept header picks the format (telemetry.exposition.negotiate): Prometheus' protobuf exposition, with the
+latency histogram's native buckets, for a scraper that asks for it first (Prometheus with
+``--enable-feature=native-histograms``); OpenMetrics 2.0 text, native buckets too, where that is negotiated;
+OpenMetrics 1.0 or text 0.0.4, classic buckets only, otherwise. In multiprocess mode every process's files are read.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import Collector
 from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from telemetry.exposition import negotiate
 
 log = logging.getLogger("routescope.service")
 
@@ -44,5 +47,5 @@ class ChainedCollector:
 
 def render(collector: Collector, accept: str | None) -> tuple[bytes, str]:
     """Encode for the client's Accept header: (body, content type)."""
-    encoder, content_type = choose_encoder(accept or "")
+    encoder, content_type = negotiate(accept)
     return encoder(collector), content_type

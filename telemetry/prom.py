@@ -1,4 +1,9 @@
-"""Prometheus, single process: a Collector that flushes at scrape and yields families built from Totals."""
+"""Prometheus, single process: a Collector that flushes at scrape and yields families built from Totals.
+
+The latency family's series each carry the classic ``_bucket``/``_count``/``_sum`` samples and, where the flush has
+native counts for them, one native sample (telemetry.native.native_histogram) first; telemetry.exposition writes it
+where the format can carry it and leaves it out of the classic text formats.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,11 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from .buckets import LATENCY_BOUNDS_S
+from .native import native_histogram
 from .spec import ALL, MetricSpec
 from .view import Totals
 
@@ -21,12 +28,18 @@ def family(spec: MetricSpec, totals: Totals, rank: str) -> Metric:
     with_rank = "rank" in spec.labels
     if spec.kind == "histogram":
         fam = HistogramMetricFamily(spec.name, spec.help, labels=spec.labels, unit="")
+        natives = getattr(totals, spec.field + "_native", {})
         for key, (counts, total) in sorted(values.items()):
             acc, cum = 0, []
             for le, c in zip(LE, counts):
                 acc += c
                 cum.append((le, acc))
-            fam.add_metric(list(key) + [rank], cum, total)
+            label_values = list(key) + [rank]
+            native = natives.get(key)
+            if native is not None and native.count:
+                fam.samples.append(Sample(spec.name, dict(zip(spec.labels, label_values)), native.count, None, None,
+                                          native_histogram(native)))
+            fam.add_metric(label_values, cum, total)
         return fam
     cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
     fam = cls(spec.base, spec.help, labels=spec.labels)

@@ -14,6 +14,7 @@ from dispatcher import Dispatcher, Policy, what_if
 from dispatcher.kernels import KernelImpl, KernelRegistry
 from dispatcher.types import Kernel
 from telemetry import Telemetry, TelemetryConfig
+from telemetry.exposition import classic_only
 
 H, NOPE, ROPE = 2, 48, 16
 D = NOPE + ROPE
@@ -82,7 +83,7 @@ def make_tel() -> Iterator[Callable[..., Telemetry]]:
 
 def scrape(registry: Any) -> dict[tuple[str, frozenset], float]:
     """{(sample name, labels): value} from a real text exposition of ``registry``."""
-    text = generate_latest(registry).decode()
+    text = generate_latest(classic_only(registry)).decode()  # native samples are for protobuf/OM 2.0 only
     out: dict[tuple[str, frozenset], float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

@@ -1,0 +1,93 @@
+"""Exposition formats for /metrics, chosen by the scraper's Accept header; native histograms go where they are read.
+
+- protobuf first (``application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited``,
+  what Prometheus 2.40+ asks for with ``--enable-feature=native-histograms``): delimited ``MetricFamily`` messages,
+  the latency histogram native and classic in one message per series (``protobuf``);
+- ``application/openmetrics-text; version=2.0.0``: OpenMetrics 2.0 text (prometheus_client), native and classic;
+- OpenMetrics 1.0, ``text/plain`` or anything else: OpenMetrics 1.0 or text 0.0.4, classic buckets only.
+
+Collectors yield prometheus_client families whose histogram series may carry one native sample beside the classic
+ones (telemetry.native.native_histogram); the text formats that cannot carry it never see it (``classic_only``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import parse_version
+
+Encoder = Callable[[Collector], bytes]
+
+PROTOBUF_CONTENT_TYPE = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+
+__all__ = ["PROTOBUF_CONTENT_TYPE", "Encoder", "classic_only", "negotiate", "wants_protobuf"]
+
+
+class classic_only:  # noqa: N801 - reads as a function at the call site: encoder(classic_only(collector))
+    """A collector's families without native-histogram samples: what a classic text exposition may hold."""
+
+    def __init__(self, collector: Collector) -> None:
+        self._collector = collector
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self._collector.collect():
+            if fam.type in ("histogram", "gaugehistogram") and any(s.native_histogram for s in fam.samples):
+                stripped = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+                stripped.samples = [s for s in fam.samples if s.native_histogram is None]
+                yield stripped
+            else:
+                yield fam
+
+
+def _media_ranges(accept: str) -> list[tuple[float, int, str, dict[str, str]]]:
+    """(q, position, type, params) per media range of an Accept header; q defaults to 1."""
+    out = []
+    for position, part in enumerate(accept.split(",")):
+        tokens = [t.strip() for t in part.split(";")]
+        if not tokens[0]:
+            continue
+        params = {}
+        for token in tokens[1:]:
+            if "=" in token:
+                key, value = token.split("=", 1)
+                params[key.strip().lower()] = value.strip().strip('"')
+        try:
+            q = float(params.pop("q", "1"))
+        except ValueError:
+            q = 0.0
+        out.append((q, position, tokens[0].lower(), params))
+    return out
+
+
+def _is_protobuf(media: str, params: dict[str, str]) -> bool:
+    return (media == "application/vnd.google.protobuf" and params.get("proto") == "io.prometheus.client.MetricFamily"
+            and params.get("encoding") == "delimited")
+
+
+def wants_protobuf(accept: str | None) -> bool:
+    """Whether the protobuf exposition is the Accept header's most preferred format we serve."""
+    ranges = sorted((r for r in _media_ranges(accept or "") if r[0] > 0), key=lambda r: (-r[0], r[1]))
+    for _q, _pos, media, params in ranges:
+        if _is_protobuf(media, params):
+            return True
+        if media in ("application/openmetrics-text", "text/plain", "*/*", "text/*", "application/*"):
+            return False
+    return False
+
+
+def negotiate(accept: str | None) -> tuple[Encoder, str]:
+    """(encoder, content type) for an Accept header; native histograms only in protobuf and OpenMetrics >= 2.0."""
+    if wants_protobuf(accept):
+        from .protobuf import generate_delimited  # protobuf is imported only where it is served (never in vLLM)
+
+        return generate_delimited, PROTOBUF_CONTENT_TYPE
+    encoder, content_type = choose_encoder(accept or "")
+    version = ""
+    if content_type.startswith("application/openmetrics-text"):
+        version = next((t.split("=", 1)[1] for t in content_type.split("; ") if t.startswith("version=")), "")
+    if version and parse_version(version) >= (2, 0, 0):
+        return encoder, content_type
+    return (lambda collector: encoder(classic_only(collector))), content_type

@@ -1,0 +1,143 @@
+"""telemetry.exposition: which format each Accept header gets, and that each carries the same series.
+
+The protobuf stream is read back with the generated ``metrics_pb2`` classes; the real Prometheus reading it is
+tests/dashboards/test_native_e2e.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from telemetry import TelemetryConfig
+from telemetry.bench.workload import make_calls
+from telemetry.exposition import PROTOBUF_CONTENT_TYPE, negotiate, wants_protobuf
+from telemetry.exposition import metrics_pb2 as pb
+from telemetry.exposition.protobuf import decode_delimited
+from telemetry.native import SCHEMA, NativeCounts, counts_from_native, from_spans
+
+from .conftest import dispatcher
+
+PROMETHEUS_242_NATIVE = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,"
+                         "application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;"
+                         "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROMETHEUS_CLASSIC = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+HIST = "routescope_call_duration_seconds"
+
+
+@pytest.mark.parametrize(("accept", "protobuf"), [
+    (PROMETHEUS_242_NATIVE, True),
+    (PROMETHEUS_CLASSIC, False),
+    ("", False),
+    (None, False),
+    ("*/*", False),
+    ("text/plain;q=0.9," + PROTOBUF_CONTENT_TYPE.replace(" ", ""), True),  # q decides, not order
+    ("text/plain," + PROTOBUF_CONTENT_TYPE + ";q=0.5", False),
+    ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text", False),
+    ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0", False),
+])
+def test_negotiation(accept, protobuf):
+    assert wants_protobuf(accept) is protobuf
+    _encoder, content_type = negotiate(accept)
+    assert (content_type == PROTOBUF_CONTENT_TYPE) is protobuf
+
+
+@pytest.fixture
+def busy(make_tel):
+    tel = make_tel(TelemetryConfig(models=("glm", "dsv4"), timing="host", sample_every=1))
+    d = tel.instrument(dispatcher())
+    for args, kw in make_calls(300):
+        d(*args, **kw)
+    tel.flush()
+    return tel
+
+
+def _text_series(body: bytes) -> dict[tuple[str, frozenset], float]:
+    out = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def test_text_formats_carry_the_classic_series_only(busy):
+    encoder, content_type = negotiate(PROMETHEUS_CLASSIC)
+    assert content_type.startswith("application/openmetrics-text; version=1.0.0")
+    om1 = encoder(busy.registry)
+    text_encoder, _ = negotiate("text/plain")
+    text = text_encoder(busy.registry)
+    series = _text_series(text)
+    names = {name for name, _labels in series}
+    assert HIST + "_bucket" in names and HIST not in names
+    assert b"schema:" not in om1 and b"schema:" not in text
+    hist_families = [f for f in text_string_to_metric_families(text.decode()) if f.name == HIST]
+    assert len(hist_families) == 1 and hist_families[0].type == "histogram"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
+def test_negotiated_text_passes_promtool(busy):
+    encoder, _ = negotiate("text/plain")
+    res = subprocess.run([shutil.which("promtool"), "check", "metrics"], input=encoder(busy.registry),
+                         capture_output=True, timeout=60)
+    assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res
+
+
+def test_openmetrics_2_carries_native_beside_classic(busy):
+    encoder, content_type = negotiate("application/openmetrics-text;version=2.0.0")
+    assert "version=2.0.0" in content_type
+    body = encoder(busy.registry).decode()
+    native_lines = [line for line in body.splitlines() if line.startswith(HIST + "{")]
+    bucket_lines = [line for line in body.splitlines() if line.startswith(HIST + "_bucket{")]
+    assert native_lines and bucket_lines
+    assert all(f"schema:{SCHEMA}," in line for line in native_lines)
+    assert len(bucket_lines) == 26 * len(native_lines)
+
+
+def test_protobuf_carries_every_family_and_the_native_buckets(busy):
+    encoder, content_type = negotiate(PROMETHEUS_242_NATIVE)
+    assert content_type == PROTOBUF_CONTENT_TYPE
+    families = {f.name: f for f in decode_delimited(encoder(busy.registry))}
+    text = _text_series(negotiate("text/plain")[0](busy.registry))
+    text_names = {name for name, _ in text}
+    # every text family is there under its text name (counters with _total), and the counter values agree
+    assert {n for n in text_names if not n.startswith(HIST)} <= set(families)
+    calls = families["routescope_calls_total"]
+    assert calls.type == pb.COUNTER
+    proto_calls = {frozenset((lp.name, lp.value) for lp in m.label): m.counter.value for m in calls.metric}
+    assert proto_calls == {labels: v for (name, labels), v in text.items() if name == "routescope_calls_total"}
+    hist = families[HIST]
+    assert hist.type == pb.HISTOGRAM and hist.metric
+    totals = busy.totals
+    for metric in hist.metric:
+        labels = {lp.name: lp.value for lp in metric.label}
+        key = tuple(labels[k] for k in ("kernel", "rows_bucket", "model", "clock"))
+        h = metric.histogram
+        assert h.schema == SCHEMA and h.zero_threshold > 0
+        back = NativeCounts()
+        back.count, back.zero, back.sum_ns = h.sample_count, h.zero_count, round(h.sample_sum * 1e9)
+        back.buckets = dict(from_spans([(s.offset, s.length) for s in h.positive_span], h.positive_delta))
+        assert back == totals.latency_native[key]
+        classic_counts, _sum = totals.latency[key]
+        assert [b.cumulative_count for b in h.bucket][-1] == sum(classic_counts[:-1])  # +Inf is the count
+        assert h.sample_count == sum(classic_counts)
+
+
+def test_an_empty_native_histogram_stays_native():
+    """A series with no samples yet gets the no-op span, so a reader cannot take it for a classic histogram."""
+    from prometheus_client.core import HistogramMetricFamily
+    from prometheus_client.samples import Sample
+
+    from telemetry.exposition.protobuf import family_message
+    from telemetry.native import native_histogram
+
+    fam = HistogramMetricFamily(HIST, "h", labels=("a",))
+    fam.samples.append(Sample(HIST, {"a": "x"}, 0, None, None, native_histogram(NativeCounts())))
+    fam.add_metric(["x"], [("+Inf", 0)], 0)
+    message = family_message(fam)
+    h = message.metric[0].histogram
+    assert [(s.offset, s.length) for s in h.positive_span] == [(0, 0)]
+    assert counts_from_native(native_histogram(NativeCounts())) == NativeCounts()
