@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_fastapi_instrumentator import Instrumentator
 
 from advise.service import AdviceCollector, Cached, CachedAdvice
@@ -44,6 +44,7 @@ class ServiceState:
     demo: DemoRunner | None
     http_registry: CollectorRegistry
     metrics: ChainedCollector  # telemetry's registry (all processes' files in multiprocess mode), then HTTP's
+    malformed_requests: Counter  # requests uvicorn could not parse and answered 400 itself (service/protocol.py)
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
     advice: CachedAdvice = field(default_factory=CachedAdvice)  # /routing's advice section, shared by the gauges
@@ -115,6 +116,8 @@ def create_app(
         demo=demo,
         http_registry=http_registry,
         metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry), on_error=telemetry.count_error),
+        malformed_requests=Counter("routescope_http_malformed_requests", "Requests the HTTP server could not parse "
+                                   "(head or chunked body) and answered 400 before the app.", registry=http_registry),
     )
 
     @asynccontextmanager

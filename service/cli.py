@@ -16,6 +16,7 @@ from dispatcher.cli import validation_message
 from dispatcher.types import GuardMode
 
 from .middleware import MAX_HEAD_BYTES
+from .protocol import quiet_h11
 from .settings import DEFAULT_PORT, ServiceSettings
 
 
@@ -120,12 +121,15 @@ def serve_command(
 
 
 def log_config(level: str) -> dict:
-    """uvicorn's logging setup, plus the routescope.* loggers (demo, telemetry, service) on the same handler."""
+    """uvicorn's logging setup, plus the routescope.* loggers (demo, telemetry, service) on the same handler;
+    uvicorn's warnings that a client can cause at will pass at most once a minute (service/protocol.py)."""
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
     numeric = "DEBUG" if level == "trace" else level.upper()
     config["loggers"]["routescope"] = {"handlers": ["default"], "level": numeric, "propagate": False}
+    config.setdefault("filters", {})["client_errors"] = {"()": "service.protocol.ClientErrorLogFilter"}
+    config["loggers"].setdefault("uvicorn.error", {"level": "INFO"})["filters"] = ["client_errors"]
     return config
 
 
@@ -148,7 +152,9 @@ def run(settings: ServiceSettings) -> None:
         access_log=settings.log_level in ("debug", "trace"),
         lifespan="on",
         timeout_graceful_shutdown=5,
-        http="h11",  # the request-head limit below is h11's; the app answers 414 past MAX_URL_BYTES
+        # h11: the request-head limit below is h11's (the app answers 414 past MAX_URL_BYTES); quiet_h11 keeps an
+        # unparsable request to its 400 and a count, without the app's late reply raising in h11
+        http=quiet_h11(state.malformed_requests.inc),
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )
     server = uvicorn.Server(config)
