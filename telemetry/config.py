@@ -50,6 +50,11 @@ class TelemetryConfig:
     sample_every: int = 128  # then one call in this many
     device_frame_ns: int = MEASURED_FRAME  # added to the stamped spans (telemetry.frame); -1: measured for the model
     timing_pool: int = 256  # preallocated CUDA event pairs (for kernels that write no device stamps)
+    timing_gate: bool = True  # gate the stream of a sampled call timed by events, so the pair times the GPU only
+    gate_max_polls: int = 4096  # the gate's wait gives up after this many reads of its word (telemetry.gate)
+    gated_frame_ns: int = MEASURED_FRAME  # taken off a gated pair's reading; -1: measured for the GPU model
+    graph_frame_ns: int = MEASURED_FRAME  # taken off a graph-captured pair's reading; -1: measured for the model
+    graph_timing_pool: int = 1024  # external event pairs captured calls may hold (one in sample_every is timed)
     sample_buffer: int = 65536  # sampled latencies kept for OpenTelemetry (or drain_samples) between flushes
     keep_samples: bool = False  # keep raw sampled latencies for Telemetry.drain_samples() (benchmarks)
     decisions_maxlen: int = 256  # recent sampled decisions kept for snapshot()
@@ -68,12 +73,17 @@ class TelemetryConfig:
         if self.timing not in TIMING_MODES:
             raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}; got {self.timing!r}")
         object.__setattr__(self, "timing", TimingMode(self.timing))
-        for name in ("sample_first", "timing_pool", "sample_buffer", "decisions_maxlen", "otel_span_every"):
+        for name in ("sample_first", "timing_pool", "sample_buffer", "decisions_maxlen", "otel_span_every",
+                     "graph_timing_pool"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
-        if not MEASURED_FRAME <= self.device_frame_ns <= MAX_FRAME_NS:
-            raise ValueError(f"device_frame_ns must be -1 (the GPU model's measured frame) or 0-{MAX_FRAME_NS} ns; "
-                             f"got {self.device_frame_ns}")
+        for name in ("device_frame_ns", "gated_frame_ns", "graph_frame_ns"):
+            value = getattr(self, name)
+            if not MEASURED_FRAME <= value <= MAX_FRAME_NS:
+                raise ValueError(f"{name} must be -1 (the GPU model's measured value) or 0-{MAX_FRAME_NS} ns; "
+                                 f"got {value}")
+        if self.gate_max_polls < 1:
+            raise ValueError(f"gate_max_polls must be >= 1; got {self.gate_max_polls}")
         for name in ("sample_every", "max_slots", "max_decisions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
@@ -123,7 +133,7 @@ class TelemetryConfig:
 def _parse(name: str, raw: str) -> Any:
     if name in ("models", "counterfactuals", "absent_gates"):
         return tuple(p.strip() for p in raw.split(",") if p.strip())
-    if name in ("otel", "otlp", "log_first_decode_in_prefill", "keep_samples", "flush_on_exit"):
+    if name in ("otel", "otlp", "log_first_decode_in_prefill", "keep_samples", "flush_on_exit", "timing_gate"):
         return raw.lower() in ("1", "true", "yes", "on")
     if name in ("flush_interval_s", "compact_interval_s"):
         return float(raw)

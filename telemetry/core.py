@@ -31,7 +31,9 @@ from .prom import TelemetryCollector, make_registry
 from .snapshot import build_snapshot, empty_snapshot
 from .spec import STAGES
 from .stamps import DeviceStamps
-from .timing import GpuEvents, LatencySink, capture_check
+from .events import GpuEvents, GraphEvents, graph_events_supported
+from .gate import GateFactory
+from .timing import LatencySink, capture_check
 from .view import Totals, build_totals
 
 log = logging.getLogger("routescope.telemetry")
@@ -68,9 +70,11 @@ class Telemetry:
         otel_readers: Sequence[Any] = (),
         tracer_provider: Any | None = None,
         torch_module: Any | None = None,
+        gate_launcher: Any | None = None,
     ) -> None:
         if torch_module is None:
             import torch as torch_module  # the real one; tests pass a stand-in to drive the GPU branch on CPU
+        self._gate_launcher = gate_launcher  # None: the Triton wait (telemetry.gate); tests pass a double
 
         self.config = cfg = config if config is not None else TelemetryConfig()
         self._torch = torch = torch_module
@@ -131,7 +135,12 @@ class Telemetry:
         self.timing = mode
         gpu = mode is TimingMode.GPU
         health = self._agg.health
-        self._events = GpuEvents(self._torch, cfg.timing_pool) if gpu else None
+        gates = GateFactory(self._torch, cfg.timing_pool, max_polls=cfg.gate_max_polls,
+                            launcher=self._gate_launcher) if gpu and cfg.timing_gate else None
+        self._events = GpuEvents(self._torch, cfg.timing_pool, gates=gates, gated_frame_ns=cfg.gated_frame_ns) \
+            if gpu else None
+        self._graph_events = GraphEvents(self._torch, cfg.graph_timing_pool, frame_ns=cfg.graph_frame_ns) \
+            if gpu and cfg.graph_timing_pool and graph_events_supported(self._torch) else None
         self._stamps = DeviceStamps(self._torch, health, frame=cfg.device_frame_ns) if gpu else None
         self._graphs = graph_hooks(self._torch) if self._cuda else None
         self._decisions: deque | None = deque(maxlen=cfg.decisions_maxlen) if cfg.decisions_maxlen else None
@@ -139,7 +148,8 @@ class Telemetry:
         self._kept: deque = deque(maxlen=cfg.sample_buffer or None)
         self._sink = LatencySink(self._agg.counters, health, self._samples, cfg.sample_buffer)
         self._probe = build_probe(
-            self._agg, timing=mode.value, sink=self._sink, events=self._events, stamps=self._stamps,
+            self._agg, timing=mode.value, sink=self._sink, events=self._events, graph_events=self._graph_events,
+            stamps=self._stamps,
             graphs=self._graphs, capturing=capture_check(self._torch) if self._cuda else None,
             sample_first=cfg.sample_first, sample_every=cfg.sample_every, decisions=self._decisions,
             wall_offset_ns=self._wall_offset_ns,
@@ -244,8 +254,15 @@ class Telemetry:
         if self._events is not None and not capturing:
             try:
                 self._events.resolve(self._sink, self._agg.health)
+                if self._graph_events is not None:
+                    self._graph_events.resolve(self._sink, self._agg.health, time.time_ns())
             except Exception:  # noqa: BLE001
                 self.count_error("timing")
+            if exit_wait is None:
+                try:  # compiles the gate's wait kernel the first time: here, never in a sampled call
+                    self._events.prepare()
+                except Exception:  # noqa: BLE001
+                    self.count_error("timing")
 
     def _export_multiprocess(self, totals: Totals, *, may_compact: bool = True) -> None:
         """Write this process's files, then compact when due, never waiting for the directory lock."""
@@ -391,6 +408,13 @@ class Telemetry:
     @property
     def wall_offset_ns(self) -> int:
         return self._wall_offset_ns
+
+    @property
+    def gated_frame_ns(self) -> int:
+        """The constant taken off gated pairs on the current CUDA device (0 without event timing)."""
+        if self._events is None:
+            return 0
+        return self._events.frame(self._torch.device("cuda", self._torch.cuda.current_device()))
 
     @property
     def device_frames(self) -> dict[str, int]:

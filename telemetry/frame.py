@@ -20,6 +20,24 @@ MEASURED_NS: dict[str, int] = {
 }
 AUTO = -1  # the setting's default: the measured frame of the device's model
 
+# The event clocks' constants run the other way: what a pair reads beyond the kernel time, taken off each reading.
+# A gated pair (telemetry.gate) holds the pair's own two records and the step from the gate's wait to the start
+# event; a pair captured into a graph holds its two record nodes. Per device name; a model not measured gets 0.
+DEVICE, GATED, GRAPH = "device", "gated", "graph"
+_TABLES: dict[str, dict[str, int]] = {
+    DEVICE: MEASURED_NS,
+    GATED: {},
+    GRAPH: {},
+}
+
+
+def measured_ns(clock: str, device_name: str, setting: int | None = None) -> int:
+    """The constant of ``clock`` for a device named ``device_name``: ``setting`` unless None or ``AUTO``, else the
+    value measured for that model, else 0."""
+    if setting is not None and setting != AUTO:
+        return setting
+    return _TABLES[clock].get(device_name, 0)
+
 
 def frame_ns(device_name: str, setting: int = AUTO) -> int:
     """The frame added to a stamped span on a device named ``device_name``: the setting when it is not ``AUTO``,

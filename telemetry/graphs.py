@@ -37,16 +37,19 @@ class ReplayRecord:
     entry's calls and rows per model).
     """
 
-    __slots__ = ("parts", "adds", "calls", "_on_drop")
+    __slots__ = ("parts", "adds", "calls", "replays", "_on_drop")
 
     def __init__(self, parts: list[tuple[SlotCounters, tuple[tuple[int, int, int, int, int], ...]]],
-                 on_drop: list[Callable[[], None]], adds: tuple[tuple[list[int], int, int], ...] = ()) -> None:
+                 on_drop: list[Callable[[], None]], adds: tuple[tuple[list[int], int, int], ...] = (),
+                 replays: list[int] | None = None) -> None:
         self.parts = [(c.calls, c.rows, c.decode_rows, c.replayed, c.replayed_untimed, items) for c, items in parts]
         self.adds = adds
         self.calls = sum(n for _, items in parts for _, n, _, _, _ in items)
+        self.replays = replays if replays is not None else [0]  # shared with the capture's graph event pairs
         self._on_drop = on_drop
 
     def apply(self) -> None:
+        self.replays[0] += 1
         for calls, rows, decode_rows, replayed, untimed, items in self.parts:
             for slot, n, r, d, u in items:
                 calls[slot] += n
@@ -74,10 +77,11 @@ class ReplayRecord:
 class Capture:
     """The calls one capture under way has seen, per counters object and slot, and its other counts."""
 
-    __slots__ = ("graph", "_counts", "_adds", "_on_drop")
+    __slots__ = ("graph", "replays", "_counts", "_adds", "_on_drop")
 
     def __init__(self, graph: Any) -> None:
         self.graph = graph
+        self.replays = [0]  # how often the graph was replayed: what an event pair held in it was last recorded by
         self._counts: dict[int, tuple[SlotCounters, dict[int, list[int]]]] = {}
         self._adds: dict[tuple[int, int], list] = {}
         self._on_drop: list[Callable[[], None]] = []
@@ -114,7 +118,7 @@ class Capture:
         parts = [(counters, tuple((s, c[0], c[1], c[2], c[3]) for s, c in per.items()))
                  for counters, per in self._counts.values()]
         adds = tuple((counter, i, n) for counter, i, n in self._adds.values())
-        return ReplayRecord(parts, self._on_drop, adds)
+        return ReplayRecord(parts, self._on_drop, adds, self.replays)
 
     def discard(self) -> None:
         ReplayRecord([], self._on_drop).drop()

@@ -25,7 +25,8 @@ from .aggregates import STAGE, Aggregates
 from .graphs import GraphHooks
 from .slots import NO_SLOT, Clock, slot_of_value
 from .stamps import DeviceStamps
-from .timing import CapturedToken, GpuEvents, LatencySink, Token
+from .events import GpuEvents, GraphEvents
+from .timing import CapturedToken, LatencySink, Token
 
 RECORD, TIMING, PROBE = STAGE["record"], STAGE["timing"], STAGE["probe"]
 # How a slot's sampled GPU calls are timed, learnt from its first sampled call: try a device stamp
@@ -48,6 +49,7 @@ def build_probe(
     timing: str,
     sink: LatencySink,
     events: GpuEvents | None,
+    graph_events: GraphEvents | None = None,
     stamps: DeviceStamps | None,
     graphs: GraphHooks | None,
     capturing: Callable[[], bool] | None,
@@ -227,13 +229,21 @@ def build_probe(
     def finish_captured(token: CapturedToken, impl: str) -> None:
         slot = settle_slot(token, impl)
         capture = token.capture
-        stamp, timed_replays = token.stamp, False
+        stamp, pair, timed_replays = token.stamp, token.pair, False
         if stamp is not None:
             if stamp.armed:
                 capture.on_drop(stamps.hold(stamp, slot))  # type: ignore[union-attr]
                 timed_replays = True
+                method[slot] = BY_STAMP
             else:
                 stamps.release(stamp)  # type: ignore[union-attr]
+        if pair is not None:
+            if timed_replays:  # its start is a node of this graph: no other graph may record it, so it waits
+                capture.on_drop(lambda: graph_events.give_back(pair))  # type: ignore[union-attr]
+            else:
+                pair[1].record(token.stream)
+                capture.on_drop(graph_events.hold(slot, pair, capture.replays, token.device))  # type: ignore[union-attr]
+                timed_replays = True
         capture.add(counters, slot, token.rows, token.decode_rows, timed=timed_replays)
 
     def stop(token: Any, impl: str, announced: str | None = None, _impl_of: list = impl_of, _int: type = int) -> None:
@@ -272,6 +282,9 @@ def build_probe(
                 if token.stamp is not None:
                     stamps.release(token.stamp)  # type: ignore[union-attr]
                 if token.__class__ is CapturedToken:
+                    if token.pair is not None:  # recorded into the capture: free only when the graph goes
+                        pair = token.pair
+                        token.capture.on_drop(lambda: graph_events.give_back(pair))  # type: ignore[union-attr]
                     return  # a capture that raised is not replayed
                 if token.announced is not None:
                     if impl is None or impl is token.announced:
@@ -300,16 +313,38 @@ def build_probe(
         except Exception:  # noqa: BLE001
             errors[RECORD] += 1
 
-    def captured_call(capture: Any, decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any) -> Any:
-        """A call seen while its graph is captured: nothing runs now; each replay of the graph counts it."""
+    def captured_call(capture: Any, decision: Decision, shape: CallShape, batch: Batch, model: Any, q: Any,
+                      stream: Any) -> Any:
+        """A call seen while its graph is captured: nothing runs now; each replay of the graph counts it.
+
+        Its replays are timed by a held device stamp where its kernels stamp; otherwise, for one captured call in
+        ``sample_every`` of the slot (its first included), by an external event pair recorded into the graph."""
         slot = index.slot_of(decision, shape, batch, model)
         if slot == NO_SLOT:
             agg.health.drop("label_overflow")
             return None
-        counters.captured[slot] += 1
+        n = counters.captured[slot] + 1
+        counters.captured[slot] = n
         token = CapturedToken(slot, capture, shape[0], batch[1], index.counted_at_stop(slot))
-        if stamps is not None and timed and method[slot] != BY_EVENTS:
+        if not timed:
+            return token
+        how = method[slot]
+        if stamps is not None and how != BY_EVENTS:
             token.stamp = stamps.claim_held(q.device)
+        if graph_events is not None and how != BY_STAMP and not (n - 1) % sample_every:
+            pair = graph_events.claim()
+            if pair is None:
+                agg.health.drop("timing_pool_empty")
+                return token
+            try:
+                if stream is None:
+                    stream = graph_events.torch.cuda.current_stream(q.device)
+                pair[0].record(stream)
+            except Exception:  # noqa: BLE001 - the call still counts at every replay, untimed
+                errors[TIMING] += 1
+                graph_events.give_back(pair)
+                return token
+            token.pair, token.stream, token.device = pair, stream, q.device
         return token
 
     probe = TelemetryProbe()
@@ -326,7 +361,7 @@ def build_probe(
             try:
                 capture = current_capture()
                 if capture is not None and q.is_cuda and (stream is not None or capturing is None or capturing()):
-                    return captured_call(capture, decision, shape, batch, model, q)
+                    return captured_call(capture, decision, shape, batch, model, q, stream)
             except Exception:  # noqa: BLE001
                 errors[RECORD] += 1
                 return None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 STAGES = ("record", "timing", "flush", "export", "otel", "probe", "write", "read", "compact")
-DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty", "timing_unresolved")
-CLOCKS = ("device", "events", "host")  # slots.Clock: what a latency series measured
+DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty", "timing_unresolved", "timing_gate_timeout")
+CLOCKS = ("device", "gated", "graph", "events", "host")  # slots.Clock: what a latency series measured
 
 
 class MetricSpec(NamedTuple):

@@ -1,12 +1,9 @@
-"""Timing of sampled calls: what the probe hands back for them, the event-pair pool, and how a sample is kept.
+"""Timing of sampled calls: what the probe hands back for them, and how a sample is kept.
 
-Only sampled calls reach this module. Three clocks (``slots.Clock``): device stamps written by
-the call's own kernels (``stamps.DeviceStamps``), a pooled CUDA/HIP event pair for kernels that
-write none (AITER, calls the project's kernels do not take), and the host clock for CPU tensors.
-Events are created once, recorded on the stream the dispatcher passes (the current stream is
-looked up only when none was passed), and resolved at flush with ``query()``: never
-``synchronize()``. During graph capture no event is recorded (non-external timing events fail in
-capture; ROCm refuses external ones).
+Only sampled calls reach this module. Clocks (``slots.Clock``): device stamps written by the call's own kernels
+(``stamps.DeviceStamps``); for kernels that write none (AITER's, vLLM's), event pairs (``events``: gated where the
+device has a stream gate, plain elsewhere, and captured into CUDA graphs for replayed calls); the host clock for CPU
+tensors. Every sample reaches the slot histograms through ``LatencySink.observe``, at flush.
 """
 
 from __future__ import annotations
@@ -42,12 +39,16 @@ class Token:
 class CapturedToken:
     """A call seen during a CUDA graph capture: recorded against the graph at stop, counted at each replay."""
 
-    __slots__ = ("slot", "capture", "stamp", "rows", "decode_rows", "count_at_stop", "announced")
+    __slots__ = ("slot", "capture", "stamp", "pair", "stream", "device", "rows", "decode_rows", "count_at_stop",
+                 "announced")
 
     def __init__(self, slot: int, capture: Any, rows: int, decode_rows: int, count_at_stop: bool) -> None:
         self.slot = slot
         self.capture = capture
         self.stamp: Any = None
+        self.pair: Any = None  # an external event pair whose start was recorded into the graph
+        self.stream: Any = None
+        self.device: Any = None
         self.rows = rows
         self.decode_rows = decode_rows
         self.count_at_stop = count_at_stop
@@ -100,60 +101,6 @@ class LatencySink:
                 samples.append((slot, clock, dt_ns, wall_ns))
             else:
                 self._health.drop("buffer_full")
-
-
-class GpuEvents:
-    """A fixed pool of event pairs; pending pairs are resolved by the flush thread with query()."""
-
-    def __init__(self, torch_mod: Any, size: int) -> None:
-        self.torch = torch_mod
-        self.free: list[tuple[Any, Any]] = [
-            (torch_mod.cuda.Event(enable_timing=True), torch_mod.cuda.Event(enable_timing=True)) for _ in range(size)
-        ]
-        self.pending: deque = deque()
-        self.lock = threading.Lock()
-
-    def begin(self, stream: Any, device: Any) -> tuple[Any, Any] | None:
-        """Record the start event: (pair, stream), or None when the pool is empty (the caller counts a drop)."""
-        if stream is None:
-            stream = self.torch.cuda.current_stream(device)
-        try:
-            pair = self.free.pop()
-        except IndexError:
-            return None
-        pair[0].record(stream)
-        return pair, stream
-
-    def end(self, slot: int, pair: tuple[Any, Any], stream: Any, wall_ns: int) -> None:
-        pair[1].record(stream)
-        self.pending.append((slot, pair, wall_ns))
-
-    def release(self, pair: tuple[Any, Any]) -> None:
-        self.free.append(pair)
-
-    def resolve(self, sink: LatencySink, health: Health) -> int:
-        """Turn finished pairs into samples; unfinished ones wait for the next flush. Returns how many."""
-        done = 0
-        with self.lock:
-            for _ in range(len(self.pending)):
-                slot, pair, wall_ns = self.pending.popleft()
-                try:
-                    finished = pair[1].query()
-                except Exception:  # noqa: BLE001 - a broken event is dropped, never retried forever
-                    health.error("timing")
-                    self.free.append(pair)
-                    continue
-                if not finished:
-                    self.pending.append((slot, pair, wall_ns))
-                    continue
-                try:
-                    ms = pair[0].elapsed_time(pair[1])
-                    sink.observe(slot, Clock.EVENTS, int(ms * 1e6), wall_ns)
-                    done += 1
-                except Exception:  # noqa: BLE001
-                    health.error("timing")
-                self.free.append(pair)
-        return done
 
 
 def capture_check(torch_mod: Any) -> Any:

@@ -56,6 +56,12 @@ def fidelity_command(
     frame_ns: Annotated[int, typer.Option(
         min=-1, max=MAX_FRAME_NS, envvar="ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS",
         help="kernel frame added to stamped spans (telemetry.frame); -1: the value measured for the GPU model")] = -1,
+    stamps: Annotated[bool, typer.Option(
+        "--stamps/--no-stamps",
+        help="--no-stamps: the kernels write none (as vLLM's and AITER's), timed by plain and by gated event pairs")] = True,
+    gated_frame_ns: Annotated[int, typer.Option(
+        min=-1, max=MAX_FRAME_NS, envvar="ROUTESCOPE_TELEMETRY_GATED_FRAME_NS",
+        help="ns taken off each gated pair (telemetry.gate); -1: the value measured for the GPU model")] = -1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Telemetry's per-call latency against CUPTI's kernel time of the same calls, GPU idle and back to back."""
@@ -76,7 +82,8 @@ def fidelity_command(
     if not torch.cuda.is_available():
         typer.echo("bench fidelity needs a CUDA device: CUPTI's kernel time is its reference", err=True)
         raise typer.Exit(2)
-    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard, layout=layouts[0], frame_ns=frame_ns), as_json, render)
+    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard, layout=layouts[0], frame_ns=frame_ns, stamps=stamps,
+              gated_frame_ns=gated_frame_ns), as_json, render)
 
 
 @bench_app.command("graphs")

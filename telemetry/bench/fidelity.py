@@ -13,8 +13,14 @@ Prints, per size and regime, the median and p90 of telemetry's samples and of CU
 errors, and the clock the samples came from. Samples on the ``device`` clock are the kernels'
 stamped span plus the GPU model's kernel frame (``telemetry.frame``); the bench also gives the
 bare span and, over every point, the frame it measures (CUPTI's median minus the span's): the
-value ``ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS`` takes on a GPU model not measured yet. On a machine
-without CUDA it says so and exits 2.
+value ``ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS`` takes on a GPU model not measured yet.
+
+``stamps=False`` withholds the project's stamps from its kernels, so telemetry times them as it times vLLM's and
+AITER's, which write none: by event pairs. Each size then runs once per event clock in the same run: plain pairs
+(``events``) and gated pairs (``gated``, ``telemetry.gate``), the gated readings with the GPU model's constant
+taken off; the bench gives, over the gated points, the constant it measures (the gated pair's median minus CUPTI's,
+before the constant): the value ``ROUTESCOPE_TELEMETRY_GATED_FRAME_NS`` takes on a GPU model not measured yet.
+On a machine without CUDA it says so and exits 2.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from typing import Any
 import torch
 
 from dispatcher import Dispatcher, Policy, detect
+from dispatcher.kernels.impl import KernelImpl
+from dispatcher.kernels.registry import KernelRegistry, default_registry
 from dispatcher.sweep.cupti import call_name, call_seconds, spans
 from dispatcher.sweep.grid import Layout
 from dispatcher.sweep.inputs import make_sets
-from dispatcher.types import GuardMode
+from dispatcher.types import GuardMode, Kernel
 
 from ..config import TelemetryConfig
 from ..core import Telemetry
@@ -48,6 +56,22 @@ def _call_args(a: Any, layout: Layout) -> tuple[tuple, dict]:
     return ((a.q, a.kv, a.index.indices, a.index.topk_length, a.scale, layout.head_dim, layout.nope, layout.rope,
              a.attn_sink, a.output),
             {"num_decodes": a.q.shape[0], "num_decode_tokens": a.q.shape[0], "num_prefills": 0, "model": "bench"})
+
+
+def unstamped_registry() -> KernelRegistry:
+    """The default implementations with their stamps withheld: stand-ins for kernels that write none (vLLM's, AITER's)."""
+    source, registry = default_registry(), KernelRegistry()
+    for kernel in Kernel:
+        for impl in source.impls(kernel):
+            registry.register(KernelImpl(impl.kernel, impl.impl, _without_stamp(impl.launch), impl.runs_on))
+    return registry
+
+
+def _without_stamp(launch: Any) -> Any:
+    def launch_unstamped(args: Any) -> Any:
+        return launch(args._replace(stamp=None))
+
+    return launch_unstamped
 
 
 def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, calls: int, regime: str,
@@ -84,6 +108,8 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
     if clocks == ["device"]:
         out["span_median_us"] = out["telemetry_median_us"] - frame_ns / 1000
         out["frame_gap_ns"] = 1000 * (out["cupti_median_us"] - out["span_median_us"])
+    elif clocks == ["gated"]:  # what the pair read beyond CUPTI before the constant came off
+        out["gated_excess_ns"] = 1000 * (out["telemetry_median_us"] - out["cupti_median_us"]) + frame_ns
     if len(got) == len(ref):
         paired = [100.0 * (t - c) / c for t, c in zip(got, ref)]
         out["paired_median_error_pct"] = statistics.median(paired)
@@ -93,38 +119,53 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
 def run(*, rows: tuple[int, ...] = DEFAULT_ROWS, regimes: tuple[str, ...] = REGIMES, calls: int = 60,
         topk: int = 2048, layout: Layout = Layout(512, 64), heads: int = 16, kv_len: int = 8192,
         dtype: torch.dtype = torch.bfloat16, timing: str = "gpu", guard: str = "observe",
-        frame_ns: int = -1) -> dict[str, Any]:
+        frame_ns: int = -1, stamps: bool = True, gated_frame_ns: int = -1) -> dict[str, Any]:
     """Every size in every regime; ``timing`` is the TelemetryConfig timing mode under test, ``guard`` the decode
     guard (observe: pure decodes run on the prefill kernel, as in the seed's bug; reroute: on the split-K one),
-    ``frame_ns`` its ``device_frame_ns`` (-1: the GPU model's measured frame)."""
+    ``frame_ns`` its ``device_frame_ns`` (-1: the GPU model's measured frame). ``stamps=False``: the kernels write
+    none, and each size runs under plain and gated event pairs (``gated_frame_ns``: -1, the GPU model's constant)."""
     if not torch.cuda.is_available():
         raise RuntimeError("bench fidelity needs a CUDA device (CUPTI is the reference)")
     platform, policy = detect(), Policy(guard=GuardMode(guard))
     cfg = TelemetryConfig(models=("bench",), sample_first=1 << 30, sample_every=1, keep_samples=True,
-                          decisions_maxlen=0, timing=timing, timing_pool=4 * calls, device_frame_ns=frame_ns)
-    tel = Telemetry(cfg, platform=platform, policy=policy)
-    d = tel.instrument(Dispatcher(platform=platform, policy=policy))
+                          decisions_maxlen=0, timing=timing, timing_pool=4 * calls, device_frame_ns=frame_ns,
+                          gated_frame_ns=gated_frame_ns)
+    variants = [("stamps", cfg)] if stamps else [("events", cfg.with_(timing_gate=False)), ("gated", cfg)]
+    runs = []
+    for name, variant_cfg in variants:
+        tel = Telemetry(variant_cfg, platform=platform, policy=policy)
+        registry = None if stamps else unstamped_registry()
+        runs.append((name, tel, tel.instrument(Dispatcher(platform=platform, policy=policy, registry=registry))))
     device = torch.device("cuda")
     points: list[dict[str, Any]] = []
     frame = 0
+    gated_in_use = 0
     try:
         for r in rows:
             sets = make_sets(r, topk, heads, layout, max(kv_len, r), dtype=dtype, device=device)
-            for i in range(3):  # compile and warm outside the profiler
-                args, kw = _call_args(sets[i % len(sets)], layout)
-                d(*args, **kw)
-            torch.cuda.synchronize()
-            frame = max(tel.device_frames.values(), default=0)
-            for regime in regimes:
-                points.append({"rows": r, **measure_point(d, tel, sets, layout, calls=calls, regime=regime,
-                                                          frame_ns=frame)})
+            for name, tel, d in runs:
+                for i in range(3):  # compile and warm outside the profiler (and build the gate: a flush)
+                    args, kw = _call_args(sets[i % len(sets)], layout)
+                    d(*args, **kw)
+                    torch.cuda.synchronize()
+                    tel.flush()
+                frame = max(tel.device_frames.values(), default=frame)
+                gated_in_use = tel.gated_frame_ns if name == "gated" else gated_in_use
+                for regime in regimes:
+                    point = measure_point(d, tel, sets, layout, calls=calls, regime=regime,
+                                          frame_ns=gated_in_use if name == "gated" else frame)
+                    points.append({"rows": r, "variant": name, **point})
     finally:
-        tel.close()
+        for _, tel, _ in runs:
+            tel.close()
     gaps = [p["frame_gap_ns"] for p in points if "frame_gap_ns" in p]
+    excess = [p["gated_excess_ns"] for p in points if "gated_excess_ns" in p]
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "timing": timing, "guard": guard,
             "layout": str(layout), "topk": topk, "heads": heads, "kv_len": kv_len, "dtype": str(dtype),
-            "calls_per_point": calls, "bound_pct": BOUND_PCT, "frame_ns_in_use": frame,
-            "frame_ns_measured": round(statistics.median(gaps)) if gaps else None, "points": points}
+            "calls_per_point": calls, "bound_pct": BOUND_PCT, "stamps": stamps, "frame_ns_in_use": frame,
+            "frame_ns_measured": round(statistics.median(gaps)) if gaps else None,
+            "gated_frame_ns_in_use": gated_in_use if not stamps else None,
+            "gated_frame_ns_measured": round(statistics.median(excess)) if excess else None, "points": points}
 
 
 def render(result: dict[str, Any]) -> None:
@@ -145,6 +186,10 @@ def render(result: dict[str, Any]) -> None:
                       f"{p['cupti_p90_us']:.1f}", f"{p['p90_error_pct']:+.1f}%", "yes" if p["within_bound"] else "NO")
     console = Console(width=160)
     console.print(table)
+    if result.get("gated_frame_ns_measured") is not None:
+        console.print(f"gated pairs: {result['gated_frame_ns_in_use']} ns taken off each reading; measured here "
+                      f"{result['gated_frame_ns_measured']} ns (the gated median beyond CUPTI's before it came off, "
+                      f"median over the points)")
     if result.get("frame_ns_measured") is not None:
         console.print(f"kernel frame: {result['frame_ns_in_use']} ns added to each stamped span; measured here "
                       f"{result['frame_ns_measured']} ns (CUPTI's median minus the span's, median over the points)")

@@ -15,17 +15,28 @@ import torch
 
 
 class FakeEvent:
+    """A timing event; an external one (CUDA's ``Event(external=True)``) may be recorded into a capture, and then
+    records again at each replay of that graph (and is done once the replay is)."""
+
     clock = 0.0
+    external_refused = False  # HIP's answer: no external events
 
     def __init__(self, enable_timing: bool = False, **kw: Any) -> None:
-        assert enable_timing and not kw.get("external")
+        assert enable_timing
+        self.external = bool(kw.get("external"))
+        if self.external and FakeEvent.external_refused:
+            raise RuntimeError("external events are not supported here")
         self.streams: list = []
         self.t: float | None = None
         self.done = False
 
     def record(self, stream: Any = None) -> None:
         assert stream is not None, "events are recorded on an explicit stream"
-        assert not FakeCuda.capturing, "no timing event may be recorded during capture"
+        if FakeCuda.capturing:
+            assert self.external, "no timing event may be recorded during capture unless it is external"
+            FakeCuda.graphs_capturing[-1].nodes.append(self)
+            self.streams.append(stream)
+            return
         FakeEvent.clock += 0.004  # 4 µs per record, in ms
         self.t = FakeEvent.clock
         self.streams.append(stream)
@@ -50,15 +61,18 @@ class FakeGraph:
         self.state = "new"
         self.fail_end = fail_end
         self.replays = 0
+        self.nodes: list[FakeEvent] = []  # external events recorded into the capture, in order
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:
         assert self.state == "new", "torch captures a graph once (reset first)"
         self.state = "capturing"
         FakeCuda.capturing = True
+        FakeCuda.graphs_capturing.append(self)
 
     def capture_end(self) -> None:
         assert self.state == "capturing"
-        FakeCuda.capturing = False
+        FakeCuda.graphs_capturing.remove(self)
+        FakeCuda.capturing = bool(FakeCuda.graphs_capturing)
         if self.fail_end:
             self.state = "broken"
             raise RuntimeError("capture invalidated")
@@ -67,14 +81,66 @@ class FakeGraph:
     def replay(self) -> None:
         assert self.state == "captured", f"replay of a graph in state {self.state}"
         self.replays += 1
+        for event in self.nodes:  # each replay re-records the graph's event nodes, 5 µs apart, done at once
+            FakeEvent.clock += 0.005
+            event.t = FakeEvent.clock
+            event.done = True
 
     def reset(self) -> None:
         self.state = "new"
 
 
+class FakeStream:
+    """A stream with a raw handle, as ``torch.cuda.Stream`` has (``cuda_stream``)."""
+
+    handles = 0
+
+    def __init__(self, device: Any = None, name: str = "") -> None:
+        FakeStream.handles += 1
+        self.cuda_stream = 0x1000 + FakeStream.handles
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"FakeStream({self.name or self.cuda_stream})"
+
+
+class FakeWait:
+    """Stands in for the stream gate's Triton wait kernel (telemetry.gate), which needs a GPU.
+
+    ``launch`` is what the gate calls to enqueue the wait: it notes the launch (with how many events had been recorded
+    by then, so a test can check the wait comes before the start event) and ``run`` plays the GPU reaching it later: it
+    reads the word, as the kernel's last poll would, and writes the result (0 released, 1 the polls ran out)."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[int, int, int, int]] = []  # (index, ticket, stream handle, events recorded before)
+        self._waiting: list[tuple[Any, Any, int, int]] = []
+
+    def launcher(self, torch_mod: Any, device: Any) -> Any:
+        return self.launch
+
+    def launch(self, words: Any, results: Any, index: int, ticket: int, max_polls: int, stream: int) -> None:
+        self.launches.append((index, ticket, stream, FakeCuda.recorded))
+        self._waiting.append((words, results, index, ticket))
+
+    def run(self) -> None:
+        for words, results, index, ticket in self._waiting:
+            results[index] = 0 if int(words[index]) == ticket else 1
+        self._waiting.clear()
+
+
+class _Context:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
 class FakeCuda:
     Event = FakeEvent
+    Stream = FakeStream
     capturing = False
+    graphs_capturing: list[FakeGraph] = []  # innermost last
     stream_lookups = 0
     recorded = 0
     name = "stand-in GPU"  # what get_device_name answers (no measured kernel frame)
@@ -92,6 +158,14 @@ class FakeCuda:
     def current_stream(device: Any = None) -> str:
         FakeCuda.stream_lookups += 1
         return "current-stream"
+
+    @staticmethod
+    def device(device: Any = None) -> _Context:
+        return _Context()
+
+    @staticmethod
+    def stream(stream: Any = None) -> _Context:
+        return _Context()
 
     @staticmethod
     def is_current_stream_capturing() -> bool:
@@ -113,6 +187,19 @@ class FakeTorch:
         return torch.zeros(*shape, dtype=dtype)
 
 
+class RocmTorch(FakeTorch):
+    """The same stand-in as torch built for ROCm presents itself: ``torch.version.hip`` set, an AMD device name, and
+    HIP's refusal of external events in a capture. It stands in for an MI300X/MI325X, which CI does not have; nothing
+    here runs HIP."""
+
+    version = type("version", (), {"hip": "6.3.42134", "cuda": None})
+
+    @staticmethod
+    def use() -> None:
+        FakeCuda.name = "AMD Instinct MI300X"
+        FakeEvent.external_refused = True
+
+
 class CudaQ:
     """Stands in for a device tensor: the probe only reads is_cuda and device."""
 
@@ -122,4 +209,6 @@ class CudaQ:
 
 def reset() -> None:
     FakeCuda.capturing, FakeCuda.stream_lookups, FakeCuda.recorded = False, 0, 0
+    FakeCuda.graphs_capturing = []
+    FakeEvent.external_refused = False
     FakeCuda.name = "stand-in GPU"

@@ -102,3 +102,56 @@ def test_the_shortest_kernels_read_within_ten_percent_of_cupti(rows):
     bad = [p for p in result["points"] if not p.get("within_bound")]
     assert not bad, bad
     assert result["frame_ns_in_use"] == MEASURED_NS.get(torch.cuda.get_device_name(), 0)
+
+
+@pytest.mark.parametrize("rows", [2, 16, 256, 4096])
+def test_kernels_that_write_no_stamps_read_within_ten_percent_of_cupti_when_gated(rows):
+    """The project's kernels with their stamps withheld stand in for vLLM's and AITER's: gated pairs within 10%."""
+    from telemetry.bench.fidelity import run
+
+    result = run(rows=(rows,), calls=40, stamps=False)
+    gated = [p for p in result["points"] if p["variant"] == "gated"]
+    assert len(gated) == 2 and all(p["clocks"] == ["gated"] for p in gated), gated
+    bad = [p for p in gated if not p.get("within_bound")]
+    assert not bad, bad
+
+
+def test_graph_replays_of_kernels_that_write_no_stamps_are_timed_by_captured_pairs():
+    """A captured call whose kernels write no stamp: an external pair in the graph times its replays, within 10% of
+    CUPTI's kernel time of a replayed graph of the same call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from dispatcher.sweep.cupti import spans
+    from telemetry.bench.fidelity import unstamped_registry
+
+    platform, policy = detect(), Policy()
+    tel = Telemetry(TelemetryConfig(models=("glm",), keep_samples=True, timing_gate=False), platform=platform,
+                    policy=policy)
+    try:
+        d = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=unstamped_registry()))
+        a = make_sets(256, 2048, 16, LAYOUT, 8192, dtype=torch.bfloat16, device=torch.device("cuda"))[0]
+        graph = _graph(d, [_call(a, 256, pure_decode=False)])
+        tel.drain_samples()
+        readings = []
+        for _ in range(20):
+            graph.replay()
+            torch.cuda.synchronize()
+            readings += [s["seconds"] * 1e6 for s in tel.drain_samples() if s["clock"] == "graph"]
+        assert len(readings) == 20, "one reading per flush of a replayed graph"
+        after = tel.flush()
+        assert sum(after.replayed_untimed.values()) == 0
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                graph.replay()
+            torch.cuda.synchronize()
+        kernels = sorted((s for s in spans(prof.events()) if s.on_gpu and "Memcpy" not in s.name
+                          and "Memset" not in s.name), key=lambda s: s.start_us)
+        per = len(kernels) // 20
+        assert per >= 1 and len(kernels) == 20 * per, [s.name for s in kernels[:8]]
+        replays = sorted(max(s.end_us for s in kernels[i:i + per]) - kernels[i].start_us
+                         for i in range(0, len(kernels), per))  # first kernel start to last kernel end, per replay
+        ref = replays[len(replays) // 2]
+        got = sorted(readings)[len(readings) // 2]
+        assert abs(got - ref) / ref <= 0.10, (got, ref)
+    finally:
+        tel.close()

@@ -1,0 +1,220 @@
+"""Event pairs for calls whose kernels write no device stamps (vLLM's, AITER's): eager pairs, gated or plain, and
+pairs captured into CUDA graphs.
+
+Eager calls take a pair from a fixed pool. Where the device has a stream gate (``telemetry.gate``), the pair is
+gated: the stream waits until the launch has returned, so the pair times the kernels alone (clock ``gated``, less
+the GPU model's gated frame, ``telemetry.frame``). Elsewhere the pair is plain (clock ``events``) and times the host's
+launch path too whenever the GPU waits for it. Pairs are resolved by the flush thread with ``query()``: never
+``synchronize()``.
+
+A call captured into a CUDA graph runs no Python at replay, so it can be timed only by events that are part of the
+graph: an external event pair (``Event(external=True)``, CUDA only) recorded around it during capture. Every replay
+re-records the pair; each flush reads the latest finished replay (clock ``graph``, less its own frame). HIP refuses
+external events in a capture, so on ROCm such calls stay untimed (``routescope_graph_untimed_replayed_calls_total``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from .aggregates import Health
+from .frame import GATED, GRAPH, device_name, measured_ns
+from .gate import RELEASED, TIMED_OUT, GateFactory, StreamGate
+from .slots import Clock
+from .timing import LatencySink
+
+
+def is_rocm(torch_mod: Any) -> bool:
+    """Is this torch built for HIP? (``torch.version.hip`` is set there; a stand-in without it is CUDA.)"""
+    return bool(getattr(getattr(torch_mod, "version", None), "hip", None))
+
+
+class GpuEvents:
+    """A fixed pool of eager event pairs ``(start, end, index)``; ``index`` is the pair's own gate word."""
+
+    def __init__(self, torch_mod: Any, size: int, *, gates: GateFactory | None = None,
+                 gated_frame_ns: int | None = None) -> None:
+        self.torch = torch_mod
+        self.free: list[tuple[Any, Any, int]] = [
+            (torch_mod.cuda.Event(enable_timing=True), torch_mod.cuda.Event(enable_timing=True), i)
+            for i in range(size)
+        ]
+        self.gates = gates
+        self.gated: list[StreamGate | None] = [None] * size  # the gate pair i waits on, while it is in flight
+        self.pending: deque = deque()
+        self.lock = threading.Lock()
+        self._frame_setting = gated_frame_ns
+        self._frames: dict[Any, int] = {}
+
+    def begin(self, stream: Any, device: Any) -> tuple[Any, Any] | None:
+        """Close the device's gate (where it has one) and record the start event: (pair, stream), or None when the
+        pool is empty (the caller counts a drop)."""
+        if stream is None:
+            stream = self.torch.cuda.current_stream(device)
+        try:
+            pair = self.free.pop()
+        except IndexError:
+            return None
+        gates = self.gates
+        if gates is not None:
+            gate = gates.get(device)
+            if gate is not None:
+                index = pair[2]
+                try:
+                    gate.close(index, stream.cuda_stream)
+                except BaseException:  # the call goes on untimed (the probe counts the error); the pair goes back
+                    gate.open(index)
+                    self.free.append(pair)
+                    raise
+                self.gated[index] = gate
+        pair[0].record(stream)
+        return pair, stream
+
+    def end(self, slot: int, pair: tuple[Any, Any, int], stream: Any, wall_ns: int) -> None:
+        """Record the end event, then open the gate: the stream runs the queued call between the two."""
+        try:
+            pair[1].record(stream)
+        finally:
+            gate = self.gated[pair[2]]
+            if gate is not None:
+                gate.open(pair[2])
+        self.pending.append((slot, pair, wall_ns))
+
+    def release(self, pair: tuple[Any, Any, int]) -> None:
+        """Give a pair back unused (the launch raised, or its kernels stamped): its gate, if closed, opens first."""
+        gate = self.gated[pair[2]]
+        if gate is not None:
+            gate.open(pair[2])
+            self.gated[pair[2]] = None
+        self.free.append(pair)
+
+    def frame(self, device: Any) -> int:
+        """ns taken off a gated pair's reading on ``device``: the setting, else the GPU model's measured value."""
+        hit = self._frames.get(device)
+        if hit is None:
+            hit = self._frames[device] = measured_ns(GATED, device_name(self.torch, device), self._frame_setting)
+        return hit
+
+    def resolve(self, sink: LatencySink, health: Health) -> int:
+        """Turn finished pairs into samples; unfinished ones wait for the next flush. Returns how many."""
+        done = 0
+        with self.lock:
+            for _ in range(len(self.pending)):
+                slot, pair, wall_ns = self.pending.popleft()
+                index = pair[2]
+                gate = self.gated[index]
+                try:
+                    finished = pair[1].query()
+                except Exception:  # noqa: BLE001 - a broken event is dropped, never retried forever
+                    health.error("timing")
+                    self.gated[index] = None
+                    self.free.append(pair)
+                    continue
+                if not finished:
+                    self.pending.append((slot, pair, wall_ns))
+                    continue
+                self.gated[index] = None
+                try:
+                    ns = int(pair[0].elapsed_time(pair[1]) * 1e6)
+                    if gate is None:
+                        sink.observe(slot, Clock.EVENTS, ns, wall_ns)
+                        done += 1
+                    else:
+                        outcome = gate.outcome(index)
+                        if outcome == RELEASED:
+                            sink.observe(slot, Clock.GATED, ns - self.frame(gate.device), wall_ns)
+                            done += 1
+                        else:  # the wait ran out (or never wrote): the pair holds host time, not a kernel's
+                            health.drop("timing_gate_timeout" if outcome == TIMED_OUT else "timing_unresolved")
+                except Exception:  # noqa: BLE001
+                    health.error("timing")
+                self.free.append(pair)
+        return done
+
+    def prepare(self) -> int:
+        """Build the gates sampled calls asked for (from the flush thread, never while a graph is captured)."""
+        if self.gates is None or not self.gates.pending:
+            return 0
+        return self.gates.prepare()
+
+
+class GraphEvents:
+    """External event pairs held by captured calls for their graph's lifetime; each flush reads the latest replay."""
+
+    def __init__(self, torch_mod: Any, size: int, *, frame_ns: int | None = None) -> None:
+        self.torch = torch_mod
+        self.size = size
+        self.made = 0
+        self.free: list[tuple[Any, Any]] = []
+        self.held: dict[int, list] = {}  # id(pair) -> [slot, pair, replays (a one-int list), replays read, device]
+        self.lock = threading.Lock()
+        self._frame_setting = frame_ns
+        self._frames: dict[Any, int] = {}
+
+    def claim(self) -> tuple[Any, Any] | None:
+        """A pair for a call being captured; None when all ``size`` are held (the call's replays stay untimed)."""
+        with self.lock:
+            if self.free:
+                return self.free.pop()
+            if self.made >= self.size:
+                return None
+            self.made += 1
+        cuda = self.torch.cuda
+        return cuda.Event(enable_timing=True, external=True), cuda.Event(enable_timing=True, external=True)
+
+    def hold(self, slot: int, pair: tuple[Any, Any], replays: list[int], device: Any) -> Any:
+        """Read ``pair`` at each flush while its graph lives; returns the release to run when the graph goes."""
+        entry = [slot, pair, replays, replays[0], device]
+        with self.lock:
+            self.held[id(pair)] = entry
+
+        def release() -> None:
+            with self.lock:
+                if self.held.pop(id(pair), None) is not None:
+                    self.free.append(pair)
+
+        return release
+
+    def give_back(self, pair: tuple[Any, Any]) -> None:
+        """A pair claimed for a capture that will not hold it (the call stamped, or raised)."""
+        with self.lock:
+            self.free.append(pair)
+
+    def frame(self, device: Any) -> int:
+        hit = self._frames.get(device)
+        if hit is None:
+            hit = self._frames[device] = measured_ns(GRAPH, device_name(self.torch, device), self._frame_setting)
+        return hit
+
+    def resolve(self, sink: LatencySink, health: Health, wall_ns: int) -> int:
+        """One sample per held pair whose graph was replayed since the last read and whose latest replay is done."""
+        done = 0
+        with self.lock:
+            entries = list(self.held.values())
+        for entry in entries:
+            slot, pair, replays, seen, device = entry
+            now = replays[0]
+            if now == seen:
+                continue
+            try:
+                if not pair[1].query():
+                    continue  # a replay in flight: the next flush reads it
+                ns = int(pair[0].elapsed_time(pair[1]) * 1e6)
+            except Exception:  # noqa: BLE001
+                health.error("timing")
+                entry[3] = now
+                continue
+            entry[3] = now
+            sink.observe(slot, Clock.GRAPH, ns - self.frame(device), wall_ns)
+            done += 1
+        return done
+
+
+def graph_events_supported(torch_mod: Any) -> bool:
+    """Can a timing event be recorded inside a capture here? CUDA: external events; HIP: no."""
+    return not is_rocm(torch_mod)
+
+
+__all__ = ["GpuEvents", "GraphEvents", "graph_events_supported", "is_rocm", "RELEASED", "TIMED_OUT"]
