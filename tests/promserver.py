@@ -51,8 +51,12 @@ def config_text(
     scrape_interval: str = "1s",
     evaluation_interval: str = "1s",
     scrape_timeout: str | None = None,
+    alertmanagers: Sequence[str] = (),
 ) -> str:
-    """A prometheus.yml: one static job per key of `targets` (JSON is valid YAML)."""
+    """A prometheus.yml: one static job per key of `targets`, alerts sent to `alertmanagers` (host:port).
+
+    JSON is valid YAML.
+    """
     timeout = scrape_timeout or scrape_interval
     cfg: dict[str, Any] = {
         "global": {
@@ -66,6 +70,8 @@ def config_text(
             for job, addrs in (targets or {}).items()
         ],
     }
+    if alertmanagers:
+        cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
     return json.dumps(cfg, indent=2) + "\n"
 
 
@@ -175,11 +181,14 @@ def start_prometheus(
     evaluation_interval: str = "1s",
     ready_timeout: float = 30.0,
     attempts: int = 3,
+    features: Sequence[str] = (),
+    extra_flags: Sequence[str] = (),
 ) -> Iterator[PromServer]:
     """Start Prometheus in workdir (config, TSDB, log), wait for /-/ready, stop it after.
 
     `config` is a full prometheus.yml text; otherwise one is written from `targets`,
     `rule_files` and the intervals. A port taken between choosing and binding is retried.
+    `features` go to `--enable-feature=` (e.g. `native-histograms`), `extra_flags` as they are.
     """
     binary = prometheus_binary()
     if binary is None:
@@ -199,7 +208,8 @@ def start_prometheus(
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [binary, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / f'tsdb-{attempt}'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=info"],
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=info"]
+                + ([f"--enable-feature={','.join(features)}"] if features else []) + list(extra_flags),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         candidate = PromServer(proc, port, workdir, log)

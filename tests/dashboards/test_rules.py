@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from dashboards.rules import render_alerts, runbook_urls
+from tests.dashboards.alerting import runbook_anchors
 
 ROOT = Path(__file__).resolve().parents[2]
 DASH = ROOT / "dashboards"
@@ -54,18 +58,8 @@ def test_every_alert_has_a_firing_and_a_quiet_case():
         assert cases.get(alert["alert"]) == {True, False}, alert["alert"]
 
 
-def _anchors(markdown: str) -> set[str]:
-    """GitHub's heading anchors: lowercase, punctuation dropped, spaces to dashes."""
-    out = set()
-    for line in markdown.splitlines():
-        m = re.match(r"#{1,6}\s+(.*)", line)
-        if m:
-            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
-    return out
-
-
 def test_alerts_carry_severity_annotations_and_a_runbook_anchor():
-    anchors = _anchors((ROOT / "docs" / "runbook.md").read_text())
+    anchors = runbook_anchors((ROOT / "docs" / "runbook.md").read_text())
     for alert in _alerts():
         name = alert["alert"]
         assert alert["labels"]["severity"] in {"critical", "warning"}, name
@@ -73,6 +67,53 @@ def test_alerts_carry_severity_annotations_and_a_runbook_anchor():
         assert ann["summary"].strip() and ann["description"].strip(), name
         path, _, anchor = ann["runbook_url"].partition("#")
         assert path == "docs/runbook.md" and anchor in anchors, (name, ann["runbook_url"])
+
+
+BASE = "https://git.example.com/routescope/blob/main/docs/runbook.md"
+
+
+def test_rendered_runbook_links_resolve_to_the_base_and_an_anchor_of_the_runbook(promtool, tmp_path):
+    anchors = runbook_anchors((ROOT / "docs" / "runbook.md").read_text())
+    r = _run([sys.executable, "-m", "dashboards.rules", "--runbook-base", BASE, "--out", str(tmp_path)], cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.split() == [str(tmp_path / "alerts.yml"), str(tmp_path / "recording.yml")], r
+    rendered = (tmp_path / "alerts.yml").read_text()
+    rules = [r for g in yaml.safe_load(rendered)["groups"] for r in g["rules"]]
+    assert [r["annotations"]["runbook_url"] for r in rules] == [f"{BASE}#{a['alert'].lower()}" for a in _alerts()]
+    assert all(url.partition("#")[2] in anchors for url in (r["annotations"]["runbook_url"] for r in rules))
+    assert (tmp_path / "recording.yml").read_text() == (DASH / "recording.yml").read_text()
+    # Comments stay, the rules still load, and nothing but the links (and a first line saying so) changed.
+    assert "# Event counters" in rendered
+    check = _run([promtool, "check", "rules", "alerts.yml", "recording.yml"], cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    shipped = (DASH / "alerts.yml").read_text()
+    assert rendered.splitlines()[1:] == [line.replace('"docs/runbook.md#', f'"{BASE}#') for line in shipped.splitlines()]
+
+
+def test_every_runbook_url_is_rendered():
+    shipped = (DASH / "alerts.yml").read_text()
+    assert len(runbook_urls(shipped)) == len(_alerts()) == shipped.count("runbook_url:")
+    assert {base for base, _ in runbook_urls(render_alerts(shipped, BASE))} == {BASE}
+
+
+@pytest.mark.parametrize("base", ["", "https://x/runbook.md#top", 'https://x/"run"', "https://x/run book.md"])
+def test_a_base_url_that_would_break_the_yaml_or_the_anchor_is_refused(base):
+    with pytest.raises(ValueError, match="runbook base"):
+        render_alerts((DASH / "alerts.yml").read_text(), base)
+    r = _run([sys.executable, "-m", "dashboards.rules", "--runbook-base", base], cwd=ROOT)
+    assert r.returncode == 2 and "runbook base" in r.stderr, r.stderr
+
+
+def test_the_decode_in_prefill_alerts_say_what_the_misroute_costs():
+    by_name = {a["alert"]: a for a in _alerts()}
+    costs = {by_name[n]["annotations"]["cost"] for n in ("DecodeInPrefill", "DecodeRowsInPrefill")}
+    assert len(costs) == 1, "one cost text for both"
+    [cost] = costs
+    for series in ("routescope_advice_decode_in_prefill_seconds_per_hour", "routescope_advice_saving_seconds_per_hour",
+                   "routescope_advice_table_info"):
+        assert series in cost, series
+    assert "Prediction" in cost and "no latency table covers this platform" in cost
+    # The seed's static figures stay in the runbook, as background; no description quotes them.
+    assert not any(re.search(r"\b293\b|\b32 us\b", a["annotations"]["description"]) for a in _alerts())
 
 
 def test_decode_in_prefill_severities():
