@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Set up (venv, Python packages, Debian's prometheus and chromium) and run the whole test suite.
+# Set up (venv, Python packages, Debian's prometheus, prometheus-alertmanager and chromium) and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v promtool >/dev/null || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
+command -v amtool >/dev/null || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -101,3 +101,11 @@ def test_grouping_routing_and_inhibition_on_a_real_alertmanager(tmp_path):
             assert set(payload["groupLabels"]) <= {"alertname", "job", "model"}, payload["groupLabels"]
             assert payload["receiver"] == {"critical": "routescope-pager", "warning": "routescope-tickets"}[
                 payload["commonLabels"]["severity"]], payload
+
+
+def test_a_missing_binary_fails_under_ci_and_skips_elsewhere():
+    with pytest.raises(pytest.fail.Exception, match="CI must install it"):
+        require("routescope-no-such-binary", {"CI": "1"})
+    for env in ({}, {"CI": "0"}, {"CI": "false"}):
+        with pytest.raises(pytest.skip.Exception, match="apt-get install -y prometheus-alertmanager"):
+            require("routescope-no-such-binary", env)

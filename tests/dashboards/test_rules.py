@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards.rules import render_alerts, runbook_urls
+from dashboards.rules import render_alerts, runbook_urls, write_rules
 from tests.dashboards.alerting import runbook_anchors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,10 +141,12 @@ def _doc_configs() -> list[str]:
 def test_documented_scrape_configs_pass_promtool(promtool, tmp_path):
     configs = _doc_configs()
     assert len(configs) >= 3, "expected configs for one node, several nodes and TP ranks"
-    # Configs that name dashboards/*.yml relative to the repository root load the real files.
+    # Configs that name dashboards/*.yml relative to the repository root load the real files;
+    # rules/*.yml are those files rendered as the page renders them (python -m dashboards.rules).
     (tmp_path / "dashboards").mkdir()
     for f in RULE_FILES:
         (tmp_path / "dashboards" / f).write_text((DASH / f).read_text())
+    write_rules(tmp_path / "rules", BASE)
     for i, text in enumerate(configs):
         cfg = tmp_path / f"prometheus-{i}.yml"
         cfg.write_text(text)
