@@ -168,10 +168,13 @@ def _routing_panels() -> list[Any]:
 
 
 def _latency_panels() -> list[Any]:
+    """Quantiles from the native histogram where Prometheus stores one, else from the classic buckets (recording.yml)."""
+    native = f"routescope:call_duration_seconds:rate5m{{{SEL}}}"
     buckets = f"routescope:call_duration_seconds_bucket:rate5m{{{SEL}}}"
 
     def quantile(q: float) -> str:
-        return f"histogram_quantile({q}, sum by (kernel, rows_bucket, clock, le) ({buckets}))"
+        return (f"histogram_quantile({q}, sum by (kernel, rows_bucket, clock) ({native})) or "
+                f"histogram_quantile({q}, sum by (kernel, rows_bucket, clock, le) ({buckets}))")
 
     return [
         _ts(
@@ -197,7 +200,8 @@ def _latency_panels() -> list[Any]:
                 _q(quantile(0.5), ref="p50", instant=True),
                 _q(quantile(0.99), ref="p99", instant=True),
                 _q(
-                    f'sum by (kernel, rows_bucket, clock) (routescope:call_duration_seconds_bucket:rate5m{{{SEL}, le="+Inf"}})',
+                    f'sum by (kernel, rows_bucket, clock) (routescope:call_duration_seconds_bucket:rate5m{{{SEL}, le="+Inf"}})'
+                    f" or sum by (kernel, rows_bucket, clock) (histogram_count({native}))",
                     ref="timed_per_s",
                     instant=True,
                 ),

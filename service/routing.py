@@ -36,7 +36,8 @@ class CountRow(_Open):
 
 
 class LatencyRow(_Open):
-    """Quantiles from the call-duration histogram (linear within a bucket, as histogram_quantile)."""
+    """Quantiles from the call-duration histogram, linear within a bucket as histogram_quantile: its native buckets
+    (4.4% wide, ``buckets: native``) where every sample is in them, else the classic ones (``buckets: classic``)."""
 
     kernel: str
     rows_bucket: str
@@ -45,6 +46,7 @@ class LatencyRow(_Open):
     p50_s: float | None = None
     p90_s: float | None = None
     p99_s: float | None = None
+    buckets: str | None = None
 
 
 class DecisionRow(_Open):

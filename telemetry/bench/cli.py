@@ -191,3 +191,17 @@ def _render(result: dict) -> None:
                   f"{n['repeats']} interleaved passes of {n['calls']} calls; differences are medians of per-pass "
                   "differences. 'empty probe' is a probe whose methods do nothing: the cost of the probe "
                   "protocol itself, included in 'instr − bare'. 'probe only': start+stop alone on the same calls.")
+
+
+@bench_app.command("quantiles")
+def quantiles_command(
+    calls: Annotated[int, typer.Option(min=10, help="calls per model and rows bucket (rows at random inside it)")] = 150,
+    max_rows: Annotated[int, typer.Option(min=1, help="the last rows bucket is the one holding this")] = 2048,
+    device: Annotated[str, typer.Option(help="cuda (device clock, full shapes) or cpu; default: cuda if present")] = "",
+    min_samples: Annotated[int, typer.Option(min=1, help="series with fewer samples are left out")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Exact latency quantiles against histogram_quantile on the classic and the native buckets; scrape sizes."""
+    from .quantiles import render, run
+
+    _emit(run(calls=calls, max_rows=max_rows, device=device or None, min_samples=min_samples), as_json, render)

@@ -175,17 +175,20 @@ def family_message(fam: Metric) -> pb.MetricFamily | None:
     return out
 
 
-def encode_families(families: Iterable[Metric]) -> bytes:
-    """Length-delimited MetricFamily messages, one per family with samples."""
+def encode_messages(messages: Iterable[pb.MetricFamily]) -> bytes:
+    """MetricFamily messages as one delimited stream (each behind its varint length)."""
     chunks: list[bytes] = []
-    for fam in families:
-        message = family_message(fam)
-        if message is None or not message.metric:
-            continue
+    for message in messages:
         body = message.SerializeToString()
         chunks.append(_varint(len(body)))
         chunks.append(body)
     return b"".join(chunks)
+
+
+def encode_families(families: Iterable[Metric]) -> bytes:
+    """Length-delimited MetricFamily messages, one per family with samples."""
+    messages = (family_message(fam) for fam in families)
+    return encode_messages(m for m in messages if m is not None and m.metric)
 
 
 def generate_delimited(collector: Collector) -> bytes:
