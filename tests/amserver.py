@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.promserver import free_port
+from tests.promserver import PromServer, _ready, free_port
 
 T = TypeVar("T")
 PACKAGE = "prometheus-alertmanager"  # Debian's package; it ships amtool too
@@ -145,11 +145,8 @@ class AMServer:
     def post_alerts(self, alerts: Sequence[Mapping[str, Any]]) -> None:
         self._call("/api/v2/alerts", list(alerts))
 
-    def logs(self, tail: int = 4000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-tail:]
-        except OSError:
-            return ""
+    logs = PromServer.logs  # the end of its log
+    stop = PromServer.stop  # SIGTERM, then SIGKILL past the timeout
 
     def alive(self) -> None:
         if self.proc.poll() is not None:
@@ -157,23 +154,6 @@ class AMServer:
 
     def wait_for(self, probe: Callable[[], T], *, timeout: float, what: str = "condition") -> T:
         return wait_until(probe, timeout=timeout, what=what, alive=self.alive)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
-
-
-def _ready(server: AMServer) -> bool:
-    try:
-        with urllib.request.urlopen(server.url + "/-/ready", timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @contextlib.contextmanager
@@ -199,15 +179,14 @@ def start_alertmanager(workdir: str | os.PathLike[str], *, config: str, ready_ti
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         candidate = AMServer(proc, port, log)
-        deadline = time.monotonic() + ready_timeout
-        while proc.poll() is None and time.monotonic() < deadline and not _ready(candidate):
-            time.sleep(0.1)
-        if proc.poll() is None and _ready(candidate):
-            server = candidate
+        try:
+            server = candidate.wait_for(lambda: _ready(candidate.url) and candidate, timeout=ready_timeout,
+                                        what="alertmanager's /-/ready")
             break
-        candidate.stop()
-        if "address already in use" not in candidate.logs():
-            raise AlertmanagerError(f"alertmanager did not become ready in {ready_timeout}s:\n{candidate.logs()}")
+        except (TimeoutError, AlertmanagerError):
+            candidate.stop()
+            if "address already in use" not in candidate.logs():
+                raise AlertmanagerError(f"alertmanager not ready in {ready_timeout}s:\n{candidate.logs()}") from None
     if server is None:
         raise AlertmanagerError("alertmanager: no free port after retries")
     try:
