@@ -1,9 +1,10 @@
 """OpenTelemetry: the same totals as observable instruments, sampled latencies as a histogram in seconds.
 
 Counters are observable (their callbacks read the last flush), so nothing is recorded per
-call; latencies are recorded at flush from the sampled-call buffer, with explicit bucket
-boundaries in seconds (the SDK's defaults are milliseconds-shaped). Spans, when asked for,
-are built at flush from sampled calls with their real start and end times.
+call; latencies are recorded at flush from the sampled-call buffer, in seconds, into the SDK's
+exponential (base-2) bucket histogram capped at scale ``SCHEMA`` (4: buckets 4.4% wide, as the
+Prometheus native histogram's), so a quantile read from the export is within that of the samples.
+Spans, when asked for, are built at flush from sampled calls with their real start and end times.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
+from .native import SCHEMA
 from .slots import SlotInfo
-from .buckets import LATENCY_BOUNDS_S
 from .spec import COUNTERS, GAUGES, HISTOGRAM, MetricSpec
 from .view import Totals
 
 log = logging.getLogger("routescope.telemetry")
+
+# Buckets per sign before the SDK lowers the scale: at scale 4 (16 a factor of 2) 320 cover a 2^20 spread of one
+# series' latencies (1 µs to 1 s) without leaving 4.4% buckets.
+EXPONENTIAL_MAX_SIZE = 320
 
 
 def otlp_metric_reader() -> MetricReader | None:
@@ -74,7 +79,7 @@ class OtelExporter:
             if tracer_provider is None and span_every:
                 tracer_provider = otlp_tracer_provider()
         view = View(instrument_name=HISTOGRAM.base,
-                    aggregation=ExplicitBucketHistogramAggregation(boundaries=LATENCY_BOUNDS_S))
+                    aggregation=ExponentialBucketHistogramAggregation(max_size=EXPONENTIAL_MAX_SIZE, max_scale=SCHEMA))
         self.provider = MeterProvider(
             metric_readers=readers, views=[view], shutdown_on_exit=False,
             resource=Resource.create({"service.name": "routescope"}),

@@ -1,4 +1,5 @@
-"""OpenTelemetry: the in-memory export agrees with the Prometheus scrape; buckets are in seconds; spans carry decisions."""
+"""OpenTelemetry: the in-memory export agrees with the Prometheus scrape; exponential buckets in seconds at the native
+histogram's scale; spans carry decisions."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from telemetry import TelemetryConfig
 from telemetry.bench.workload import make_calls
-from telemetry.buckets import LATENCY_BOUNDS_S
+from telemetry.native import SCHEMA
 from telemetry.spec import COUNTERS, GAUGES, HISTOGRAM
 
 from .conftest import dispatcher, scrape
@@ -49,26 +50,18 @@ def test_otel_agrees_with_prometheus(make_tel):
         assert got == want, spec.name
     hist = points[HISTOGRAM.base]
     assert hist, "no histogram points"
+    native = tel.totals.latency_native
     for p in hist:
         labels = frozenset((k, str(v)) for k, v in p.attributes.items())
-        assert tuple(p.explicit_bounds) == LATENCY_BOUNDS_S
         assert p.count == prom[("routescope_call_duration_seconds_count", labels)]
         assert p.sum == pytest.approx(prom[("routescope_call_duration_seconds_sum", labels)], rel=1e-9, abs=1e-12)
-        cum = 0
-        for le, c in zip([*(f"{b:g}" for b in LATENCY_BOUNDS_S), "+Inf"], p.bucket_counts):
-            cum += c
-            key = ("routescope_call_duration_seconds_bucket", labels | {("le", _go(le))})
-            assert prom[key] == cum
+        # exponential buckets at the native histogram's scale: OTel's bucket i is Prometheus' bucket i + 1
+        assert p.scale == SCHEMA
+        key = tuple(p.attributes[k] for k in ("kernel", "rows_bucket", "model", "clock"))
+        got = {p.positive.offset + i + 1: n for i, n in enumerate(p.positive.bucket_counts) if n}
+        assert got == {i: n for i, n in native[key].buckets.items() if n}
+        assert p.zero_count == native[key].zero
     assert sum(p.count for p in hist) > 0
-
-
-def _go(le: str) -> str:
-    """Prometheus' le spelling of a bound."""
-    if le == "+Inf":
-        return le
-    from prometheus_client.utils import floatToGoString
-
-    return floatToGoString(float(le))
 
 
 def test_sampled_spans_carry_the_decision(make_tel):
