@@ -93,6 +93,8 @@ def test_every_runbook_url_is_rendered():
     shipped = (DASH / "alerts.yml").read_text()
     assert len(runbook_urls(shipped)) == len(_alerts()) == shipped.count("runbook_url:")
     assert {base for base, _ in runbook_urls(render_alerts(shipped, BASE))} == {BASE}
+    printed = _run([sys.executable, "-m", "dashboards.rules", "--runbook-base", BASE], cwd=ROOT)
+    assert printed.returncode == 0 and printed.stdout == render_alerts(shipped, BASE), printed.stderr
 
 
 @pytest.mark.parametrize("base", ["", "https://x/runbook.md#top", 'https://x/"run"', "https://x/run book.md"])
