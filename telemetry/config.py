@@ -51,7 +51,7 @@ class TelemetryConfig:
     device_frame_ns: int = MEASURED_FRAME  # added to the stamped spans (telemetry.frame); -1: measured for the model
     timing_pool: int = 256  # preallocated CUDA event pairs (for kernels that write no device stamps)
     timing_gate: bool = True  # gate the stream of a sampled call timed by events, so the pair times the GPU only
-    gate_max_polls: int = 4096  # the gate's wait gives up after this many reads of its word (telemetry.gate)
+    gate_max_polls: int = 512  # the gate's wait gives up after this many reads of its word (~2 ms on an H200)
     gated_frame_ns: int = MEASURED_FRAME  # taken off a gated pair's reading; -1: measured for the GPU model
     graph_frame_ns: int = MEASURED_FRAME  # taken off a graph-captured pair's reading; -1: measured for the model
     graph_timing_pool: int = 1024  # external event pairs captured calls may hold (one in sample_every is timed)

@@ -36,7 +36,7 @@ from typing import Any
 log = logging.getLogger("routescope.telemetry")
 
 MAX_TICKET = 2**31 - 1
-DEFAULT_MAX_POLLS = 4096  # each poll is one read of host memory over the bus, about a microsecond or two
+DEFAULT_MAX_POLLS = 512  # a poll is one read of host memory over the bus: about 4 µs on an H200, so ~2 ms at most
 PENDING, RELEASED, TIMED_OUT = -1, 0, 1  # what the wait wrote in its result word
 
 # (words, results, index, ticket, max_polls, stream handle) -> None: enqueue the wait on that stream

@@ -31,6 +31,13 @@ for p in $phases; do
     fidelity) phase fidelity 240 "${RS[@]}" bench fidelity --json ;;
     reroute) phase reroute 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16,256,1024 --json ;;
     reroute-d512) phase reroute-d512 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16 --layout 512+0 --json ;;
+    foreign) phase foreign 420 "${RS[@]}" bench fidelity --no-stamps --json ;;
+    foreign-reroute) phase foreign-reroute 240 "${RS[@]}" bench fidelity --no-stamps --guard reroute \
+                       --rows 1,2,16 --json ;;
+    foreign-replay) phase foreign-replay 300 python3 -m telemetry.bench.gpu_replay --no-stamps \
+                      --out "$OUT/replay-foreign.json" --guard observe ;;
+    foreign-tests) phase foreign-tests 360 python3 -m pytest -q -m gpu -p no:cacheprovider \
+                     tests/telemetry/test_gpu_real.py -k "write_no_stamps" ;;
     replay) phase replay 300 python3 -m telemetry.bench.gpu_replay --out "$OUT/replay-observe.json" --guard observe ;;
     replay-reroute) phase replay-reroute 300 python3 -m telemetry.bench.gpu_replay --out "$OUT/replay-reroute.json" \
                       --guard reroute ;;

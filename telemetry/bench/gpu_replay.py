@@ -70,14 +70,21 @@ def _replay(d: Dispatcher, calls: list, iters: int, *, strict: bool = True) -> f
     return time.perf_counter() - t0
 
 
-def throughput(calls: list, *, policy: Policy, blocks: int, iters: int, aa: bool = False) -> dict[str, Any]:
+def throughput(calls: list, *, policy: Policy, blocks: int, iters: int, aa: bool = False,
+               stamps: bool = True) -> dict[str, Any]:
     """Calls per second without and with telemetry, in alternating blocks; ``aa``: both arms bare (an A/A
-    control: what the comparison reads when nothing differs)."""
+    control: what the comparison reads when nothing differs); ``stamps=False``: the kernels write none, so sampled
+    calls are timed by gated event pairs, as vLLM's and AITER's are."""
+    from .fidelity import unstamped_registry
+
     platform = detect()
     tel = Telemetry(TelemetryConfig(models=("glm", "dsv4")), platform=platform, policy=policy)
-    off = Dispatcher(platform=platform, policy=policy)
-    on = Dispatcher(platform=platform, policy=policy) if aa else tel.instrument(Dispatcher(platform=platform,
-                                                                                          policy=policy))
+
+    def bare() -> Dispatcher:
+        return Dispatcher(platform=platform, policy=policy, registry=None if stamps else unstamped_registry())
+
+    off = bare()
+    on = bare() if aa else tel.instrument(bare())
     tel.start()
     try:
         _replay(off, calls, 2, strict=False)
@@ -123,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=10, help="alternating off/on blocks")
     ap.add_argument("--iters", type=int, default=20, help="passes over the call mix per block")
     ap.add_argument("--guard", choices=[g.value for g in GuardMode], default="observe")
+    ap.add_argument("--no-stamps", action="store_true",
+                    help="the kernels write no stamps (as vLLM's and AITER's): sampled calls are timed by gated pairs")
     ap.add_argument("--aa", action="store_true",
                     help="only the A/A control: both throughput arms without telemetry (every run also measures it "
                          "after the comparison, as throughput_aa: what the comparison reads when nothing differs)")
@@ -140,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         "policy": policy.to_dict(), "mix_calls": len(calls),
         "command": " ".join(["python -m telemetry.bench.gpu_replay"] + (argv if argv is not None else sys.argv[1:])),
     }
-    phases = (("throughput", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters, aa=a.aa)),
-              ("throughput_aa", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters, aa=True)))
+    stamps = not a.no_stamps
+    phases = (("throughput", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters, aa=a.aa,
+                                                stamps=stamps)),
+              ("throughput_aa", lambda: throughput(calls, policy=policy, blocks=a.blocks, iters=a.iters, aa=True,
+                                                   stamps=stamps)))
     if a.aa:
         phases = phases[:1]
     failed = False
