@@ -86,8 +86,11 @@ def _directory_check(telemetry) -> ReadyCheck:
     tags=["metrics"],
     responses={
         200: {
-            "description": "Prometheus text format 0.0.4, or OpenMetrics 1.0 when the Accept header asks for it",
-            "content": {"text/plain": {"schema": {"type": "string"}}, "application/openmetrics-text": {"schema": {"type": "string"}}},
+            "description": "Prometheus text format 0.0.4, or OpenMetrics 1.0 when the Accept header asks for it "
+                           "(classic histograms); OpenMetrics 2.0 text or Prometheus' delimited protobuf when asked "
+                           "for (native histograms too)",
+            "content": {"text/plain": {"schema": {"type": "string"}}, "application/openmetrics-text": {"schema": {"type": "string"}},
+                        "application/vnd.google.protobuf": {"schema": {"type": "string", "format": "binary"}}},
         }
     },
 )
