@@ -24,7 +24,7 @@ from .multiproc.compact import LOCK_TIMEOUT_S, compact
 from .multiproc.directory import ident_for, ident_pid
 from .multiproc.health import Problems, os_problem
 from .multiproc.merge import totals_from_families
-from .multiproc.reader import multiprocess_registry
+from .multiproc.reader import ReaderCache, multiprocess_registry
 from .multiproc.writer import MultiprocWriter
 from .probe import TelemetryProbe, build_probe
 from .prom import TelemetryCollector, make_registry
@@ -94,7 +94,7 @@ class Telemetry:
         self._writer: MultiprocWriter | None = None
         self._mp_path: str | None = None
         self._problems = Problems(self.count_error)
-        self._key_cache: dict[str, list] = {}
+        self._reader_cache = ReaderCache()  # file layouts and the merge plan, kept between scrapes
         self._last_compact: float | None = None  # None: due at the first flush, never in this constructor
         self._compact_busy = 0  # compactions skipped in a row: another process held the lock
         if cfg.multiproc_dir:
@@ -313,7 +313,7 @@ class Telemetry:
             self._problems.report("read", path, "missing", f"multiprocess directory {path} is gone",  # type: ignore[arg-type]
                                   blocking=True)
             return None
-        return multiprocess_registry(path, self._problems, self._key_cache)  # type: ignore[arg-type]
+        return multiprocess_registry(path, self._problems, self._reader_cache)  # type: ignore[arg-type]
 
     def health_problems(self, *, check: bool = False) -> list[dict[str, Any]]:
         """Multiprocess directory problems: active conditions (``blocking`` ones make /readyz 503), then quarantined

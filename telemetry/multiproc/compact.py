@@ -1,6 +1,6 @@
 """Compaction: dead processes' counter and histogram files merged into the archive exactly once, whenever a kill lands.
 
-Under an exclusive ``flock`` on the directory, for each kind (counter, histogram): read the
+Under an exclusive ``flock`` on the directory, for each kind (counter, histogram, native): read the
 archive and the names it records as merged (its manifest, kept past the format's ``used``
 length where every prometheus_client reader stops); merge each dead file *not* listed; write
 the new archive, with those names added to its manifest, to ``<archive>.tmp`` (not ``*.db``,
@@ -29,17 +29,18 @@ import os
 from collections.abc import Callable
 
 from . import mpfile
-from .directory import (ARCHIVE, FILE_RE, TMP_RE, LockBusy, dir_lock, ident_pid, our_files, pid_alive,
-                        quarantine)
+from .directory import (ARCHIVE, FILE_RE, NATIVE, TMP_RE, LockBusy, dir_lock, file_name, ident_pid, our_files,
+                        pid_alive, quarantine)
 from .health import Problems, os_problem
 
+SUMMED = ("counter", "histogram", NATIVE)  # kinds whose values add across processes (gauges are live ones)
 LOCK_TIMEOUT_S = 5.0  # how long ``close()`` waits for the lock; a flush does not wait (0)
 _THE_FILES_FAULT = frozenset({errno.EACCES, errno.EPERM, errno.EIO, errno.EISDIR, errno.ELOOP, errno.ENXIO,
                               errno.ENODEV, errno.EINVAL})  # read errors no retry will cure: set the file aside
 
 
 def archive_name(kind: str) -> str:
-    return f"{kind}_routescope-{ARCHIVE}.db"
+    return file_name(kind, ARCHIVE)
 
 
 def compact(path: str, *, alive: Callable[[int], bool] = pid_alive, dead_idents: tuple[str, ...] = (),
@@ -62,7 +63,7 @@ def _compact_locked(path: str, alive: Callable[[int], bool], dead_idents: tuple[
     names = our_files(path)
     problems.clear_missing("compact", path, {os.path.join(path, f) for f in names})
     dead = _dead(names, alive, dead_idents)
-    for kind in ("counter", "histogram"):
+    for kind in SUMMED:
         tmp = os.path.join(path, archive_name(kind) + ".tmp")
         if os.path.lexists(tmp):  # a compactor died while writing it
             _remove(tmp, problems)
@@ -73,7 +74,7 @@ def _compact_locked(path: str, alive: Callable[[int], bool], dead_idents: tuple[
     if not dead:
         return []
     files = [f for fs in dead.values() for f in fs]
-    for kind in ("counter", "histogram"):
+    for kind in SUMMED:
         srcs = [f for f in files if f.startswith(kind + "_")]
         if srcs:
             try:

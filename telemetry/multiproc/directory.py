@@ -12,9 +12,11 @@ from contextlib import contextmanager
 
 from .health import Problems
 
-FILE_RE = re.compile(r"^(counter|histogram|gauge_[a-z]+)_routescope-([A-Za-z0-9.\-]+)\.db$")
-TMP_RE = re.compile(r"^\..*_routescope-.*\.db\.tmp-(\d+)$")  # a file being created by process <pid>
-KINDS = ("counter", "histogram", "gauge_livemax")
+# Kind, id, extension. prometheus_client reads every ``*.db``; native buckets, which it cannot read, live in ``*.ndb``.
+FILE_RE = re.compile(r"^(counter|histogram|gauge_livemax|native)_routescope-([A-Za-z0-9.\-]+)\.(db|ndb)$")
+TMP_RE = re.compile(r"^\..*_routescope-.*\.n?db\.tmp-(\d+)$")  # a file being created by process <pid>
+KINDS = ("counter", "histogram", "native", "gauge_livemax")
+NATIVE = "native"
 ARCHIVE = "archive"
 LOCK_NAME = ".routescope.lock"
 _PROCESS_ID_RE = re.compile(r"^[A-Za-z0-9.\-]+$")
@@ -78,9 +80,20 @@ def _flock(fd: int, op: int, timeout: float | None, path: str) -> None:
             time.sleep(0.005)
 
 
+def file_name(kind: str, ident: str) -> str:
+    """``<kind>_routescope-<id>.db``, or ``.ndb`` for native buckets (prometheus_client's collector skips those)."""
+    return f"{kind}_routescope-{ident}.{'ndb' if kind == NATIVE else 'db'}"
+
+
+def is_ours(name: str) -> bool:
+    """A routescope file: kind and extension agree (a ``native_*.db`` would break prometheus_client's collector)."""
+    m = FILE_RE.match(name)
+    return m is not None and (m.group(1) == NATIVE) == (m.group(3) == "ndb")
+
+
 def our_files(path: str) -> list[str]:
     """Routescope's files, archives last: a reader that meets an archive after its sources can drop them."""
-    return sorted((f for f in os.listdir(path) if FILE_RE.match(f)), key=lambda f: (f"-{ARCHIVE}.db" in f, f))
+    return sorted((f for f in os.listdir(path) if is_ours(f)), key=lambda f: (f"-{ARCHIVE}." in f, f))
 
 
 def quarantine(path: str, reason: str, problems: Problems, stage: str, problem: str = "corrupt file") -> bool:

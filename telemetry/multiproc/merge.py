@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..native import counts_from_native
 from ..prom import LE
 from ..spec import ALL
 from ..view import Key, Totals
@@ -39,7 +40,14 @@ def totals_from_families(families: Iterable[Any]) -> Totals:
                 if s.name == spec.name:  # not a _created sample
                     out[key] = out.get(key, 0) + int(round(s.value))
             elif spec.kind == "histogram":
-                if s.name == spec.name + "_bucket":
+                if s.native_histogram is not None:
+                    native = counts_from_native(s.native_histogram)
+                    have = t.latency_native.get(key)
+                    if have is None:
+                        t.latency_native[key] = native
+                    else:
+                        have.merge(native)
+                elif s.name == spec.name + "_bucket":
                     le = s.labels.get("le", "")
                     per = cum.setdefault(key, {})
                     per[le] = per.get(le, 0.0) + s.value

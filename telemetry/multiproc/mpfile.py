@@ -12,9 +12,12 @@ reads an archive as any other file. Pure: bytes in, entries out, or ``CorruptFil
 A key must also name a sample of its own metric's family, as the file's type (the name's first
 ``_`` part, which prometheus_client's collector goes by) has it: ``<metric>_total`` or
 ``_created`` in a counter file, ``<metric>`` in a gauge file, ``_bucket`` (with an ``le`` label,
-the only sample that has one), ``_count``, ``_sum`` or ``_created`` in a histogram file, and
-``_count``, ``_sum`` or ``_created`` in a summary file. Anything else (sample ``b`` under
-metric ``a``, a ``_total`` in a histogram file) would give a collector an invalid exposition.
+the only sample that has one), ``_count``, ``_sum`` or ``_created`` in a histogram file,
+``_count``, ``_sum`` or ``_created`` in a summary file, and in a native file (routescope's
+``*.ndb``, which prometheus_client never reads) ``_native_bucket`` (with an ``index`` label, a
+bucket index of telemetry.native's schema), ``_native_zero``, ``_native_count`` or
+``_native_sum_ns``. Anything else (sample ``b`` under metric ``a``, a ``_total`` in a histogram
+file) would give a collector an invalid exposition.
 """
 
 from __future__ import annotations
@@ -37,10 +40,17 @@ SUFFIXES = {  # sample name = metric name + one of these, per file type (prometh
     "gauge": ("",),
     "histogram": ("_bucket", "_count", "_sum", "_created"),
     "summary": ("_count", "_sum", "_created"),
+    "native": ("_native_bucket", "_native_zero", "_native_count", "_native_sum_ns"),  # routescope's ``*.ndb`` only
 }
+NATIVE_INDEX = "index"  # a native bucket's label: its schema-``native.SCHEMA`` index, a decimal int
+MAX_NATIVE_INDEX = 1 << 15
 _ANY_SUFFIX = tuple(sorted({x for xs in SUFFIXES.values() for x in xs}))
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")  # what prometheus_client's Metric accepts
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_INDEX = re.compile(r"^-?[0-9]{1,5}$")
+_GOOD_NAMES: set[str] = set()  # metric and sample names already matched against _NAME (a few dozen in practice)
+_GOOD_LABELS: set[str] = set()
+_MAX_KNOWN = 4096
 
 
 class CorruptFile(ValueError):
@@ -89,7 +99,9 @@ def key_parts(key: str) -> list:
             and isinstance(parts[2], dict) and isinstance(parts[3], str)
             and all(isinstance(v, str) for v in parts[2].values())):
         raise CorruptFile("a key is not [metric, sample, labels, help]")
-    if not (_NAME.match(parts[0]) and _NAME.match(parts[1]) and all(_LABEL.match(k) for k in parts[2])):
+    labels = parts[2]
+    if not ((parts[0] in _GOOD_NAMES or _good(_NAME, parts[0])) and (parts[1] in _GOOD_NAMES or _good(_NAME, parts[1]))
+            and (labels.keys() <= _GOOD_LABELS or all(_good(_LABEL, k) for k in labels))):
         raise CorruptFile("a key has an invalid metric or label name")
     if "le" in parts[2]:
         try:
@@ -97,6 +109,16 @@ def key_parts(key: str) -> list:
         except ValueError:
             raise CorruptFile("a bucket bound is not a number") from None
     return parts
+
+
+def _good(pattern: re.Pattern, name: str) -> bool:
+    """Does ``name`` match ``pattern``? A name that does is remembered: the next key with it costs a set lookup."""
+    if pattern.match(name) is None:
+        return False
+    known = _GOOD_NAMES if pattern is _NAME else _GOOD_LABELS
+    if len(known) < _MAX_KNOWN:
+        known.add(name)
+    return True
 
 
 def file_type(path: str) -> str:
@@ -109,6 +131,11 @@ def in_family(kind: str | None, metric: str, sample: str, labels: dict) -> bool:
     suffixes = _ANY_SUFFIX if kind is None else SUFFIXES.get(kind, ())
     if not sample.startswith(metric) or sample[len(metric):] not in suffixes:
         return False
+    if kind == "native":
+        index = labels.get(NATIVE_INDEX)
+        if (index is not None) != (sample == metric + "_native_bucket"):
+            return False
+        return index is None or (_INDEX.match(index) is not None and abs(int(index)) <= MAX_NATIVE_INDEX)
     return kind != "histogram" or ("le" in labels) == (sample == metric + "_bucket")
 
 

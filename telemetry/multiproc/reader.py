@@ -3,37 +3,116 @@
 A corrupt or truncated file is skipped and renamed aside (``*.db.corrupt-<unix ms>``), counted
 and listed, and never stops a scrape. Files of dead processes are merged into
 ``*_routescope-archive.db`` by ``compact``; archives are read last.
+
+A file is parsed and checked in full (``mpfile.parse``: bounds, keys, family membership) the first
+time its bytes are seen, which gives its ``Layout``: where each value lies and which series it is.
+A process's keys never move once written (a flush rewrites values in place and appends new series
+past ``used``), so at the next scrape one read of the same length, compared with the layout's bytes
+(values left out) in one array compare, proves the keys unchanged, and the values are taken from
+their offsets at once. Bytes that differ anywhere outside the values (a new series, garbage, another
+file renamed into place) mean a full parse again. The reads stay bounded: the same length as the last
+accepted read, or ``mpfile.load``'s.
 """
 
 from __future__ import annotations
 
+import gc
 import os
+import stat
+import threading
+from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector
 
 from . import mpfile
 from .directory import our_files, quarantine
+from .families import Plan
 from .health import Problems, os_problem
 
 
-class RoutescopeMultiProcessCollector(MultiProcessCollector):
+class Layout:
+    """One version of one file, checked in full once: its words with the values zeroed, and each entry's key."""
+
+    __slots__ = ("ino", "nbytes", "words", "tail", "value_at", "blank_at", "keys", "manifest", "series")
+
+    def __init__(self, ino: tuple[int, int], data: bytes, entries: list, manifest: list[str] | None) -> None:
+        self.ino, self.nbytes, self.manifest = ino, len(data), manifest
+        n8 = len(data) // 8
+        self.value_at = np.asarray([off // 8 for *_rest, off in entries], dtype=np.intp)
+        self.blank_at = np.concatenate((self.value_at, self.value_at + 1))  # value and timestamp words
+        words = np.frombuffer(data, np.uint64, count=n8).copy()
+        words[self.blank_at] = 0
+        self.words, self.tail = words, data[n8 * 8:]
+        self.keys = [parts for _k, parts, *_rest in entries]
+        self.series: list[tuple] | None = None  # families.series_of(keys), made by the first plan that needs it
+
+    def values_if_same(self, data: bytes) -> np.ndarray | None:
+        """The values, when ``data`` is this layout's file with only values and timestamps changed; else None."""
+        if len(data) != self.nbytes or data[len(data) - len(self.tail):] != self.tail:
+            return None
+        now = np.frombuffer(data, np.uint64, count=len(self.words))
+        blanked = now.copy()
+        blanked[self.blank_at] = 0
+        if not np.array_equal(blanked, self.words):
+            return None
+        return now.view(np.float64)[self.value_at]
+
+    def values(self, data: bytes) -> np.ndarray:
+        return np.frombuffer(data, np.float64, count=len(self.words))[self.value_at]
+
+
+class ReaderCache:
+    """What a reader keeps between scrapes: each file's layout, decoded keys, and the merge plan. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.layouts: dict[str, Layout] = {}
+        self.keys: dict[str, list] = {}  # key string -> parts (mpfile.parse's cache): keys repeat across files
+        self.plan: Plan | None = None
+        self.plan_of: tuple[Layout, ...] = ()
+
+
+def read_file(full: str, prev: Layout | None, key_cache: dict[str, list]) -> tuple[Layout, np.ndarray]:
+    """(layout, values) of one file; OSError and mpfile.CorruptFile pass, as ``mpfile.read``'s do.
+
+    Opened without blocking and refused unless a regular file; when it is the inode ``prev`` read,
+    the same number of bytes is read once and, if only values changed, ``prev`` is its layout."""
+    fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise mpfile.CorruptFile("not a regular file")
+        ino = (st.st_dev, st.st_ino)
+        if prev is not None and prev.ino == ino:
+            values = prev.values_if_same(os.pread(fd, prev.nbytes, 0))
+            if values is not None:
+                return prev, values
+        data = mpfile.load(fd)
+    finally:
+        os.close(fd)
+    entries, manifest = mpfile.parse(data, key_cache, mpfile.file_type(full))
+    layout = Layout(ino, data, entries, manifest)
+    return layout, layout.values(data)
+
+
+class RoutescopeMultiProcessCollector:
     """Reads only routescope's files (not vLLM's, which may share the directory); never raises.
 
-    No lock: archives are read last, and a file an archive lists as merged is dropped, so a
-    compaction running meanwhile neither hides nor doubles a dead process's values."""
+    No lock on the directory: archives are read last, and a file an archive lists as merged is
+    dropped, so a compaction running meanwhile neither hides nor doubles a dead process's values."""
 
     def __init__(self, registry: CollectorRegistry | None, path: str, problems: Problems | None = None,
-                 key_cache: dict[str, list] | None = None) -> None:
+                 cache: ReaderCache | None = None) -> None:
         self._path = path
         self._problems = problems if problems is not None else Problems(lambda stage: None)
-        self._cache = key_cache if key_cache is not None else {}
+        self._cache = cache if cache is not None else ReaderCache()
         if registry:
             registry.register(self)
 
-    def read(self) -> dict[str, list]:
-        """File name -> entries of every readable file not yet merged into an archive.
+    def read(self) -> list[tuple[str, Layout, np.ndarray]]:
+        """(file name, layout, values) of every readable file not yet merged into an archive, in read order.
 
         A file's ``read`` condition (an I/O error) lasts until it reads again, or is gone."""
         try:
@@ -41,15 +120,17 @@ class RoutescopeMultiProcessCollector(MultiProcessCollector):
         except OSError as exc:
             self._problems.report("read", self._path, os_problem(exc), f"cannot list {self._path}: {exc}",
                                   blocking=True)
-            return {}
+            return []
         self._problems.clear("read", self._path)
         self._problems.clear_missing("read", self._path, {os.path.join(self._path, n) for n in names})
-        parsed: dict[str, list] = {}
+        cache = self._cache
+        layouts: dict[str, Layout] = {}
+        got: list[tuple[str, Layout, np.ndarray]] = []
         merged: set[str] = set()
         for name in names:
             full = os.path.join(self._path, name)
             try:
-                entries, manifest = mpfile.read(full, self._cache)
+                layout, values = read_file(full, cache.layouts.get(full), cache.keys)
             except FileNotFoundError:
                 self._problems.clear("read", full)
                 continue  # compacted meanwhile: its values are in the archive read after it
@@ -61,36 +142,47 @@ class RoutescopeMultiProcessCollector(MultiProcessCollector):
                 self._problems.report("read", full, os_problem(exc), str(exc))
                 continue
             self._problems.clear("read", full)
-            parsed[name] = entries
-            merged.update(manifest or ())
-        return {n: e for n, e in parsed.items() if n not in merged}
+            layouts[full] = layout
+            got.append((name, layout, values))
+            merged.update(layout.manifest or ())
+        cache.layouts = layouts
+        if len(cache.keys) > 1 << 18:
+            cache.keys.clear()
+        return [g for g in got if g[0] not in merged]
 
-    def collect(self):  # type: ignore[override]
-        """As prometheus_client's ``_read_metrics`` builds families, from entries already parsed and checked."""
-        metrics: dict[str, Metric] = {}
-        for name, entries in self.read().items():
-            parts = name.split("_")
-            typ = parts[0]
-            for _key, (metric_name, sample, labels, help_text), value, ts, _off in entries:
-                metric = metrics.get(metric_name)
-                if metric is None:
-                    metric = metrics[metric_name] = Metric(metric_name, help_text, typ)
-                labels_key = tuple(sorted(labels.items()))
-                if typ == "gauge":
-                    metric._multiprocess_mode = parts[1]  # type: ignore[attr-defined]
-                    metric.add_sample(sample, labels_key + (("pid", parts[2][:-3]),), value, ts)  # type: ignore[arg-type]
-                else:
-                    metric.add_sample(sample, labels_key, value)  # type: ignore[arg-type]
+    def collect(self) -> list[Metric]:
+        """As prometheus_client's MultiProcessCollector merges them, from values already read and checked.
+
+        The garbage collector is held off meanwhile: a scrape makes tens of thousands of acyclic objects, and
+        the collections they would trigger walk every object of the process, which cost more than the scrape."""
+        collecting = gc.isenabled()
+        gc.disable()
         try:
-            return list(MultiProcessCollector._accumulate_metrics(metrics, True))
-        except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() makes
-            self._problems.report("read", self._path, exc.__class__.__name__, f"merging the files failed: {exc}")
-            return []
+            with self._cache.lock:
+                files = self.read()
+                try:
+                    return self._merge(files)
+                except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() made
+                    self._cache.plan = None
+                    self._problems.report("read", self._path, exc.__class__.__name__,
+                                          f"merging the files failed: {exc}")
+                    return []
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _merge(self, files: list[tuple[str, Layout, np.ndarray]]) -> list[Metric]:
+        cache = self._cache
+        of = tuple(layout for _n, layout, _v in files)
+        if cache.plan is None or of != cache.plan_of:
+            cache.plan, cache.plan_of = Plan([(name, layout) for name, layout, _v in files]), of
+        values: Any = np.concatenate([v for _n, _l, v in files]) if files else np.zeros(0)
+        return cache.plan.families_from(cache.plan.values(values))
 
 
 def multiprocess_registry(path: str, problems: Problems | None = None,
-                          key_cache: dict[str, list] | None = None) -> CollectorRegistry:
-    """A fresh registry that merges every process's files at each scrape."""
+                          cache: ReaderCache | None = None) -> CollectorRegistry:
+    """A fresh registry that merges every process's files at each scrape (``cache``: what the last scrape kept)."""
     reg = CollectorRegistry()
-    RoutescopeMultiProcessCollector(reg, path=path, problems=problems, key_cache=key_cache)
+    RoutescopeMultiProcessCollector(reg, path=path, problems=problems, cache=cache)
     return reg

@@ -2,7 +2,9 @@
 
 Each Telemetry writes its own files in prometheus_client's format (``mpfile``), named so its
 MultiProcessCollector (and vLLM's /metrics) reads them: ``counter_routescope-<id>.db``,
-``histogram_routescope-<id>.db``, ``gauge_livemax_routescope-<id>.db``. The id is
+``histogram_routescope-<id>.db``, ``gauge_livemax_routescope-<id>.db``; the latency's native
+buckets (one entry per bucket index, the same format) go to ``native_routescope-<id>.ndb``, which
+that collector never globs. The id is
 ``<pid>-<random>``, or ``id.<process_id>`` when configured: such a file is reopened and
 continued by the next process with that id.
 
@@ -24,7 +26,8 @@ from ..prom import LE
 from ..spec import COUNTERS, GAUGES, HISTOGRAM
 from ..view import Totals
 from . import mpfile
-from .directory import KINDS, quarantine
+from .mpfile import NATIVE_INDEX
+from .directory import KINDS, NATIVE, file_name, quarantine
 from .health import Problems, os_problem
 
 MIN_CAPACITY = 16384  # bytes a new file is given (real zeros): room for new series while the disk is full
@@ -87,7 +90,7 @@ class MultiprocWriter:
             self._guard(kind, self._ready)
 
     def filename(self, kind: str) -> str:
-        return os.path.join(self.path, f"{kind}_routescope-{self.ident}.db")
+        return os.path.join(self.path, file_name(kind, self.ident))
 
     def _guard(self, kind: str, fn, *args) -> None:
         path = self.filename(kind)
@@ -181,12 +184,21 @@ class MultiprocWriter:
             for le, n in zip(LE, counts):
                 h[self._key(hs.name, hs.name + "_bucket", hs.labels + ("le",), lv + (le,), hs.help)] = (float(n), 0.0)
             h[self._key(hs.name, hs.name + "_sum", hs.labels, lv, hs.help)] = (float(total), 0.0)
+        n: dict[str, tuple[float, float]] = {}
+        for key, counts in totals.latency_native.items():
+            lv = key + (rank,)
+            for suffix, v in (("_native_count", counts.count), ("_native_zero", counts.zero),
+                              ("_native_sum_ns", counts.sum_ns)):
+                n[self._key(hs.name, hs.name + suffix, hs.labels, lv, hs.help)] = (float(v), 0.0)
+            for index, v in counts.buckets.items():
+                n[self._key(hs.name, hs.name + "_native_bucket", hs.labels + (NATIVE_INDEX,), lv + (str(index),),
+                            hs.help)] = (float(v), 0.0)
         g: dict[str, tuple[float, float]] = {}
         for spec in GAUGES:
             for key, v in getattr(totals, spec.field).items():
                 lv = key + ((rank,) if "rank" in spec.labels else ())
                 g[self._key(spec.base, spec.name, spec.labels, lv, spec.help)] = (float(v), totals.ts)
-        return {"counter": c, "histogram": h, "gauge_livemax": g}
+        return {"counter": c, "histogram": h, NATIVE: n, "gauge_livemax": g}
 
     def write(self, totals: Totals, rank: str) -> None:
         """Write what changed; a failure is counted and reported per file, and retried at the next flush."""

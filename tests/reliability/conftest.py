@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from telemetry import Telemetry
+from telemetry.native import counts_from_native
 from telemetry.bench.kill_worker import make_call, make_tel, real_dispatcher
 from telemetry.multiproc.directory import FILE_RE
 from telemetry.multiproc.reader import multiprocess_registry
@@ -30,6 +31,28 @@ def calls_by_prometheus_client(path: str | Path) -> float:
     reg = CollectorRegistry()
     MultiProcessCollector(reg, path=str(path))
     return sum(series(scrape(reg), "routescope_calls_total").values())
+
+
+def latency_in(path: str | Path, **match: str) -> tuple[int, int]:
+    """(classic, native) count of routescope_call_duration_seconds over every process's files, routescope's reader.
+
+    The classic count comes from the ``*.db`` files, the native one from the ``*.ndb`` files (its buckets, zero
+    bucket and count agree, or this fails): the same samples, so the two are equal whenever both files hold the
+    same flush."""
+    classic = native = 0
+    for fam in multiprocess_registry(str(path)).collect():
+        if fam.name != "routescope_call_duration_seconds":
+            continue
+        for s in fam.samples:
+            if any(s.labels.get(k) != v for k, v in match.items()):
+                continue
+            if s.native_histogram is not None:
+                counts = counts_from_native(s.native_histogram)
+                assert counts.zero + sum(counts.buckets.values()) == counts.count, counts
+                native += counts.count
+            elif s.name == fam.name + "_count":
+                classic += int(s.value)
+    return classic, native
 
 
 def errors(tel: Telemetry) -> dict[str, float]:

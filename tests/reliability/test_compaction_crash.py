@@ -20,7 +20,7 @@ import telemetry.multiproc.directory
 from telemetry.multiproc.compact import compact
 from telemetry.multiproc.writer import MultiprocWriter
 
-from .conftest import calls_by_prometheus_client, calls_in, call, db_files, make_tel, real_dispatcher
+from .conftest import calls_by_prometheus_client, calls_in, call, db_files, latency_in, make_tel, real_dispatcher
 
 DEAD = {999_991, 999_992, 999_993, 999_994}
 LIVE = os.getpid()
@@ -101,11 +101,13 @@ def steps(pristine, tmp_path) -> list[str]:
 
 def check_recovers(path: Path, total: int) -> None:
     assert calls_in(path) == total  # right after the crash, as routescope's reader sees it
+    assert latency_in(path) == (total, total)  # every call is timed here: native buckets merged exactly once too
     compact(str(path), alive=alive)  # the next compactor (a restart, or the next interval)
     assert calls_in(path) == total
+    assert latency_in(path) == (total, total)
     assert calls_by_prometheus_client(path) == total  # as vLLM's /metrics reads it
     live = [f for f in db_files(path) if "archive" not in f]
-    assert all(str(LIVE) in f for f in live) and len(live) == 3
+    assert all(str(LIVE) in f for f in live) and len(live) == 4
     assert not [f for f in os.listdir(path) if f.endswith(".tmp")]
 
 
@@ -113,7 +115,7 @@ def test_every_step_is_enumerated(pristine, tmp_path):
     seen = steps(pristine, tmp_path)
     for name in ("open", "write", "fsync", "replace", "remove", "rename"):
         assert name in seen, seen
-    assert seen.count("replace") == 2 and seen.count("remove") >= 6  # two archives; 2 dead x 3 files
+    assert seen.count("replace") == 3 and seen.count("remove") >= 8  # three archives; 2 dead x 4 files
 
 
 def test_crash_at_every_step_raising(pristine, tmp_path):

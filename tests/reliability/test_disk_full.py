@@ -61,7 +61,7 @@ def test_full_disk_at_start(tmp_path, full, monkeypatch):
         for _ in range(10):
             call(d)
         tel.flush()
-        assert blocking(tel) == ["disk full"] * 3  # counter, histogram, gauge files
+        assert blocking(tel) == ["disk full"] * 4  # counter, histogram, native, gauge files
         assert errors(tel)["write"] >= 6
         assert not [f for f in os.listdir(tmp_path) if f.endswith(".db")]  # nothing half-made
         monkeypatch.undo()  # space freed
@@ -84,7 +84,9 @@ def test_disk_fills_while_running(tmp_path, full, monkeypatch):
         for _ in range(50):
             call(d)  # the same series: values rewritten in place, in blocks the file already has
         tel.flush()
-        assert blocking(tel) == [] and calls_in(tmp_path) == 51
+        # (a latency may land in a native bucket not yet written, a new entry that needs a block: that file may fail)
+        classic = [p for p in tel.health_problems() if p.get("blocking") and not p["path"].endswith(".ndb")]
+        assert classic == [] and calls_in(tmp_path) == 51
         made = 51
         for model in ("dsv4", None, "x", "y"):  # new label sets: the file must grow, and cannot
             call(d, model=model)
@@ -102,7 +104,7 @@ def test_disk_fills_while_running(tmp_path, full, monkeypatch):
 
 def _mount_tmpfs(path) -> None:
     os.makedirs(path, exist_ok=True)
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], capture_output=True, text=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(path)], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode}): the patched writer covers it")
 
@@ -132,7 +134,7 @@ def test_real_full_tmpfs(tmp_path):
         p = subprocess.Popen([sys.executable, "-m", "tests.reliability.fullfs_worker", "telemetry", str(mnt)], cwd=ROOT,
                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         first = json.loads(p.stdout.readline())  # type: ignore[union-attr]
-        assert first == {"phase": "full", "problems": ["disk full"] * 3}
+        assert first == {"phase": "full", "problems": ["disk full"] * 4}
         os.remove(mnt / "filler")
         out, _ = p.communicate("freed\n", timeout=60)
         assert p.returncode == 0

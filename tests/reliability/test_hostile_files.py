@@ -120,6 +120,12 @@ def test_a_fifo_is_never_opened_for_a_blocking_read(tmp_path):
     ("histogram", "a_sum", {"le": "1.0"}),  # a bound on what is no bucket
     ("summary", "a_bucket", {"le": "1.0"}),
     ("counter", "ab_total", {}),  # a prefix is not a family
+    ("native", "a_native_bucket", {}),  # a native bucket without its index
+    ("native", "a_native_bucket", {"index": "1.5"}),  # an index is an int
+    ("native", "a_native_bucket", {"index": "99999"}),  # past any schema-4 index of a latency
+    ("native", "a_native_count", {"index": "3"}),  # an index on what is no bucket
+    ("native", "a_bucket", {"le": "1.0"}),  # a classic bucket in a native file
+    ("histogram", "a_native_bucket", {"index": "3"}),  # a native bucket in a classic file
 ])
 def test_a_sample_outside_its_metric_family_is_corrupt(kind, sample, labels):
     data = mpfile.build({key("a", sample, labels): 1.0})

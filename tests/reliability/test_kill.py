@@ -20,7 +20,7 @@ from pathlib import Path
 from telemetry import exithooks
 from telemetry.config import TelemetryConfig
 
-from .conftest import ROOT, calls_in, make_tel
+from .conftest import ROOT, calls_in, latency_in, make_tel
 from telemetry.bench.kill_worker import read_slot
 
 INTERVAL = TelemetryConfig().flush_interval_s
@@ -68,6 +68,7 @@ def test_kill9_loses_at_most_one_flush_interval_and_never_doubles(tmp_path):
     reader = make_tel(str(tmp_path / "mp"), flush_on_exit=False)  # compacts the dead workers' files
     try:
         lines = []
+        timed = 0
         for rank, slot, t_kill in report:
             started, marks = read_slot(slot)
             got = exported(tmp_path, rank)
@@ -76,8 +77,11 @@ def test_kill9_loses_at_most_one_flush_interval_and_never_doubles(tmp_path):
             assert got <= started, lines[-1]  # never more than was called
             assert started - got <= bound, lines[-1]
             assert started > 0
+            classic, native = latency_in(tmp_path / "mp", rank=str(rank))
+            assert native == classic, (rank, classic, native)  # the native buckets lose what the classic lose
+            timed += classic
         print("\n".join(lines))
-        assert sum(exported(tmp_path, r) for r, _s, _t in report) > 0  # the flushes did land: not vacuous
+        assert sum(exported(tmp_path, r) for r, _s, _t in report) > 0 and timed > 0  # the flushes did land
     finally:
         reader.close()
 
@@ -103,6 +107,9 @@ def test_sigterm_and_normal_exit_lose_nothing(tmp_path):
         started, _ = read_slot(slot)
         assert started > 0 and started - 1 <= exported(tmp_path, rank) <= started  # at most the call in flight
     assert exported(tmp_path, 2) == 300 == read_slot(s2)[0]  # flushed (and compacted) at exit
+    for rank in (0, 1, 2):
+        classic, native = latency_in(tmp_path / "mp", rank=str(rank))
+        assert native == classic > 0, (rank, classic, native)
 
 
 def test_no_handler_from_another_thread(monkeypatch):

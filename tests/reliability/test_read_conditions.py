@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from telemetry.multiproc import mpfile
+import telemetry.multiproc.reader as reader_module
 
 from .conftest import make_tel
 from .test_compaction_crash import write_process
@@ -28,14 +28,14 @@ def reader(tmp_path):
 
 
 def failing(monkeypatch, name: str) -> None:
-    real = mpfile.read
+    real = reader_module.read_file
 
-    def read(path, cache=None):
+    def read(path, prev, key_cache):
         if os.path.basename(path) == name:
             raise OSError(errno.EIO, os.strerror(errno.EIO), path)
-        return real(path, cache)
+        return real(path, prev, key_cache)
 
-    monkeypatch.setattr(mpfile, "read", read)
+    monkeypatch.setattr(reader_module, "read_file", read)
 
 
 def test_cleared_when_the_file_reads_again(reader, monkeypatch):

@@ -96,7 +96,8 @@ def test_four_ranks_aggregate_exactly_in_one_scrape(tmp_path):
             finish(p)
     after = scrape(multiprocess_registry(str(tmp_path)))
     assert drop_rank(after) == times(ref, 4)  # closed: moved to the archive, nothing lost or doubled
-    assert our_files(tmp_path) == ["counter_routescope-archive.db", "histogram_routescope-archive.db"]
+    assert our_files(tmp_path) == ["counter_routescope-archive.db", "histogram_routescope-archive.db",
+                                   "native_routescope-archive.ndb"]
     assert series(after, "routescope_telemetry_last_flush_timestamp_seconds") == {}  # no live process
 
 
@@ -108,7 +109,7 @@ def test_killed_and_restarted_ranks_leave_nothing_stale(tmp_path):
         p = spawn(tmp_path, "0", 1_000)
         wait_ready(p)
         files = our_files(tmp_path)
-        assert len([f for f in files if "archive" not in f]) == 3  # this process's counter, histogram, gauge
+        assert len([f for f in files if "archive" not in f]) == 4  # this process's counter, histogram, native, gauge
         assert not any(str(pid) in f for pid in dead for f in files)  # the killed one was compacted away
         live = scrape(multiprocess_registry(str(tmp_path)))
         assert drop_rank(live) == times(ref, k + 1)
