@@ -99,7 +99,8 @@ def compare(samples: list[dict[str, Any]], totals: Any, *, min_samples: int) -> 
             continue
         counts, _sum = totals.latency[key]
         native = totals.latency_native.get(key)
-        row: dict[str, Any] = dict(zip(("kernel", "rows_bucket", "model", "clock"), key), samples=len(values))
+        row: dict[str, Any] = dict(zip(("kernel", "rows_bucket", "model", "clock"), key), samples=len(values),
+                                   native_buckets=sum(1 for n in native.buckets.values() if n) if native else 0)
         for q in QUANTILES:
             name = f"p{round(q * 100)}"
             exact = exact_quantile(values, q)
@@ -275,6 +276,9 @@ def render(result: dict[str, Any]) -> None:
     bound = result["within_bound"]
     console.print(f"within {BOUND_PCT:g}% at p50/p90/p99 everywhere: classic {bound['classic']}, "
                   f"native {bound['native']}")
+    buckets = sorted(r["native_buckets"] for r in result["series"])
+    if buckets:
+        console.print(f"populated native buckets a series: median {buckets[len(buckets) // 2]}, max {buckets[-1]}")
     sizes = Table(title=f"one scrape of this process ({result['histogram_series']} latency histogram series)")
     for col in ("format", "series stored", "bytes", "gzip bytes", "latency series", "latency bytes"):
         sizes.add_column(col, justify="left" if col == "format" else "right")
