@@ -34,7 +34,7 @@ import torch
 from dispatcher import Dispatcher, Policy, detect
 from dispatcher.kernels.impl import KernelImpl
 from dispatcher.kernels.registry import KernelRegistry, default_registry
-from dispatcher.sweep.cupti import call_name, call_seconds, spans
+from dispatcher.sweep.cupti import call_kernels, call_name, spans
 from dispatcher.sweep.grid import Layout
 from dispatcher.sweep.inputs import make_sets
 from dispatcher.types import GuardMode, Kernel
@@ -46,6 +46,17 @@ DEFAULT_ROWS = (1, 2, 16, 256, 1024, 4096)
 GATE_KERNEL = "gate_wait"  # telemetry.gate's wait: telemetry's kernel in the call's range, not the call's
 REGIMES = ("idle", "back_to_back")
 BOUND_PCT = 10.0
+
+
+def kernel_seconds(found: list) -> dict[int, float]:
+    """Each call's kernel time, first kernel start to last kernel end, over the call's own kernels: the gate's wait
+    runs inside the call's range but is telemetry's, not the call's."""
+    out = {}
+    for i, ck in call_kernels(found).items():
+        mine = [k for k in ck.kernels if GATE_KERNEL not in k.name]
+        if mine:
+            out[i] = (max(k.end_us for k in mine) - min(k.start_us for k in mine)) / 1e6
+    return out
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -92,7 +103,7 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
                 d(*args, **kw)
         torch.cuda.synchronize()
     samples = tel.drain_samples()
-    cupti = call_seconds(s for s in spans(prof.events()) if not (s.on_gpu and GATE_KERNEL in s.name))
+    cupti = kernel_seconds(spans(prof.events()))
     got = [s["seconds"] * 1e6 for s in samples]
     ref = [cupti[i] * 1e6 for i in range(calls) if i in cupti]
     clocks = sorted({s["clock"] for s in samples})
