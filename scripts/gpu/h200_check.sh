@@ -36,6 +36,7 @@ for p in $phases; do
                        --rows 1,2,16 --json ;;
     foreign-replay) phase foreign-replay 300 python3 -m telemetry.bench.gpu_replay --no-stamps \
                       --out "$OUT/replay-foreign.json" --guard observe ;;
+    quantiles) phase quantiles 300 "${RS[@]}" bench quantiles --device cuda --json ;;
     foreign-tests) phase foreign-tests 360 python3 -m pytest -q -m gpu -p no:cacheprovider \
                      tests/telemetry/test_gpu_real.py -k "write_no_stamps" ;;
     replay) phase replay 300 python3 -m telemetry.bench.gpu_replay --out "$OUT/replay-observe.json" --guard observe ;;
