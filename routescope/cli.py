@@ -16,7 +16,7 @@ SUBCOMMANDS = (
     ("advise", "advise.cli:advise_command", "command"),
 )
 # Commands other packages add to a group above: (group, name, "module:attribute").
-GROUP_COMMANDS = (("bench", "ab", "advise.ab_cli:ab_command"),)
+GROUP_COMMANDS = (("bench", "ab", "advise.ab_cli:ab_command"), ("bench", "serve", "service.bench:serve_bench_command"))
 
 
 def _load(target: str) -> object | None:

@@ -15,7 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_fastapi_instrumentator import Instrumentator
 
-from advise.service import AdviceCollector, Cached, CachedAdvice
+from advise.service import AdviceCollector, CachedAdvice
 from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
 from routescope import __version__
 from telemetry import Telemetry, TelemetryConfig
@@ -29,6 +29,7 @@ from .middleware import HeadAsGet, TrustedHostMiddleware, UrlTooLong, default_ho
 from .models import ExplainQuery
 from .routes import router, static_dir
 from .routing import routing_of
+from .routing_cache import RoutingCache, generation
 from .settings import ServiceSettings
 
 log = logging.getLogger("routescope.service")
@@ -45,6 +46,7 @@ class ServiceState:
     http_registry: CollectorRegistry
     metrics: ChainedCollector  # telemetry's registry (all processes' files in multiprocess mode), then HTTP's
     malformed_requests: Counter  # requests uvicorn could not parse and answered 400 itself (service/protocol.py)
+    routing: RoutingCache  # /routing's JSON, built once per flush; the advice gauges read its document
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
     advice: CachedAdvice = field(default_factory=CachedAdvice)  # /routing's advice section, shared by the gauges
@@ -118,6 +120,8 @@ def create_app(
         metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry), on_error=telemetry.count_error),
         malformed_requests=Counter("routescope_http_malformed_requests", "Requests the HTTP server could not parse "
                                    "(head or chunked body) and answered 400 before the app.", registry=http_registry),
+        # the lambdas read ``state`` when called, after this assignment
+        routing=RoutingCache(lambda: routing_of(state), lambda: generation(state), max_age_s=settings.flush_interval_s),
     )
 
     @asynccontextmanager
@@ -163,7 +167,7 @@ def create_app(
     Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(
         app, metric_namespace="routescope"
     )
-    http_registry.register(AdviceCollector(Cached(lambda: routing_of(state)["advice"])))  # docs/advise.md
+    http_registry.register(AdviceCollector(lambda: state.routing.get().doc["advice"]))  # docs/advise.md
     app.add_middleware(HeadAsGet)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=default_hosts(settings.host, settings.allowed_hosts))
     app.add_middleware(UrlTooLong)  # outermost: before any other work

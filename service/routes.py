@@ -8,13 +8,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from dispatcher.explain import explain
 
 from .demo.runner import READY as DEMO_READY
 from .metrics import render
 from .models import ExplainQuery, ExplainResponse, HealthOut, ReadyCheck, ReadyOut, ValidationErrorOut
-from .routing import RoutingOut, routing_of
+from .routing import RoutingOut
 
 router = APIRouter()
 _BAD_PARAMS = {422: {"model": ValidationErrorOut, "description": "a query parameter is malformed; `message` names it"}}
@@ -101,9 +102,15 @@ def metrics(request: Request, accept: Annotated[str | None, Header()] = None) ->
 
 
 @router.get("/routing", response_model=RoutingOut, tags=["routing"])
-def routing(request: Request) -> dict:
-    """What was routed where: counts, decode-in-prefill, latency quantiles, recent decisions, demo."""
-    return routing_of(_state(request))
+async def routing(request: Request) -> Response:
+    """What was routed where: counts, decode-in-prefill, latency quantiles, recent decisions, demo.
+
+    Built at most once per telemetry flush (and demo state) and shared by every caller, so the
+    document is at most one flush interval old; `service.ts` says when it was built.
+    """
+    cache = _state(request).routing
+    built = cache.current() or await run_in_threadpool(cache.get)  # a kept build is served from the event loop
+    return Response(built.body, media_type="application/json")
 
 
 @router.get("/routing/explain", response_model=ExplainResponse, responses=_BAD_PARAMS, tags=["routing"])

@@ -1,31 +1,28 @@
-"""Bounded loopback load: concurrent scrapes of /metrics and /routing while the demo runs.
+"""Bounded loopback load: 8 clients on /metrics and /routing for 20 s while the demo runs (`routescope bench serve`).
 
 Prints latency figures (not asserted against wall-clock bounds: a shared 2-core machine is
 too noisy for that) and checks that nothing is lost: every request answers 200, and after
 the demo's last call the demo's own counters equal telemetry's, in /routing and in /metrics.
+The clients are the benchmark's own (``service.bench.run_load``), so this test keeps it working.
 """
 
 from __future__ import annotations
 
-import statistics
-import threading
-import time
+import json
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
+from routescope.cli import build_app
+
+from service.bench import Load, quantile, render, run_load, summary
 from tests.service.live import Served
 
 pytestmark = pytest.mark.slow
-CALLS = 300  # demo calls (prefill + decode entry) before it stops by itself
+CALLS = 400  # demo calls (prefill + decode entry) before it stops by itself: more than 20 s at duty 0.5
 CLIENTS = 8  # concurrent scrapers, half on /metrics, half on /routing
-MAX_LOAD_S = 45.0
-
-
-def quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+LOAD_S = 20.0
 
 
 def total(text: str, name: str) -> float:
@@ -35,51 +32,24 @@ def total(text: str, name: str) -> float:
 def test_concurrent_scrapes_while_the_demo_runs_lose_nothing(tmp_path):
     s = Served("--demo", log=tmp_path / "serve.log",
                env={"ROUTESCOPE_DEMO_LIMIT": str(CALLS), "ROUTESCOPE_DEMO_DUTY": "0.5"}).wait_ready()
-    lat: dict[str, list[float]] = {"/metrics": [], "/routing": []}
-    failures: list[str] = []
-    stop = threading.Event()
-
-    def scrape(path: str) -> None:
-        with httpx.Client(base_url=s.base, timeout=30) as c:
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    r = c.get(path)
-                    if r.status_code != 200:
-                        failures.append(f"{path}: {r.status_code}")
-                except httpx.HTTPError as exc:
-                    failures.append(f"{path}: {exc!r}")
-                    continue
-                lat[path].append(time.perf_counter() - t0)
-
     try:
-        threads = [threading.Thread(target=scrape, args=(("/metrics", "/routing")[i % 2],)) for i in range(CLIENTS)]
-        t_start = time.monotonic()
-        for t in threads:
-            t.start()
-        with httpx.Client(base_url=s.base, timeout=30) as c:
-            while time.monotonic() - t_start < MAX_LOAD_S:
-                demo = c.get("/routing").json()["demo"]
-                if demo["state"] != "running":
-                    break
-                time.sleep(0.5)
-        stop.set()
-        for t in threads:
-            t.join(60)
-        load_s = time.monotonic() - t_start
+        load = run_load(s.base, clients=CLIENTS, seconds=LOAD_S)
+        during = s.get("/routing").json()["demo"]
+        cli = CliRunner().invoke(build_app(), ["bench", "serve", "--url", s.base, "--seconds", "1", "--clients", "2",
+                                               "--path", "/routing", "--json"])
         final = s.wait_for(lambda b: b["demo"]["state"] != "running", 120, "the demo's last call")
         metrics = s.get("/metrics").text
     finally:
         s.stopped_cleanly()
 
+    print("\nload (2-core CPU): " + "\n".join(render(load, CLIENTS, during)))
+    assert cli.exit_code == 0, cli.output
+    figures = json.loads(cli.output)
+    assert figures["clients"] == 2 and [p["path"] for p in figures["paths"]] == ["/routing"]
+    assert figures["paths"][0]["requests"] > 0 and figures["failures"] == []
+    assert not load.failures, load.failures[:5]
+    assert all(len(xs) >= 10 for xs in load.latencies.values())
     demo = final["demo"]
-    print(f"\nload: {CLIENTS} clients for {load_s:.1f} s while the demo made {demo['prefill_calls']} prefill-entry "
-          f"and {demo['decode_path_calls']} decode-entry calls ({demo['prefill_rows']} rows, 2-core CPU)")
-    for path, xs in lat.items():
-        print(f"  {path:9s} {len(xs):5d} requests  p50 {statistics.median(xs) * 1e3:7.1f} ms  "
-              f"p99 {quantile(xs, 0.99) * 1e3:7.1f} ms  max {max(xs) * 1e3:7.1f} ms  {len(xs) / load_s:6.1f} req/s")
-    assert not failures, failures[:5]
-    assert all(len(xs) >= 10 for xs in lat.values())
     assert demo["state"] == "finished" and demo["errors"] == 0, demo
     assert demo["prefill_calls"] + demo["decode_path_calls"] == CALLS
     assert sum(r["calls"] for r in final["counts"]) == demo["prefill_calls"]
@@ -89,3 +59,17 @@ def test_concurrent_scrapes_while_the_demo_runs_lose_nothing(tmp_path):
     assert total(metrics, "routescope_decode_path_calls_total") == demo["decode_path_calls"]
     assert total(metrics, "routescope_telemetry_dropped_total") == 0
     assert total(metrics, "routescope_telemetry_errors_total") == 0
+
+
+def test_the_figures_are_nearest_rank_quantiles():
+    xs = [i / 1000 for i in range(1, 101)]  # 1..100 ms
+    assert quantile(xs, 0.5) == 0.051 and quantile(xs, 0.99) == 0.1 and quantile([0.3], 0.99) == 0.3
+    with pytest.raises(ValueError):
+        quantile([], 0.5)
+    load = Load(seconds=2.0, latencies={"/routing": xs, "/metrics": []}, failures=["/metrics: HTTP 503"])
+    rows = {r["path"]: r for r in summary(load)}
+    assert rows["/routing"]["p99_ms"] == pytest.approx(100) and rows["/routing"]["per_s"] == 50
+    assert rows["/metrics"] == {"path": "/metrics", "requests": 0}
+    lines = render(load, 8, {"state": "running", "prefill_calls": 3, "decode_path_calls": 4})
+    assert lines[0] == "8 clients for 2.0 s; demo running, 3 prefill-entry and 4 decode-entry calls so far"
+    assert "p50    51.0 ms" in lines[1] and lines[-1] == "  1 failed, first: /metrics: HTTP 503"
