@@ -3,8 +3,12 @@
 # graphs", "What a gate change saves", "The demo on a GPU") rest on, on the GPU, in one command; each phase under a
 # time limit, its output in $OUT.
 #   bash scripts/gpu/h200_check.sh [phase ...]
-#   phases: host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab redo-ab kernels
-#   ab demo (default: all)
+#   phases: host fidelity reroute reroute-d512 foreign foreign-reroute quantiles replay replay-reroute foreign-replay
+#   graphs tests foreign-tests launch split split-ab redo-ab kernels ab demo
+# The GPU test suite is three device calls, each a group that fits one 600 s call with its compiles on a fresh machine
+# (no .tcache carried): `suite-1` (the kernels against the reference: compile-bound, so pytest-xdist runs 8 workers),
+# `suite-2` (launch paths, split-K reduce, NaN), `suite-3` (telemetry on the GPU: timing-sensitive, run alone).
+# A group name runs its phases: bash scripts/gpu/h200_check.sh suite-1
 # Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
 # image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
 # comes back as $OUT/tcache.tgz, so carrying it spares the next run the compiles.
@@ -23,6 +27,9 @@ phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $O
   timeout -k 15 "$limit" "$@" >> "$OUT/results.txt" 2>> "$OUT/log.txt"; echo "   rc=$? ($(date +%T))" | tee -a "$OUT/log.txt"
 }
 phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab redo-ab kernels ab demo}
+phases=${phases//suite-1/kernels}
+phases=${phases//suite-2/launch split nan}
+phases=${phases//suite-3/tests}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 git rev-parse --short HEAD 2>/dev/null || true
 for p in $phases; do
@@ -43,15 +50,16 @@ for p in $phases; do
     replay-reroute) phase replay-reroute 300 python3 -m telemetry.bench.gpu_replay --out "$OUT/replay-reroute.json" \
                       --guard reroute ;;
     graphs) phase graphs 120 "${RS[@]}" bench graphs --json ;;
-    tests) phase tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
-             tests/dispatcher/kernels/test_nan_propagation.py ;;
-    launch) phase launch 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_launch_gpu.py ;;
-    split) phase split 420 python3 -m pytest -q -m gpu -p no:cacheprovider \
+    tests) phase tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
+             tests/dispatcher/test_sweep_cupti.py ;;
+    nan) phase nan 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_nan_propagation.py ;;
+    launch) phase launch 240 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/dispatcher/kernels/test_launch_gpu.py ;;
+    split) phase split 240 python3 -m pytest -q -m gpu -p no:cacheprovider \
              tests/dispatcher/kernels/test_split_reduce_gpu.py ;;
     split-ab) phase split-ab 300 python3 scripts/gpu/decode_ab.py ;;
     redo-ab) phase redo-ab 300 python3 scripts/gpu/prefill_redo_ab.py ;;
-    kernels) phase kernels 480 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_triton_gpu.py \
-               tests/dispatcher/test_sweep_cupti.py ;;
+    kernels) phase kernels 540 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 --durations=8 \
+               tests/dispatcher/kernels/test_triton_gpu.py ;;
     ab) phase ab 300 python3 -m advise.ab_cli --calls 600 --repeats 3 --json ;;
     demo) phase demo 150 python3 scripts/gpu/demo_check.py --seconds 25 --out "$OUT/demo" ;;
     *) echo "unknown phase $p" >&2 ;;

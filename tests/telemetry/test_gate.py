@@ -296,3 +296,21 @@ def test_the_wait_kernel_passes_a_released_word_and_gives_up_on_a_closed_one():
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[-1, 0, 1, 1]"
+
+
+def test_the_production_clocks_hold_no_profiler_subscriber():
+    """CUPTI (and rocprofiler/roctracer under torch.profiler) allows one activity subscriber per process: the clocks
+    telemetry runs in production use events and a kernel of their own, so a user's torch.profiler or Nsight always
+    wins. Only the benchmarks (telemetry/bench) use CUPTI, as a reference."""
+    import re
+    from pathlib import Path
+
+    import telemetry
+
+    root = Path(telemetry.__file__).parent
+    uses = re.compile(r"^\s*(?:import|from)\s+\S*(?:profiler|cupti|kineto|roctracer|rocprofiler)|torch\.profiler\.",
+                      re.M | re.I)
+    offenders = sorted(f"{path.relative_to(root)}: {m.group(0).strip()}" for path in root.rglob("*.py")
+                       if "bench" not in path.parts for m in uses.finditer(path.read_text()))
+    assert not offenders, offenders
+    assert uses.search("from torch.profiler import profile") and uses.search("    import cupti")
