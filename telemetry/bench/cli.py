@@ -126,14 +126,24 @@ def overhead_command(
 @bench_app.command("multiproc")
 def multiproc_command(
     processes: Annotated[str, typer.Option(help="process counts to scrape, comma-separated")] = "8,64,256",
-    kills: Annotated[int, typer.Option(min=1, help="workers killed with kill -9 at random instants")] = 8,
-    repeats: Annotated[int, typer.Option(min=1, help="corrupt-file recoveries timed")] = 5,
+    kills: Annotated[int, typer.Option(min=0, help="workers killed with kill -9 at random instants (0: none)")] = 8,
+    repeats: Annotated[int, typer.Option(min=0, help="corrupt-file recoveries timed (0: none)")] = 5,
+    scrapes: Annotated[int, typer.Option(min=1, help="scrapes timed per reader and directory (the median)")] = 5,
+    load: Annotated[float, typer.Option(min=0, help="also: seconds of concurrent /metrics and /routing scrapes "
+                                                    "of `serve --demo` over the directory (0: none)")] = 0.0,
+    clients: Annotated[int, typer.Option(min=1, help="concurrent scrapers for --load")] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Multiprocess directory: scrape cost by process count, calls lost per kill -9, time to recover a corrupt file."""
+    """Multiprocess directory: /metrics cost beside prometheus_client's by process count (classic and native files),
+    calls lost per kill -9, time to recover a corrupt file; with --load, latency under concurrent scrapers."""
     from .reliability import run
 
-    result = run(kills=kills, repeats=repeats, processes=tuple(int(p) for p in processes.split(",") if p.strip()))
+    counts = tuple(int(p) for p in processes.split(",") if p.strip())
+    result = run(kills=kills, repeats=repeats, processes=counts, scrapes=scrapes)
+    if load:
+        from .scrape_load import run as run_load
+
+        result["load"] = run_load(clients=clients, seconds=load, processes=min(counts or (8,)))
     _emit(result, as_json, _render_multiproc)
 
 
@@ -141,22 +151,35 @@ def _render_multiproc(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 120))
-    table = Table("processes", "files", "on disk", "series", "/metrics (routescope)", "/metrics (prometheus_client)",
-                  "snapshot merge")
+    console = Console(width=max(Console().width, 160))
+    table = Table("processes", "files", "series", "on disk", "samples", "prometheus_client text",
+                  "routescope text", "ratio", "routescope protobuf", "ratio", "merged totals", "first scrape")
     for r in result["scrape"]:
-        table.add_row(str(r["processes"]), str(r["files"]), f"{r['bytes_on_disk'] / 1e6:.1f} MB", str(r["series"]),
-                      f"{r['routescope_metrics_s'] * 1e3:.0f} ms", f"{r['prometheus_client_metrics_s'] * 1e3:.0f} ms",
-                      f"{r['snapshot_merge_s'] * 1e3:.0f} ms")
+        table.add_row(str(r["processes"]), str(r["files"]), r["series"], f"{r['bytes_on_disk'] / 1e6:.1f} MB",
+                      str(r["samples"]), f"{r['prometheus_client_text_s'] * 1e3:.1f} ms",
+                      f"{r['routescope_text_s'] * 1e3:.1f} ms", f"{r['text_ratio']:.2f}",
+                      f"{r['routescope_protobuf_s'] * 1e3:.1f} ms", f"{r['protobuf_ratio']:.2f}",
+                      f"{r['routescope_merged_totals_s'] * 1e3:.1f} ms", f"{r['routescope_first_scrape_s'] * 1e3:.0f} ms")
     console.print(table)
-    k = result["kill_loss"]
-    console.print(f"kill -9 ({len(k['kills'])} kills, flush every {k['flush_interval_s']} s): lost calls median "
-                  f"{k['lost_calls_median']}, max {k['lost_calls_max']}; as that worker's seconds of calls: median "
-                  f"{k['lost_seconds_median']}, max {k['lost_seconds_max']}; exported more than started: "
-                  f"{k['exported_more_than_started']}")
-    r = result["recovery"]
-    console.print(f"corrupt live file to exact totals again: median {r['median_s']:.2f} s, max {r['max_s']:.2f} s "
-                  f"({r['repeats']} times)")
+    k = result.get("kill_loss")
+    if k:
+        console.print(f"kill -9 ({len(k['kills'])} kills, flush every {k['flush_interval_s']} s): lost calls median "
+                      f"{k['lost_calls_median']}, max {k['lost_calls_max']}; as that worker's seconds of calls: "
+                      f"median {k['lost_seconds_median']}, max {k['lost_seconds_max']}; exported more than started: "
+                      f"{k['exported_more_than_started']}")
+    r = result.get("recovery")
+    if r:
+        console.print(f"corrupt live file to exact totals again: median {r['median_s']:.2f} s, max {r['max_s']:.2f} s "
+                      f"({r['repeats']} times)")
+    load = result.get("load")
+    if load:
+        table = Table("endpoint", "requests", "p50", "p99", "max")
+        for name, e in load["endpoints"].items():
+            ms = (lambda v: "n/a" if v is None else f"{v * 1e3:.0f} ms")
+            table.add_row(name, str(e["requests"]), ms(e["p50_s"]), ms(e["p99_s"]), ms(e["max_s"]))
+        console.print(f"{load['clients']} clients for {load['seconds']:.0f} s on `serve --demo` beside "
+                      f"{load['processes']} processes' files ({load['failed']} failed requests):")
+        console.print(table)
 
 
 def _render(result: dict) -> None:

@@ -1,8 +1,10 @@
 """`routescope bench multiproc`: what the multiprocess directory costs and loses.
 
-* scrape cost: one /metrics exposition (routescope's collector, and prometheus_client's own as
-  vLLM runs it) and one merged snapshot, over the files of 8, 64 and 256 processes (each the
-  totals of the same real workload, written by the real writer; no process needs to run);
+* scrape cost: one /metrics exposition over the files of 8, 64 and 256 live processes (each the
+  totals of the same real workload, written by the real writer; no process needs to run):
+  prometheus_client's own collector and text, as vLLM serves it, beside routescope's reader with
+  its text and protobuf (native) encoders and the merged totals /routing reads, in one run, for
+  files of classic series only and files with the native buckets too;
 * calls lost per kill -9: real worker processes (``kill_worker``: real Dispatcher and torch
   kernels, Telemetry at its defaults) killed at random instants; lost = calls started minus
   calls in the files, also as seconds of that worker's calls;
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,57 +34,125 @@ from dispatcher import Dispatcher, Policy, what_if
 
 from ..config import TelemetryConfig
 from ..core import Telemetry
+from ..exposition import classic_only, negotiate
 from ..multiproc.merge import totals_from_families
-from ..multiproc.reader import multiprocess_registry
+from ..multiproc.reader import ReaderCache, multiprocess_registry
 from ..multiproc.writer import MultiprocWriter
+from ..native import NativeCounts
+from ..view import Totals
 from .kill_worker import read_slot
 from .workload import make_calls, noop_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+TEXT = "text/plain; version=0.0.4"  # what a classic Prometheus (and vLLM's /metrics) speaks
+PROTOBUF = ("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited;q=0.7,"
+            "text/plain;version=0.0.4;q=0.3")  # Prometheus with --enable-feature=native-histograms
 
 
-def scrape_cost(processes: tuple[int, ...] = (8, 64, 256), *, calls: int = 2000, repeats: int = 5) -> list[dict]:
-    """Seconds per scrape over the files of N processes (rank label i each), and what those files weigh."""
+def scaled(totals: Totals, k: int) -> Totals:
+    """The same series with every value times ``k``: a flush of every process rewrites each value, adds none."""
+    out = Totals(ts=totals.ts + k)
+    for f in fields(Totals):
+        v = getattr(totals, f.name)
+        if f.name == "latency":
+            v = {key: ([c * k for c in counts], total * k) for key, (counts, total) in v.items()}
+        elif f.name == "latency_native":
+            native = {}
+            for key, n in v.items():
+                m = native[key] = NativeCounts()
+                m.count, m.zero, m.sum_ns = n.count * k, n.zero * k, n.sum_ns * k
+                m.buckets = {i: c * k for i, c in n.buckets.items()}
+            v = native
+        elif isinstance(v, dict):
+            v = {key: x * k for key, x in v.items()}
+        else:
+            continue
+        setattr(out, f.name, v)
+    return out
+
+
+def workload_totals(calls: int) -> Totals:
     tel = Telemetry(TelemetryConfig(models=("glm", "dsv4"), flush_on_exit=False, log_first_decode_in_prefill=False),
-                    platform=what_if("gfx942"),
-                    policy=Policy())
+                    platform=what_if("gfx942"), policy=Policy())
     d = tel.instrument(Dispatcher(platform=what_if("gfx942"), policy=Policy(), registry=noop_registry()))
     for args, kw in make_calls(calls):
         d(*args, **kw)
     totals = tel.flush()
     tel.close()
+    return totals
+
+
+def _stock(path: str) -> bytes:
+    """vLLM's /metrics: prometheus_client's MultiProcessCollector, text exposition."""
+    reg = CollectorRegistry()
+    MultiProcessCollector(reg, path=path)
+    return generate_latest(reg)
+
+
+def _directory(path: str, totals: Totals, processes: int) -> list[MultiprocWriter]:
+    """``processes`` live processes' files (rank i each), written by the real writer; the writers stay open."""
+    writers = []
+    for i in range(processes):
+        w = MultiprocWriter(path, f"{os.getpid()}-{i:06x}")  # a live pid: nothing is compacted
+        w.write(totals, str(i))
+        writers.append(w)
+    return writers
+
+
+def _scrapes(path: str, totals: Totals, writers: list[MultiprocWriter], repeats: int) -> dict[str, float]:
+    """Median seconds per scrape, stock and routescope alternating; before each round every process flushes new
+    values (no series added), so no scrape reads values it has read before."""
+    cache = ReaderCache()
+    registry = multiprocess_registry(path, cache=cache)  # as the service: one reader cache, kept between scrapes
+    text, protobuf = negotiate(TEXT)[0], negotiate(PROTOBUF)[0]
+    t0 = time.perf_counter()
+    text(registry)  # the first scrape: every file parsed and checked in full
+    cold = time.perf_counter() - t0
+    runs: dict[str, list[float]] = {"prometheus_client_text_s": [], "routescope_text_s": [],
+                                    "routescope_protobuf_s": [], "routescope_merged_totals_s": []}
+    flushes = itertools.count(2)
+    for _ in range(repeats):
+        for name, fn in (("prometheus_client_text_s", lambda: _stock(path)), ("routescope_text_s", lambda: text(registry)),
+                         ("routescope_protobuf_s", lambda: protobuf(registry)),
+                         ("routescope_merged_totals_s", lambda: totals_from_families(registry.collect()))):
+            now = scaled(totals, next(flushes))
+            for i, w in enumerate(writers):
+                w.write(now, str(i))
+            t0 = time.perf_counter()
+            fn()
+            runs[name].append(time.perf_counter() - t0)
+    out = {name: statistics.median(ts) for name, ts in runs.items()}
+    out["routescope_first_scrape_s"] = cold
+    return out
+
+
+def scrape_cost(processes: tuple[int, ...] = (8, 64, 256), *, calls: int = 2000, repeats: int = 5) -> list[dict]:
+    """Seconds per /metrics over the files of N live processes: routescope beside prometheus_client, same series.
+
+    Two directories per N, both written by the real writer from the same workload's totals: ``classic`` (no
+    native buckets in the files) and ``native`` (the latency's native buckets too, as routescope writes them)."""
+    totals = workload_totals(calls)
+    classic = replace(totals, latency_native={})
     out = []
     for n in processes:
-        with tempfile.TemporaryDirectory() as path:
-            for i in range(n):
-                w = MultiprocWriter(path, f"{os.getpid()}-{i:06x}")  # a live pid: nothing is compacted
-                w.write(totals, str(i))
-                w.close()
-            size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
-            text = generate_latest(multiprocess_registry(path))
-
-            def prom_client(p: str = path) -> bytes:
-                reg = CollectorRegistry()
-                MultiProcessCollector(reg, path=p)
-                return generate_latest(reg)
-
-            out.append({
-                "processes": n, "files": 3 * n, "bytes_on_disk": size, "exposition_bytes": len(text),
-                "series": sum(1 for line in text.splitlines() if line and not line.startswith(b"#")),
-                "routescope_metrics_s": _timed(lambda p=path: generate_latest(multiprocess_registry(p)), repeats),
-                "prometheus_client_metrics_s": _timed(prom_client, repeats),
-                "snapshot_merge_s": _timed(lambda p=path: totals_from_families(multiprocess_registry(p).collect()),
-                                           repeats),
-            })
+        for series, t in (("classic", classic), ("native", totals)):
+            with tempfile.TemporaryDirectory() as path:
+                writers = _directory(path, t, n)
+                try:
+                    size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+                    text = negotiate(TEXT)[0](multiprocess_registry(path))
+                    row = {"processes": n, "series": series, "files": len(os.listdir(path)), "bytes_on_disk": size,
+                           "exposition_bytes": len(text),
+                           "samples": sum(1 for line in text.splitlines() if line and not line.startswith(b"#")),
+                           **_scrapes(path, t, writers, repeats)}
+                finally:
+                    for w in writers:
+                        w.close()
+            row["text_ratio"] = row["routescope_text_s"] / row["prometheus_client_text_s"]
+            row["protobuf_ratio"] = row["routescope_protobuf_s"] / row["prometheus_client_text_s"]
+            out.append(row)
     return out
 
 
@@ -96,7 +168,7 @@ def _spawn(path: Path, slot: Path, rank: int) -> subprocess.Popen:
 def _calls(path: Path, rank: int) -> int:
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = generate_latest(multiprocess_registry(str(path))).decode()
+    text = generate_latest(classic_only(multiprocess_registry(str(path)))).decode()
     return int(sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
                    if s.name == "routescope_calls_total" and s.labels.get("rank") == str(rank)))
 
@@ -156,5 +228,8 @@ def recovery_time(repeats: int = 5) -> dict[str, Any]:
             "times_s": [round(t, 3) for t in times]}
 
 
-def run(*, kills: int = 8, repeats: int = 5, processes: tuple[int, ...] = (8, 64, 256)) -> dict[str, Any]:
-    return {"scrape": scrape_cost(processes), "kill_loss": kill_loss(kills), "recovery": recovery_time(repeats)}
+def run(*, kills: int = 8, repeats: int = 5, processes: tuple[int, ...] = (8, 64, 256),
+        scrapes: int = 5) -> dict[str, Any]:
+    """Scrape cost, and (when asked: ``kills``, ``repeats`` > 0) kill -9 loss and corrupt-file recovery."""
+    return {"scrape": scrape_cost(processes, repeats=scrapes), "kill_loss": kill_loss(kills) if kills else None,
+            "recovery": recovery_time(repeats) if repeats else None}

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import parse_version
+
+from .text import text_encoder
 
 Encoder = Callable[[Collector], bytes]
 
@@ -90,4 +92,6 @@ def negotiate(accept: str | None) -> tuple[Encoder, str]:
         version = next((t.split("=", 1)[1] for t in content_type.split("; ") if t.startswith("version=")), "")
     if version and parse_version(version) >= (2, 0, 0):
         return encoder, content_type
+    if encoder is generate_latest:
+        encoder = text_encoder()  # the same bytes; each series' line head kept between scrapes
     return (lambda collector: encoder(classic_only(collector))), content_type

@@ -68,8 +68,12 @@ class _Family:
 class Plan:
     """Slots for every merged series of a set of file layouts, and the order the families yield them in."""
 
-    def __init__(self, files: Sequence[tuple[str, Any]]) -> None:
-        """``files``: (file name, Layout) in read order; ``series_of`` gives each entry's merged series once."""
+    def __init__(self, files: Sequence[tuple[str, Any]], labels: dict[tuple, dict[str, str]] | None = None) -> None:
+        """``files``: (file name, Layout) in read order; ``series_of`` gives each entry's merged series once.
+
+        ``labels``: the label dicts of earlier plans, by series; a series keeps its dict across plans, so an
+        encoder that keeps each line's head by dict (telemetry.exposition.text) still finds it."""
+        self._labels = labels if labels is not None else {}
         self._sum_slots: dict[tuple, int] = {}
         self._max_slots: dict[tuple, int] = {}
         self._families: dict[str, _Family] = {}
@@ -134,7 +138,7 @@ class Plan:
             else:
                 series = list(fam.groups)
             for key in series:
-                labels = dict(key)
+                labels = self._labels_of(key)
                 nat = fam.native.get(key)
                 if nat:
                     native_at.append((len(src) - start, len(self.natives)))
@@ -144,7 +148,8 @@ class Plan:
                 if bounds:
                     cum_starts.append(len(cum_order))
                     for bound in sorted(bounds):
-                        names_labels.append((fam.name + "_bucket", {**labels, "le": floatToGoString(bound)}))
+                        le = floatToGoString(bound)
+                        names_labels.append((fam.name + "_bucket", self._labels_of(key, le)))
                         src.append(n_sum + n_max + len(cum_order))
                         cum_order.append(bounds[bound])
                     names_labels.append((fam.name + "_count", labels))
@@ -160,6 +165,12 @@ class Plan:
         self.cum_order = np.asarray(cum_order, dtype=np.intp)
         self.cum_starts = np.asarray(cum_starts, dtype=np.intp)
         self._native_memo: list[tuple[tuple, NativeHistogram] | None] = [None] * len(self.natives)
+
+    def _labels_of(self, key: LabelsKey, le: str | None = None) -> dict[str, str]:
+        got = self._labels.get((key, le))
+        if got is None:
+            got = self._labels[(key, le)] = dict(key) if le is None else {**dict(key), "le": le}
+        return got
 
     def values(self, values: np.ndarray) -> np.ndarray:
         """Sums, maxima and cumulative buckets from the files' values, concatenated in read order."""

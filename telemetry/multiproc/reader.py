@@ -67,10 +67,14 @@ class ReaderCache:
     """What a reader keeps between scrapes: each file's layout, decoded keys, and the merge plan. Thread-safe."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.turn = threading.Condition()  # one read at a time; scrapes that wait share the next one's result
+        self.running = False
+        self.started = self.finished = 0  # reads started, and the last finished one's number
+        self.result: list[Metric] = []
         self.layouts: dict[str, Layout] = {}
         self.keys: dict[str, list] = {}  # key string -> parts (mpfile.parse's cache): keys repeat across files
         self.plan: Plan | None = None
+        self.labels: dict[tuple, dict[str, str]] = {}  # every plan's label dicts, by series (Plan's ``labels``)
         self.plan_of: tuple[Layout, ...] = ()
 
 
@@ -153,20 +157,43 @@ class RoutescopeMultiProcessCollector:
     def collect(self) -> list[Metric]:
         """As prometheus_client's MultiProcessCollector merges them, from values already read and checked.
 
-        The garbage collector is held off meanwhile: a scrape makes tens of thousands of acyclic objects, and
-        the collections they would trigger walk every object of the process, which cost more than the scrape."""
+        Concurrent scrapes share the work: one that arrives while another reads waits for the next read, which
+        starts after it arrived (so it never gets values older than itself) and serves every scrape that waited.
+        The families are shared between them, so a consumer must not change them."""
+        cache = self._cache
+        with cache.turn:
+            arrived = cache.started
+            while cache.running or cache.finished <= arrived:
+                if not cache.running:
+                    cache.running = True
+                    cache.started += 1
+                    break
+                cache.turn.wait()
+            else:
+                return cache.result
+        result: list[Metric] = []
+        try:
+            result = self._collect_now()
+        finally:
+            with cache.turn:
+                cache.running = False
+                cache.finished, cache.result = cache.started, result
+                cache.turn.notify_all()
+        return result
+
+    def _collect_now(self) -> list[Metric]:
+        """Read and merge (the garbage collector held off meanwhile: a scrape makes tens of thousands of acyclic
+        objects, and the collections they would trigger walk every object of the process)."""
         collecting = gc.isenabled()
         gc.disable()
         try:
-            with self._cache.lock:
-                files = self.read()
-                try:
-                    return self._merge(files)
-                except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() made
-                    self._cache.plan = None
-                    self._problems.report("read", self._path, exc.__class__.__name__,
-                                          f"merging the files failed: {exc}")
-                    return []
+            files = self.read()
+            try:
+                return self._merge(files)
+            except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() made
+                self._cache.plan = None
+                self._problems.report("read", self._path, exc.__class__.__name__, f"merging the files failed: {exc}")
+                return []
         finally:
             if collecting:
                 gc.enable()
@@ -175,7 +202,9 @@ class RoutescopeMultiProcessCollector:
         cache = self._cache
         of = tuple(layout for _n, layout, _v in files)
         if cache.plan is None or of != cache.plan_of:
-            cache.plan, cache.plan_of = Plan([(name, layout) for name, layout, _v in files]), of
+            if len(cache.labels) > 4 * (cache.plan.n_sum + cache.plan.n_max if cache.plan else 0) + 4096:
+                cache.labels = {}  # series long gone: start over (one scrape's lines are built again)
+            cache.plan, cache.plan_of = Plan([(name, layout) for name, layout, _v in files], cache.labels), of
         values: Any = np.concatenate([v for _n, _l, v in files]) if files else np.zeros(0)
         return cache.plan.families_from(cache.plan.values(values))
 

@@ -4,6 +4,7 @@ test_multiprocess.py)."""
 from __future__ import annotations
 
 from telemetry.multiproc.merge import totals_from_families
+from telemetry.native import NativeCounts
 from telemetry.prom import LE, family
 from telemetry.spec import ALL
 from telemetry.view import Totals
@@ -21,6 +22,10 @@ def _totals(k: int) -> Totals:
     counts = [0] * len(LE)
     counts[3], counts[7] = k, 2 * k
     t.latency = {("intree.ragged_prefill", "2-3", "glm", "device"): (counts, 0.5 * k)}
+    native = NativeCounts()
+    for ns in [40_000] * k + [45_500] * (2 * k) + [0] * k:
+        native.observe(ns)
+    t.latency_native = {("intree.ragged_prefill", "2-3", "glm", "device"): native}
     t.traffic_calls = {("intree.ragged_prefill", "2-3", "glm", "pure_decode", "2048", "512+0", "bfloat16",
                         "bfloat16"): 3 * k}
     t.replayed = {("intree.ragged_prefill", "glm"): 2 * k}
@@ -37,6 +42,8 @@ def test_families_of_two_ranks_merge_to_the_sum():
         assert getattr(got, field) == getattr(want, field), field
     (counts, total), = got.latency.values()
     assert counts == want.latency[("intree.ragged_prefill", "2-3", "glm", "device")][0] and total == 1.5
+    assert got.latency_native == want.latency_native  # native buckets add bucket by bucket, zero bucket too
+    assert got.latency_native[("intree.ragged_prefill", "2-3", "glm", "device")].count == 12
     assert got.thresholds == {("gfx942_min_rows", "active"): 512.0}  # a gauge: the largest, not the sum
     assert got.would_dip == {}  # never exported
 

@@ -211,3 +211,37 @@ def test_snapshot_shows_every_process_in_multiprocess_mode(tmp_path):
     assert _by_key(snap["would_route"], wkeys) == times(_by_key(ref["would_route"], wkeys), 2)
     assert all(r["decode_in_prefill_calls"] is None for r in snap["would_route"])  # never exported: unknown
     assert any(r["decode_in_prefill_calls"] for r in ref["would_route"])
+
+
+def test_native_buckets_merge_across_processes_and_ranks(tmp_path):
+    """Two processes of rank 0 (a restart) and one of rank 1: each rank's native sample is the bucket-by-bucket sum
+    of its processes', and the merged totals (what /routing shows) the sum over ranks."""
+    from telemetry.multiproc.merge import totals_from_families
+    from telemetry.multiproc.writer import MultiprocWriter
+    from telemetry.native import NativeCounts, counts_from_native
+    from telemetry.view import Totals
+
+    key = ("intree.ragged_prefill", "2-3", "glm", "device")
+
+    def totals(latencies_ns: list[int]) -> Totals:
+        t = Totals()
+        n = t.latency_native[key] = NativeCounts()
+        for ns in latencies_ns:
+            n.observe(ns)
+        return t
+
+    a, b = totals([40_000, 41_000, 90_000]), totals([40_000, 2_000_000, 0])
+    for ident, t, rank in (("1-aaaaaa", a, "0"), ("2-bbbbbb", b, "0"), ("3-cccccc", a, "1")):
+        w = MultiprocWriter(str(tmp_path), ident)
+        w.write(t, rank)
+        w.close()
+    families = list(multiprocess_registry(str(tmp_path)).collect())
+    natives = {s.labels["rank"]: counts_from_native(s.native_histogram) for f in families for s in f.samples
+               if s.native_histogram is not None}
+    rank0 = a.latency_native[key].copy()
+    rank0.merge(b.latency_native[key])
+    assert natives == {"0": rank0, "1": a.latency_native[key]}
+    everything = rank0.copy()
+    everything.merge(a.latency_native[key])
+    assert totals_from_families(families).latency_native == {key: everything}
+    assert everything.count == 9 and everything.zero == 1

@@ -91,3 +91,18 @@ def test_bench_fidelity_renders_the_frame_in_use_and_the_frame_it_measured(capsy
 def test_bench_fidelity_rejects_a_bad_frame_before_asking_for_a_gpu(value):
     res = runner.invoke(app, ["bench", "fidelity", "--frame-ns", value])
     assert res.exit_code == 2 and "--frame-ns" in res.output, res.output
+
+
+def test_bench_multiproc_prints_routescope_beside_prometheus_client_for_classic_and_native_files():
+    res = runner.invoke(app, ["bench", "multiproc", "--processes", "2", "--kills", "0", "--repeats", "0",
+                              "--scrapes", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout[res.stdout.index("{"):])["scrape"]
+    assert [(r["processes"], r["series"]) for r in rows] == [(2, "classic"), (2, "native")]
+    for r in rows:  # the same series: the readers are compared on equal work
+        assert r["files"] == 8 and r["samples"] > 0
+        assert r["prometheus_client_text_s"] > 0 and r["routescope_text_s"] > 0 and r["routescope_protobuf_s"] > 0
+    assert rows[1]["bytes_on_disk"] > rows[0]["bytes_on_disk"]  # the native buckets are in the files
+    table = runner.invoke(app, ["bench", "multiproc", "--processes", "2", "--kills", "0", "--repeats", "0",
+                                "--scrapes", "1"])
+    assert table.exit_code == 0 and "prometheus_cl" in table.stdout and "native" in table.stdout

@@ -1,0 +1,98 @@
+"""The classic text exposition (format 0.0.4), byte for byte what ``prometheus_client.generate_latest`` writes, cheaper.
+
+``generate_latest`` checks and escapes every label name and value of every sample at every scrape, which makes
+the text cost most of a multiprocess ``/metrics``. Here a sample's line up to its value is built once for a
+(name, labels dict) and reused while the collector yields the same dict again: the multiprocess reader
+(telemetry.multiproc.families) keeps one labels dict per series between scrapes, so a scrape writes only values.
+Label dicts a collector builds afresh each time simply miss. Only the lines of the last scrape are kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cache
+from typing import Any
+
+from prometheus_client.openmetrics.exposition import UNDERSCORES, escape_label_name, escape_metric_name
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+_OM_ONLY = ("_created", "_gsum", "_gcount")  # OpenMetrics samples that the 0.0.4 text moves into gauges at the end
+_TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
+
+
+def _label_value(v: str) -> str:
+    if "\\" in v or "\n" in v or '"' in v:
+        return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return v
+
+
+class TextEncoder:
+    """``encoder(collector) -> bytes``; thread-safe (concurrent scrapes share the lines of the last one)."""
+
+    def __init__(self) -> None:
+        self._lines: dict[tuple[str, int], tuple[Any, str]] = {}  # (name, id(labels)) -> (labels, line head)
+        self._label_names: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _head(self, name: str, labels: dict[str, str]) -> str:
+        if not labels:
+            return f"{escape_metric_name(name, UNDERSCORES)} "
+        names = self._label_names
+        parts = []
+        for k, v in sorted(labels.items()):
+            ek = names.get(k)
+            if ek is None:
+                ek = names[k] = escape_label_name(k, UNDERSCORES)
+            parts.append(f'{ek}="{_label_value(v)}"')
+        return f"{escape_metric_name(name, UNDERSCORES)}{{{','.join(parts)}}} "
+
+    def __call__(self, collector: Collector) -> bytes:
+        old = self._lines
+        new: dict[tuple[str, int], tuple[Any, str]] = {}
+        output: list[str] = []
+
+        def line(s: Any) -> str:
+            key = (s.name, id(s.labels))
+            got = old.get(key)
+            if got is None or got[0] is not s.labels:
+                got = (s.labels, self._head(s.name, s.labels))
+            new[key] = got
+            ts = "" if s.timestamp is None else f" {int(float(s.timestamp) * 1000):d}"
+            return f"{got[1]}{floatToGoString(s.value)}{ts}\n"
+
+        for metric in collector.collect():
+            try:
+                mname, mtype = metric.name, metric.type
+                if mtype == "counter":
+                    mname += "_total"
+                elif mtype == "info":
+                    mname += "_info"
+                mtype = _TYPES.get(mtype, mtype)
+                doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+                escaped = escape_metric_name(mname, UNDERSCORES)
+                output.append(f"# HELP {escaped} {doc}\n# TYPE {escaped} {mtype}\n")
+                om: dict[str, list[str]] = {}
+                prefix = metric.name
+                for s in metric.samples:
+                    n = s.name
+                    if n.startswith(prefix) and n[len(prefix):] in _OM_ONLY:
+                        om.setdefault(n[len(prefix):], []).append(line(s))
+                    else:
+                        output.append(line(s))
+            except Exception as exception:
+                exception.args = (exception.args or ("",)) + (metric,)
+                raise
+            for suffix, lines in sorted(om.items()):
+                escaped = escape_metric_name(metric.name + suffix, UNDERSCORES)
+                output.append(f"# HELP {escaped} {doc}\n# TYPE {escaped} gauge\n")
+                output.extend(lines)
+        with self._lock:
+            self._lines = new
+        return "".join(output).encode("utf-8")
+
+
+@cache
+def text_encoder() -> TextEncoder:
+    """The process's one text encoder, made at first use (its lines serve every /metrics of the process)."""
+    return TextEncoder()
