@@ -26,6 +26,20 @@ from .slots import Clock
 from .timing import LatencySink
 
 
+class Constants:
+    """A clock's constant per device, looked up once per device (``telemetry.frame``)."""
+
+    def __init__(self, torch_mod: Any, clock: str, setting: int | None) -> None:
+        self._torch, self._clock, self._setting = torch_mod, clock, setting
+        self._by_device: dict[Any, int] = {}
+
+    def __call__(self, device: Any) -> int:
+        hit = self._by_device.get(device)
+        if hit is None:
+            hit = self._by_device[device] = measured_ns(self._clock, device_name(self._torch, device), self._setting)
+        return hit
+
+
 def is_rocm(torch_mod: Any) -> bool:
     """Is this torch built for HIP? (``torch.version.hip`` is set there; a stand-in without it is CUDA.)"""
     return bool(getattr(getattr(torch_mod, "version", None), "hip", None))
@@ -45,8 +59,7 @@ class GpuEvents:
         self.gated: list[StreamGate | None] = [None] * size  # the gate pair i waits on, while it is in flight
         self.pending: deque = deque()
         self.lock = threading.Lock()
-        self._frame_setting = gated_frame_ns
-        self._frames: dict[Any, int] = {}
+        self.frame = Constants(torch_mod, GATED, gated_frame_ns)  # ns taken off a gated reading, per device
 
     def begin(self, stream: Any, device: Any) -> tuple[Any, Any] | None:
         """Close the device's gate (where it has one) and record the start event: (pair, stream), or None when the
@@ -89,13 +102,6 @@ class GpuEvents:
             gate.open(pair[2])
             self.gated[pair[2]] = None
         self.free.append(pair)
-
-    def frame(self, device: Any) -> int:
-        """ns taken off a gated pair's reading on ``device``: the setting, else the GPU model's measured value."""
-        hit = self._frames.get(device)
-        if hit is None:
-            hit = self._frames[device] = measured_ns(GATED, device_name(self.torch, device), self._frame_setting)
-        return hit
 
     def resolve(self, sink: LatencySink, health: Health) -> int:
         """Turn finished pairs into samples; unfinished ones wait for the next flush. Returns how many."""
@@ -150,8 +156,7 @@ class GraphEvents:
         self.free: list[tuple[Any, Any]] = []
         self.held: dict[int, list] = {}  # id(pair) -> [slot, pair, replays (a one-int list), replays read, device]
         self.lock = threading.Lock()
-        self._frame_setting = frame_ns
-        self._frames: dict[Any, int] = {}
+        self.frame = Constants(torch_mod, GRAPH, frame_ns)  # ns taken off a graph reading, per device
 
     def claim(self) -> tuple[Any, Any] | None:
         """A pair for a call being captured; None when all ``size`` are held (the call's replays stay untimed)."""
@@ -181,12 +186,6 @@ class GraphEvents:
         """A pair claimed for a capture that will not hold it (the call stamped, or raised)."""
         with self.lock:
             self.free.append(pair)
-
-    def frame(self, device: Any) -> int:
-        hit = self._frames.get(device)
-        if hit is None:
-            hit = self._frames[device] = measured_ns(GRAPH, device_name(self.torch, device), self._frame_setting)
-        return hit
 
     def resolve(self, sink: LatencySink, health: Health, wall_ns: int) -> int:
         """One sample per held pair whose graph was replayed since the last read and whose latest replay is done."""

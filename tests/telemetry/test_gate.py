@@ -34,6 +34,15 @@ def gated_telemetry(make_tel, wait: FakeWait, torch_module: Any = FakeTorch, **c
     return tel, dispatcher().decide(shape, PREFILL), shape
 
 
+def with_gate(make_tel, wait: FakeWait, **cfg: Any):
+    """Telemetry whose device gate is built: one plain sampled call, then the flush that builds the gate."""
+    tel, decision, shape = gated_telemetry(make_tel, wait, **cfg)
+    stream = FakeStream(name="s")
+    one_call(tel, decision, shape, stream)
+    tel.flush()
+    return tel, decision, shape, stream
+
+
 def one_call(tel, decision, shape, stream, *, impl: str = "triton", raises: bool = False) -> Any:
     token = tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), stream)
     if raises:
@@ -76,10 +85,7 @@ def test_the_first_sampled_call_asks_for_a_gate_and_the_flush_builds_it(make_tel
 
 def test_a_gated_call_waits_before_its_start_event_and_is_released_after_its_end_event(make_tel):
     wait = FakeWait()
-    tel, decision, shape = gated_telemetry(make_tel, wait)
-    stream = FakeStream(name="s")
-    one_call(tel, decision, shape, stream)
-    tel.flush()
+    tel, decision, shape, stream = with_gate(make_tel, wait)
     gate = tel._events.gates.get("cuda:0")
     recorded = FakeCuda.recorded
     token = tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), stream)
@@ -98,10 +104,7 @@ def test_a_gated_call_waits_before_its_start_event_and_is_released_after_its_end
 
 def test_a_gated_reading_loses_the_gpu_models_constant(make_tel):
     wait = FakeWait()
-    tel, decision, shape = gated_telemetry(make_tel, wait, gated_frame_ns=1_500, keep_samples=True)
-    stream = FakeStream()
-    one_call(tel, decision, shape, stream)
-    tel.flush()
+    tel, decision, shape, stream = with_gate(make_tel, wait, gated_frame_ns=1_500, keep_samples=True)
     FakeEvent.clock = 0.0
     one_call(tel, decision, shape, stream)  # the double's records are 4 µs apart
     finish_gpu_work(tel, wait)
@@ -113,10 +116,7 @@ def test_a_gated_reading_loses_the_gpu_models_constant(make_tel):
 def test_a_wait_that_ran_out_drops_its_sample_and_says_so(make_tel):
     """The launch synchronised or took longer than the wait's polls: the pair holds host time, so no sample."""
     wait = FakeWait()
-    tel, decision, shape = gated_telemetry(make_tel, wait)
-    stream = FakeStream()
-    one_call(tel, decision, shape, stream)
-    tel.flush()
+    tel, decision, shape, stream = with_gate(make_tel, wait)
     token = tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), stream)
     wait.run()  # the GPU reaches the wait's last poll before the host opens the gate
     tel.probe.stop(token, "triton")
@@ -130,10 +130,7 @@ def test_a_wait_that_ran_out_drops_its_sample_and_says_so(make_tel):
 def test_a_launch_that_raises_opens_its_gate(make_tel):
     """A closed gate left behind would hold the stream until its polls run out: the error path opens it."""
     wait = FakeWait()
-    tel, decision, shape = gated_telemetry(make_tel, wait)
-    stream = FakeStream()
-    one_call(tel, decision, shape, stream)
-    tel.flush()
+    tel, decision, shape, stream = with_gate(make_tel, wait)
     gate = tel._events.gates.get("cuda:0")
     one_call(tel, decision, shape, stream, raises=True)
     index, ticket, _, _ = wait.launches[-1]
