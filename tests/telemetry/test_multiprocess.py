@@ -245,3 +245,53 @@ def test_native_buckets_merge_across_processes_and_ranks(tmp_path):
     everything.merge(a.latency_native[key])
     assert totals_from_families(families).latency_native == {key: everything}
     assert everything.count == 9 and everything.zero == 1
+
+
+def test_scrapes_that_arrive_during_a_read_share_the_next_one(tmp_path, monkeypatch):
+    """Scrapes that wait for a read in progress share the next read, which starts after they arrived: they never
+    get values older than themselves, and two of them cost one read."""
+    import threading
+    import time
+
+    from telemetry.multiproc.reader import ReaderCache, RoutescopeMultiProcessCollector
+    from telemetry.multiproc.writer import MultiprocWriter
+    from telemetry.view import Totals
+
+    key = ("intree.ragged_prefill", "torch", "2-3", "glm", "pure_decode", "cpu")
+    w = MultiprocWriter(str(tmp_path), "1-aaaaaa")
+    w.write(Totals(calls={key: 1}), "0")
+    reads: list[int] = []
+    gate = threading.Event()
+    real = RoutescopeMultiProcessCollector.read
+
+    def read(self):
+        got = real(self)
+        reads.append(1)
+        if len(reads) == 1:
+            assert gate.wait(30)  # the first read holds on, its values already taken
+        return got
+
+    monkeypatch.setattr(RoutescopeMultiProcessCollector, "read", read)
+    cache = ReaderCache()
+    seen: dict[str, float] = {}
+
+    def scrape(name: str) -> None:
+        families = multiprocess_registry(str(tmp_path), None, cache).collect()
+        seen[name] = sum(s.value for f in families for s in f.samples if s.name == "routescope_calls_total")
+
+    first = threading.Thread(target=scrape, args=("first",))
+    first.start()
+    deadline = time.monotonic() + 30
+    while not reads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w.write(Totals(calls={key: 2}), "0")  # a flush after the first read took its values
+    later = [threading.Thread(target=scrape, args=(n,)) for n in ("second", "third")]
+    for t in later:
+        t.start()
+    time.sleep(0.2)
+    assert len(reads) == 1  # they wait: the read in progress is older than they are
+    gate.set()
+    for t in (first, *later):
+        t.join(timeout=30)
+    w.close()
+    assert seen == {"first": 1, "second": 2, "third": 2} and len(reads) == 2
