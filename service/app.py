@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
@@ -47,6 +48,7 @@ class ServiceState:
     metrics: ChainedCollector  # telemetry's registry (all processes' files in multiprocess mode), then HTTP's
     malformed_requests: Counter  # requests uvicorn could not parse and answered 400 itself (service/protocol.py)
     routing: RoutingCache  # /routing's JSON, built once per flush; the advice gauges read its document
+    metrics_renders: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))  # /metrics
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
     advice: CachedAdvice = field(default_factory=CachedAdvice)  # /routing's advice section, shared by the gauges

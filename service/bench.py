@@ -116,11 +116,14 @@ def render(load: Load, clients: int, demo: dict | None = None) -> list[str]:
 
 
 def _demo(base: str) -> dict | None:
+    """/routing's demo section after the load (None without a demo, or when the server no longer answers)."""
     url = urllib.parse.urlsplit(base)
     conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=30)
     try:
         conn.request("GET", "/routing")
         return json.loads(conn.getresponse().read()).get("demo")
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
     finally:
         conn.close()
 

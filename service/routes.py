@@ -6,9 +6,9 @@ import time
 from importlib import resources
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from dispatcher.explain import explain
 
@@ -95,9 +95,14 @@ def _directory_check(telemetry) -> ReadyCheck:
         }
     },
 )
-def metrics(request: Request, accept: Annotated[str | None, Header()] = None) -> Response:
-    """Telemetry's series (every process's, in multiprocess mode) and this service's HTTP metrics."""
-    body, content_type = render(_state(request).metrics, accept)
+async def metrics(request: Request, accept: Annotated[str | None, Header()] = None) -> Response:
+    """Telemetry's series (every process's, in multiprocess mode) and this service's HTTP metrics.
+
+    One render at a time: a render holds the GIL for milliseconds, so concurrent ones only slow each
+    other and starve the event loop that answers every other path.
+    """
+    st = _state(request)
+    body, content_type = await to_thread.run_sync(render, st.metrics, accept, limiter=st.metrics_renders)
     return Response(content=body, media_type=content_type)
 
 
@@ -109,7 +114,7 @@ async def routing(request: Request) -> Response:
     document is at most one flush interval old; `service.ts` says when it was built.
     """
     cache = _state(request).routing
-    built = cache.current() or await run_in_threadpool(cache.get)  # a kept build is served from the event loop
+    built = cache.current() or await to_thread.run_sync(cache.get)  # a kept build is served from the event loop
     return Response(built.body, media_type="application/json")
 
 
