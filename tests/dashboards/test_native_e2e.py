@@ -12,7 +12,8 @@ done both servers scrape the final counts, and for every kernel x rows bucket x 
   q-quantile of the same samples, for q = 0.5, 0.9, 0.99;
 - the same check on the classic ``_bucket`` series from the other server misses by more than 5% somewhere (the
   bucket edges, not the traffic, decide the classic answer: this is the check the native series must pass);
-- the recording rules and the dashboard's latency panels return data on both servers.
+- the recording rules and the dashboard's latency panels return data on both servers;
+- ``/routing`` (the page's source) gives p50/p90/p99 within 5% too, from the same native buckets.
 
 ``SOURCES`` are the ways the series reach Prometheus: ``single``, the service's own process makes the calls;
 ``multiprocess``, three rank processes (``native_worker.py``) make three quarters of them into a multiprocess
@@ -260,3 +261,24 @@ def test_recording_rules_and_latency_panels_answer(stack, server):
         prom.wait_for(answered, timeout=SYNC_TIMEOUT, what="latency panels answer")
     except TimeoutError:
         raise AssertionError(f"{server}: latency panel queries without data:\n  " + "\n  ".join(empty)) from None
+
+
+def test_routing_quantiles_are_within_5_percent(stack):
+    """/routing (what the page shows) reads the same native buckets, merged over every process in multiprocess mode."""
+    import urllib.request
+
+    service, _native, _classic = stack
+    with urllib.request.urlopen(f"http://127.0.0.1:{service.port}/routing", timeout=30) as r:
+        rows = {tuple(row[k] for k in KEY): row for row in json.loads(r.read())["latency"]}
+    bad, checked = [], 0
+    for key, samples in service.samples.items():
+        if len(samples) < MIN_SAMPLES:
+            continue
+        row = rows[key]
+        assert row["samples"] == len(samples) and row["buckets"] == "native", (key, row)
+        for q in QUANTILES:
+            got, exact = row[f"p{round(q * 100)}_s"], exact_quantile(samples, q)
+            checked += 1
+            if abs(got / exact - 1) > BOUND:
+                bad.append((key, q, got, exact))
+    assert checked >= MIN_SERIES * len(QUANTILES) and not bad, _report(bad)
