@@ -10,14 +10,25 @@ import shutil
 import subprocess
 
 import pytest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    StateSetMetricFamily,
+    SummaryMetricFamily,
+    UnknownMetricFamily,
+)
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Exemplar, Sample
 
 from telemetry import TelemetryConfig
 from telemetry.bench.workload import make_calls
 from telemetry.exposition import PROTOBUF_CONTENT_TYPE, negotiate, wants_protobuf
 from telemetry.exposition import metrics_pb2 as pb
-from telemetry.exposition.protobuf import decode_delimited
-from telemetry.native import SCHEMA, NativeCounts, counts_from_native, from_spans
+from telemetry.exposition.protobuf import decode_delimited, encode_families, family_message
+from telemetry.native import SCHEMA, NativeCounts, counts_from_native, from_spans, native_histogram
 
 from .conftest import dispatcher
 
@@ -128,12 +139,6 @@ def test_protobuf_carries_every_family_and_the_native_buckets(busy):
 
 def test_an_empty_native_histogram_stays_native():
     """A series with no samples yet gets the no-op span, so a reader cannot take it for a classic histogram."""
-    from prometheus_client.core import HistogramMetricFamily
-    from prometheus_client.samples import Sample
-
-    from telemetry.exposition.protobuf import family_message
-    from telemetry.native import native_histogram
-
     fam = HistogramMetricFamily(HIST, "h", labels=("a",))
     fam.samples.append(Sample(HIST, {"a": "x"}, 0, None, None, native_histogram(NativeCounts())))
     fam.add_metric(["x"], [("+Inf", 0)], 0)
@@ -141,3 +146,36 @@ def test_an_empty_native_histogram_stays_native():
     h = message.metric[0].histogram
     assert [(s.offset, s.length) for s in h.positive_span] == [(0, 0)]
     assert counts_from_native(native_histogram(NativeCounts())) == NativeCounts()
+
+
+def test_every_family_type_encodes():
+    """Each prometheus_client family type becomes the MetricFamily type Prometheus expects, values intact."""
+    counter = CounterMetricFamily("c", "c help", labels=("a",))
+    counter.add_metric(["x"], 3.0, created=1700000000.0)
+    gauge = GaugeMetricFamily("g", "g help", value=2.5)
+    info = InfoMetricFamily("i", "i help", value={"version": "1"})
+    stateset = StateSetMetricFamily("s", "s help", value={"on": True, "off": False})
+    unknown = UnknownMetricFamily("u", "u help", value=7.0)
+    summary = SummaryMetricFamily("sm", "sm help", count_value=4, sum_value=1.5)
+    gh = GaugeHistogramMetricFamily("gh", "gh help", buckets=[("0.5", 1), ("+Inf", 3)], gsum_value=2.0)
+    hist_ex = Exemplar({"trace": "t1"}, 0.25, 1700000000.5)
+    hist = HistogramMetricFamily("h", "h help", buckets=[("0.5", 1, hist_ex), ("+Inf", 2)], sum_value=1.25)
+    got = {f.name: f for f in decode_delimited(encode_families([counter, gauge, info, stateset, unknown, summary, gh,
+                                                                hist]))}
+    assert got["c_total"].type == pb.COUNTER and got["c_total"].metric[0].counter.value == 3.0
+    assert len(got["c_total"].metric) == 1  # the _created sample is not a series of its own
+    assert got["g"].metric[0].gauge.value == 2.5
+    assert got["i_info"].type == pb.GAUGE and {(lp.name, lp.value) for lp in got["i_info"].metric[0].label} == {
+        ("version", "1")}
+    assert sorted(m.gauge.value for m in got["s"].metric) == [0.0, 1.0]
+    assert got["u"].type == pb.UNTYPED and got["u"].metric[0].untyped.value == 7.0
+    s = got["sm"].metric[0].summary
+    assert (got["sm"].type, s.sample_count, s.sample_sum) == (pb.SUMMARY, 4, 1.5)
+    g = got["gh"].metric[0].histogram
+    assert got["gh"].type == pb.GAUGE_HISTOGRAM and [b.cumulative_count for b in g.bucket] == [1]
+    assert g.sample_count == 3 and g.sample_sum == 2.0
+    h = got["h"].metric[0].histogram
+    assert [(b.upper_bound, b.cumulative_count) for b in h.bucket] == [(0.5, 1)] and h.sample_count == 2
+    ex = h.bucket[0].exemplar
+    assert ex.value == 0.25 and ex.timestamp.seconds == 1700000000 and ex.timestamp.nanos == 500_000_000
+    assert not h.HasField("schema")  # classic only: Prometheus stores it as classic
