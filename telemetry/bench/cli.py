@@ -132,6 +132,9 @@ def multiproc_command(
     load: Annotated[float, typer.Option(min=0, help="also: seconds of concurrent /metrics and /routing scrapes "
                                                     "of `serve --demo` over the directory (0: none)")] = 0.0,
     clients: Annotated[int, typer.Option(min=1, help="concurrent scrapers for --load")] = 8,
+    load_processes: Annotated[int | None, typer.Option(
+        min=0, help="other processes' files beside the demo for --load (default: the fewest of --processes; "
+                    "0: no directory, the demo's own registry)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Multiprocess directory: /metrics cost beside prometheus_client's by process count (classic and native files),
@@ -143,7 +146,8 @@ def multiproc_command(
     if load:
         from .scrape_load import run as run_load
 
-        result["load"] = run_load(clients=clients, seconds=load, processes=min(counts or (8,)))
+        others = min(counts or (8,)) if load_processes is None else load_processes
+        result["load"] = run_load(clients=clients, seconds=load, processes=others)
     _emit(result, as_json, _render_multiproc)
 
 
@@ -177,8 +181,9 @@ def _render_multiproc(result: dict) -> None:
         for name, e in load["endpoints"].items():
             ms = (lambda v: "n/a" if v is None else f"{v * 1e3:.0f} ms")
             table.add_row(name, str(e["requests"]), ms(e["p50_s"]), ms(e["p99_s"]), ms(e["max_s"]))
-        console.print(f"{load['clients']} clients for {load['seconds']:.0f} s on `serve --demo` beside "
-                      f"{load['processes']} processes' files ({load['failed']} failed requests):")
+        beside = f"beside {load['processes']} processes' files" if load["processes"] else "alone (no directory)"
+        console.print(f"{load['clients']} clients for {load['seconds']:.0f} s on `serve --demo` {beside} "
+                      f"({load['failed']} failed requests):")
         console.print(table)
 
 

@@ -1,7 +1,7 @@
 """`routescope bench multiproc --load`: /metrics and /routing latency under concurrent scrapers while the demo runs.
 
-A real ``routescope serve --demo --multiproc-dir DIR`` on a free loopback port, beside N other live processes'
-files in DIR (the real writer, the workload's totals, values rewritten every second as their flushes would).
+A real ``routescope serve --demo --multiproc-dir DIR`` on a free loopback port (or, with no other processes,
+``serve --demo`` alone), beside N other live processes' files in DIR (the real writer, the workload's totals, values rewritten every second as their flushes would).
 ``clients`` threads scrape for ``seconds``: half /routing, half /metrics (alternately the text exposition and
 the protobuf one with native buckets, as Prometheus with native histograms asks). Prints what it measured;
 asserts nothing.
@@ -28,12 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(rb"listening on (\S+):(\d+)")
 
 
-def _serve(path: str, log: Path) -> tuple[subprocess.Popen, int]:
+def _serve(path: str | None, log: Path) -> tuple[subprocess.Popen, int]:
+    """``routescope serve --demo`` on a free loopback port (over ``path`` when given), once /readyz answers 200."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROUTESCOPE_", "OTEL_", "PROMETHEUS_MULTIPROC"))}
     with log.open("wb") as out:
         p = subprocess.Popen([sys.executable, "-c", "from routescope.cli import main; main()", "serve", "--demo",
-                              "--port", "0", "--multiproc-dir", path, "--log-level", "warning"], cwd=ROOT, env=env,
-                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                              "--port", "0", "--log-level", "warning", *(("--multiproc-dir", path) if path else ())],
+                             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if p.poll() is not None:
@@ -68,7 +69,8 @@ def _summary(times: list[float]) -> dict[str, Any]:
 
 def run(*, clients: int = 8, seconds: float = 20.0, processes: int = 8, calls: int = 2000) -> dict[str, Any]:
     """p50/p99 per endpoint under ``clients`` concurrent scrapers for ``seconds``, with ``processes`` other
-    processes' files in the directory and the demo calling in the server."""
+    processes' files in the directory and the demo calling in the server (``processes`` 0: no directory, the
+    demo's single-process registry)."""
     totals = workload_totals(calls)
     lat: dict[str, list[float]] = {"/metrics text": [], "/metrics protobuf": [], "/routing": []}
     failed: list[str] = []
@@ -89,7 +91,7 @@ def run(*, clients: int = 8, seconds: float = 20.0, processes: int = 8, calls: i
 
         flusher = threading.Thread(target=flushes, daemon=True)
         flusher.start()
-        server, port = _serve(path, Path(tmp) / "serve.log")
+        server, port = _serve(path if processes else None, Path(tmp) / "serve.log")
         try:
             def client(i: int) -> None:
                 routing = i % 2 == 1

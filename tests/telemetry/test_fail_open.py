@@ -148,7 +148,7 @@ def test_multiprocess_directory_gone(make_tel, tmp_path):
     real_call_checked(d)
     generate_latest(tel.collect_registry())
     assert errors(tel)["write"] >= 1 and errors(tel)["read"] >= 1
-    assert [p["problem"] for p in tel.health_problems() if p.get("blocking")] == ["missing"] * 4  # 3 files, the dir
+    assert [p["problem"] for p in tel.health_problems() if p.get("blocking")] == ["missing"] * 5  # 4 files, the dir
 
 
 def test_unusable_multiprocess_directory_at_start(make_tel, tmp_path):
