@@ -87,42 +87,76 @@ def _native(hist: pb.Histogram, nh: NativeHistogram) -> None:
     hist.negative_delta.extend(nh.neg_deltas or ())
 
 
+class _Series:
+    """A histogram family's Metric per label set (``le`` aside), found by the labels as the sample holds them.
+
+    Collectors give a series' samples the same label order (prometheus_client's families put ``le`` last), so
+    the raw ``items()`` tuple finds the series without sorting; another order for the same set falls back to the
+    sorted form once and is remembered too.
+    """
+
+    def __init__(self, out: pb.MetricFamily) -> None:
+        self._out = out
+        self._by_raw: dict[tuple[tuple[str, str], ...], pb.Histogram] = {}
+        self._by_sorted: dict[tuple[tuple[str, str], ...], pb.Histogram] = {}
+
+    def histogram(self, raw: tuple[tuple[str, str], ...], sample: Sample) -> pb.Histogram:
+        hist = self._by_raw.get(raw)
+        if hist is None:
+            canonical = tuple(sorted(raw))
+            hist = self._by_sorted.get(canonical)
+            if hist is None:
+                metric = self._out.metric.add()
+                for name, value in raw:
+                    metric.label.add(name=name, value=value)
+                _timestamp(metric, sample)
+                hist = self._by_sorted[canonical] = metric.histogram
+            self._by_raw[raw] = hist
+        return hist
+
+
+def _without_le(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    items = tuple(labels.items())
+    if items and items[-1][0] == "le":
+        return items[:-1]
+    return tuple(item for item in items if item[0] != "le")
+
+
 def _histogram_family(fam: Metric, out: pb.MetricFamily) -> None:
     """One Metric per label set (``le`` aside); samples are read by suffix as prometheus_client writes them."""
     gauge = fam.type == "gaugehistogram"
+    bucket_name = fam.name + "_bucket"
     count_name = fam.name + ("_gcount" if gauge else "_count")
     sum_name = fam.name + ("_gsum" if gauge else "_sum")
-    series: dict[tuple[tuple[str, str], ...], pb.Metric] = {}
-
-    def metric_of(labels: dict[str, str], sample: Sample) -> pb.Metric:
-        key = tuple(sorted(labels.items()))
-        metric = series.get(key)
-        if metric is None:
-            metric = series[key] = out.metric.add()
-            _labels(metric, labels)
-            _timestamp(metric, sample)
-        return metric
-
+    series = _Series(out)
+    bounds: dict[str, float] = {}
     for s in fam.samples:
-        if s.name == fam.name + "_bucket":
-            labels = {k: v for k, v in s.labels.items() if k != "le"}
-            bound = float(s.labels["le"])
-            hist = metric_of(labels, s).histogram
-            if math.isinf(bound):
+        name = s.name
+        if name == bucket_name:
+            le = s.labels["le"]
+            bound = bounds.get(le)
+            if bound is None:
+                bound = bounds[le] = float(le)
+            hist = series.histogram(_without_le(s.labels), s)
+            if bound == math.inf:
                 continue  # the +Inf bucket is the count (the schema makes it optional)
+            value = s.value
+            if s.exemplar is None and value == int(value):
+                hist.bucket.add(upper_bound=bound, cumulative_count=int(value))
+                continue
             bucket = hist.bucket.add(upper_bound=bound)
-            if float(s.value).is_integer():
-                bucket.cumulative_count = int(s.value)
+            if float(value).is_integer():
+                bucket.cumulative_count = int(value)
             else:
-                bucket.cumulative_count_float = s.value
+                bucket.cumulative_count_float = value
             if s.exemplar is not None:
                 _exemplar(bucket.exemplar, s)
-        elif s.name == count_name:
-            _set_count(metric_of(s.labels, s).histogram, s.value)
-        elif s.name == sum_name:
-            metric_of(s.labels, s).histogram.sample_sum = s.value
-        elif s.name == fam.name and s.native_histogram is not None:
-            _native(metric_of(s.labels, s).histogram, s.native_histogram)
+        elif name == count_name:
+            _set_count(series.histogram(tuple(s.labels.items()), s), s.value)
+        elif name == sum_name:
+            series.histogram(tuple(s.labels.items()), s).sample_sum = s.value
+        elif name == fam.name and s.native_histogram is not None:
+            _native(series.histogram(tuple(s.labels.items()), s), s.native_histogram)
 
 
 def family_message(fam: Metric) -> pb.MetricFamily | None:
