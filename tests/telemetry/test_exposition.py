@@ -179,3 +179,14 @@ def test_every_family_type_encodes():
     ex = h.bucket[0].exemplar
     assert ex.value == 0.25 and ex.timestamp.seconds == 1700000000 and ex.timestamp.nanos == 500_000_000
     assert not h.HasField("schema")  # classic only: Prometheus stores it as classic
+
+
+def test_a_series_is_one_metric_whatever_its_label_order():
+    fam = HistogramMetricFamily(HIST, "h", labels=("a", "b"))
+    fam.add_metric(["x", "y"], [("0.5", 1), ("+Inf", 2)], 1.0)
+    fam.samples.append(Sample(HIST, {"b": "y", "a": "x"}, 2, None, None, native_histogram(NativeCounts())))
+    fam.samples.append(Sample(HIST + "_bucket", {"le": "1.0", "b": "y", "a": "x"}, 2))
+    message = family_message(fam)
+    assert len(message.metric) == 1
+    h = message.metric[0].histogram
+    assert [b.upper_bound for b in h.bucket] == [0.5, 1.0] and h.sample_count == 2 and h.schema == SCHEMA
