@@ -4,7 +4,8 @@
 the text cost most of a multiprocess ``/metrics``. Here a sample's line up to its value is built once for a
 (name, labels dict) and reused while the collector yields the same dict again: the multiprocess reader
 (telemetry.multiproc.families) keeps one labels dict per series between scrapes, so a scrape writes only values.
-Label dicts a collector builds afresh each time simply miss. Only the lines of the last scrape are kept.
+A labels dict a collector builds afresh each time is found by its items instead (one tuple a sample). Only the
+lines of the last scrape are kept.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class TextEncoder:
 
     def __init__(self) -> None:
         self._lines: dict[tuple[str, int], tuple[Any, str]] = {}  # (name, id(labels)) -> (labels, line head)
+        self._heads: dict[tuple[str, tuple], str] = {}  # (name, labels' items) -> line head, for fresh dicts
         self._label_names: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -48,15 +50,21 @@ class TextEncoder:
         return f"{escape_metric_name(name, UNDERSCORES)}{{{','.join(parts)}}} "
 
     def __call__(self, collector: Collector) -> bytes:
-        old = self._lines
+        old, old_heads = self._lines, self._heads
         new: dict[tuple[str, int], tuple[Any, str]] = {}
+        new_heads: dict[tuple[str, tuple], str] = {}
         output: list[str] = []
 
         def line(s: Any) -> str:
             key = (s.name, id(s.labels))
             got = old.get(key)
             if got is None or got[0] is not s.labels:
-                got = (s.labels, self._head(s.name, s.labels))
+                content = (s.name, tuple(s.labels.items()))  # a dict made afresh with the same labels
+                head = old_heads.get(content)
+                if head is None:
+                    head = self._head(s.name, s.labels)
+                new_heads[content] = head
+                got = (s.labels, head)
             new[key] = got
             ts = "" if s.timestamp is None else f" {int(float(s.timestamp) * 1000):d}"
             return f"{got[1]}{floatToGoString(s.value)}{ts}\n"
@@ -88,7 +96,7 @@ class TextEncoder:
                 output.append(f"# HELP {escaped} {doc}\n# TYPE {escaped} gauge\n")
                 output.extend(lines)
         with self._lock:
-            self._lines = new
+            self._lines, self._heads = new, new_heads
         return "".join(output).encode("utf-8")
 
 
