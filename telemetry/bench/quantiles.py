@@ -39,7 +39,6 @@ FORMATS = (("text 0.0.4", "text/plain;version=0.0.4"),
            ("OpenMetrics 1.0", "application/openmetrics-text;version=1.0.0"),
            ("OpenMetrics 2.0", "application/openmetrics-text;version=2.0.0"),
            ("protobuf", PROTOBUF_CONTENT_TYPE))
-CLASSIC_SERIES_PER_HISTOGRAM = 28  # 26 `le` buckets (+Inf included), _count, _sum
 
 
 def exact_quantile(values: list[float], q: float) -> float:
