@@ -155,15 +155,18 @@ def _render_multiproc(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 160))
+    console = Console(width=max(Console().width, 200))
     table = Table("processes", "files", "series", "on disk", "samples", "prometheus_client text",
-                  "routescope text", "ratio", "routescope protobuf", "ratio", "merged totals", "first scrape")
+                  "routescope text", "ratio", "routescope protobuf", "ratio", "merged totals",
+                  "text, a series added", "first scrape")
     for r in result["scrape"]:
         table.add_row(str(r["processes"]), str(r["files"]), r["series"], f"{r['bytes_on_disk'] / 1e6:.1f} MB",
                       str(r["samples"]), f"{r['prometheus_client_text_s'] * 1e3:.1f} ms",
                       f"{r['routescope_text_s'] * 1e3:.1f} ms", f"{r['text_ratio']:.2f}",
                       f"{r['routescope_protobuf_s'] * 1e3:.1f} ms", f"{r['protobuf_ratio']:.2f}",
-                      f"{r['routescope_merged_totals_s'] * 1e3:.1f} ms", f"{r['routescope_first_scrape_s'] * 1e3:.0f} ms")
+                      f"{r['routescope_merged_totals_s'] * 1e3:.1f} ms",
+                      f"{r['routescope_text_new_series_s'] * 1e3:.1f} ms",
+                      f"{r['routescope_first_scrape_s'] * 1e3:.0f} ms")
     console.print(table)
     k = result.get("kill_loss")
     if k:

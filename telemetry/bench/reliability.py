@@ -102,8 +102,9 @@ def _directory(path: str, totals: Totals, processes: int) -> list[MultiprocWrite
 
 
 def _scrapes(path: str, totals: Totals, writers: list[MultiprocWriter], repeats: int) -> dict[str, float]:
-    """Median seconds per scrape, stock and routescope alternating; before each round every process flushes new
-    values (no series added), so no scrape reads values it has read before."""
+    """Median seconds per scrape, stock and routescope alternating; before each scrape every process flushes new
+    values, so no scrape reads values it has read before. ``routescope_text_new_series_s``: the text scrape
+    after one process also added a series (its file is parsed again, the merge plan extended)."""
     cache = ReaderCache()
     registry = multiprocess_registry(path, cache=cache)  # as the service: one reader cache, kept between scrapes
     text, protobuf = negotiate(TEXT)[0], negotiate(PROTOBUF)[0]
@@ -111,15 +112,23 @@ def _scrapes(path: str, totals: Totals, writers: list[MultiprocWriter], repeats:
     text(registry)  # the first scrape: every file parsed and checked in full
     cold = time.perf_counter() - t0
     runs: dict[str, list[float]] = {"prometheus_client_text_s": [], "routescope_text_s": [],
-                                    "routescope_protobuf_s": [], "routescope_merged_totals_s": []}
+                                    "routescope_protobuf_s": [], "routescope_merged_totals_s": [],
+                                    "routescope_text_new_series_s": []}
     flushes = itertools.count(2)
-    for _ in range(repeats):
+    added: dict = {}
+    call_key = next(iter(totals.calls))
+    for r in range(repeats):
         for name, fn in (("prometheus_client_text_s", lambda: _stock(path)), ("routescope_text_s", lambda: text(registry)),
                          ("routescope_protobuf_s", lambda: protobuf(registry)),
-                         ("routescope_merged_totals_s", lambda: totals_from_families(registry.collect()))):
+                         ("routescope_merged_totals_s", lambda: totals_from_families(registry.collect())),
+                         ("routescope_text_new_series_s", lambda: text(registry))):
             now = scaled(totals, next(flushes))
+            first = now
+            if name == "routescope_text_new_series_s":  # process 0 routes a model it had not seen
+                added[call_key[:3] + (f"new-{r}",) + call_key[4:]] = 1
+                first = replace(now, calls={**now.calls, **added})
             for i, w in enumerate(writers):
-                w.write(now, str(i))
+                w.write(first if i == 0 else now, str(i))
             t0 = time.perf_counter()
             fn()
             runs[name].append(time.perf_counter() - t0)

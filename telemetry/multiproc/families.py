@@ -65,53 +65,62 @@ class _Family:
         self.native: dict[LabelsKey, dict[Any, int]] = {}  # labels -> "count"/"zero"/"sum"/bucket index -> slot
 
 
-class Plan:
-    """Slots for every merged series of a set of file layouts, and the order the families yield them in."""
+class Index:
+    """Every merged series seen so far, each with its slot and labels dict, kept from plan to plan.
 
-    def __init__(self, files: Sequence[tuple[str, Any]], labels: dict[tuple, dict[str, str]] | None = None) -> None:
-        """``files``: (file name, Layout) in read order; ``series_of`` gives each entry's merged series once.
+    A plan for a new set of layouts then looks up only the layouts it has not seen (a file a process extended,
+    a new process); series no file holds any more keep their slots, unused, until ``stale`` says to start over.
+    """
 
-        ``labels``: the label dicts of earlier plans, by series; a series keeps its dict across plans, so an
-        encoder that keeps each line's head by dict (telemetry.exposition.text) still finds it."""
-        self._labels = labels if labels is not None else {}
-        self._sum_slots: dict[tuple, int] = {}
-        self._max_slots: dict[tuple, int] = {}
-        self._families: dict[str, _Family] = {}
-        entry_slots, is_max = [], []
-        for name, layout in files:
-            if layout.series is None:
-                layout.series = series_of(name, layout.keys)
-            slots = [self._slot(s) for s in layout.series]
-            entry_slots.append(np.asarray([slot for _m, slot in slots], dtype=np.intp))
-            is_max.append(np.asarray([m for m, _slot in slots], dtype=bool))
-        slot_of = np.concatenate(entry_slots) if entry_slots else np.zeros(0, np.intp)
-        maxed = np.concatenate(is_max) if is_max else np.zeros(0, bool)
-        self.sum_pos = np.flatnonzero(~maxed)
-        self.sum_slot = slot_of[self.sum_pos]
-        self.max_pos = np.flatnonzero(maxed)
-        self.max_slot = slot_of[self.max_pos]
-        self.n_sum, self.n_max = len(self._sum_slots), len(self._max_slots)
-        self._layout_out()
+    def __init__(self) -> None:
+        self.sum_slots: dict[tuple, int] = {}
+        self.max_slots: dict[tuple, int] = {}
+        self.families: dict[str, _Family] = {}
+        self.labels: dict[tuple, dict[str, str]] = {}  # (labels, le) -> the dict every plan yields for it
+        self.layouts: dict[int, tuple[Any, np.ndarray, np.ndarray]] = {}  # id(layout) -> (layout, slots, maxed)
+        self.natives: dict[tuple[str, LabelsKey], tuple[tuple, NativeHistogram]] = {}  # (parts, counts) -> value
+
+    def stale(self, present: int) -> bool:
+        """Mostly slots of series gone (files quarantined, processes' series no longer written): start over."""
+        return len(self.sum_slots) + len(self.max_slots) > 2 * present + 4096
+
+    def slots_of(self, name: str, layout: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(slot, maxed) of each entry of a layout; computed once per layout."""
+        got = self.layouts.get(id(layout))
+        if got is not None and got[0] is layout:
+            return got[1], got[2]
+        if layout.series is None:
+            layout.series = series_of(name, layout.keys)
+        pairs = [self._slot(s) for s in layout.series]
+        slots = np.asarray([slot for _m, slot in pairs], dtype=np.intp)
+        maxed = np.asarray([m for m, _slot in pairs], dtype=bool)
+        self.layouts[id(layout)] = (layout, slots, maxed)
+        return slots, maxed
+
+    def keep_only(self, layouts: Sequence[Any]) -> None:
+        """Forget the slot arrays of layouts no longer read."""
+        live = {id(layout) for layout in layouts}
+        self.layouts = {k: v for k, v in self.layouts.items() if k in live}
 
     def _slot(self, series: tuple) -> tuple[bool, int]:
         """(maxed, slot): the merged series an entry adds to (or, for a gauge, takes the maximum with)."""
-        got = self._sum_slots.get(series)
+        got = self.sum_slots.get(series)
         if got is not None:
             return False, got
-        got = self._max_slots.get(series)
+        got = self.max_slots.get(series)
         if got is not None:
             return True, got
         what, typ, metric, help_text, key, part = series
-        fam = self._families.get(metric)
+        fam = self.families.get(metric)
         if fam is None:
-            fam = self._families[metric] = _Family(metric, help_text, typ)
+            fam = self.families[metric] = _Family(metric, help_text, typ)
         if what == "n":
-            slot = fam.native.setdefault(key, {}).setdefault(part, self._new(self._sum_slots, series))
+            slot = fam.native.setdefault(key, {}).setdefault(part, self._new(self.sum_slots, series))
             return False, slot
         if what == "b":
-            return False, fam.buckets.setdefault(key, {}).setdefault(part, self._new(self._sum_slots, series))
+            return False, fam.buckets.setdefault(key, {}).setdefault(part, self._new(self.sum_slots, series))
         maxed = what == "g"
-        new = (maxed, self._new(self._max_slots if maxed else self._sum_slots, series))
+        new = (maxed, self._new(self.max_slots if maxed else self.sum_slots, series))
         return fam.groups.setdefault(key, {}).setdefault((part, key), new)
 
     @staticmethod
@@ -121,16 +130,47 @@ class Plan:
             slot = slots[key] = len(slots)
         return slot
 
-    def _layout_out(self) -> None:
-        """Per family, the samples' (name, labels) in yield order and where each value comes from in ``values``."""
+    def labels_of(self, key: LabelsKey, le: str | None = None) -> dict[str, str]:
+        got = self.labels.get((key, le))
+        if got is None:
+            got = self.labels[(key, le)] = dict(key) if le is None else {**dict(key), "le": le}
+        return got
+
+
+class Plan:
+    """Where each value of a set of file layouts goes, and the order the families yield the merged series in."""
+
+    def __init__(self, files: Sequence[tuple[str, Any]], index: Index) -> None:
+        """``files``: (file name, Layout) in read order; ``index``: the series of earlier plans (it learns these)."""
+        self._index = index
+        pairs = [index.slots_of(name, layout) for name, layout in files]
+        index.keep_only([layout for _n, layout in files])
+        slot_of = np.concatenate([p[0] for p in pairs]) if pairs else np.zeros(0, np.intp)
+        maxed = np.concatenate([p[1] for p in pairs]) if pairs else np.zeros(0, bool)
+        self.sum_pos = np.flatnonzero(~maxed)
+        self.sum_slot = slot_of[self.sum_pos]
+        self.max_pos = np.flatnonzero(maxed)
+        self.max_slot = slot_of[self.max_pos]
+        self.n_sum, self.n_max = len(index.sum_slots), len(index.max_slots)
+        sum_here = np.zeros(self.n_sum, dtype=bool)
+        sum_here[self.sum_slot] = True
+        max_here = np.zeros(self.n_max, dtype=bool)
+        max_here[self.max_slot] = True
+        self.present = int(sum_here.sum() + max_here.sum())
+        self._layout_out(sum_here.tolist(), max_here.tolist())
+
+    def _layout_out(self, sum_here: list[bool], max_here: list[bool]) -> None:
+        """Per family, the samples' (name, labels) in yield order and where each value comes from in ``values``;
+        only the series some file of this plan holds."""
+        index = self._index
         names_labels: list[tuple[str, dict]] = []
         src: list[int] = []  # index into concat(sums, maxes, cumulative buckets)
         cum_order: list[int] = []
         cum_starts: list[int] = []
         self.families: list[tuple[str, str, str, int, int, list[tuple[int, int]]]] = []
-        self.natives: list[tuple[str, dict, list[Any], np.ndarray]] = []  # (metric, labels, parts, slots)
+        self.natives: list[tuple[str, LabelsKey, dict, list[Any], np.ndarray]] = []  # metric, key, labels, parts, slots
         n_sum, n_max = self.n_sum, self.n_max
-        for fam in self._families.values():
+        for fam in index.families.values():
             start = len(src)
             native_at: list[tuple[int, int]] = []  # (position in the family's samples, index into self.natives)
             if fam.typ == "histogram":
@@ -138,39 +178,35 @@ class Plan:
             else:
                 series = list(fam.groups)
             for key in series:
-                labels = self._labels_of(key)
-                nat = fam.native.get(key)
+                labels = index.labels_of(key)
+                nat = {p: slot for p, slot in fam.native.get(key, {}).items() if sum_here[slot]}
                 if nat:
                     native_at.append((len(src) - start, len(self.natives)))
                     parts = list(nat)
-                    self.natives.append((fam.name, labels, parts, np.asarray([nat[p] for p in parts], np.intp)))
-                bounds = fam.buckets.get(key)
+                    self.natives.append((fam.name, key, labels, parts, np.asarray([nat[p] for p in parts], np.intp)))
+                bounds = {b: slot for b, slot in fam.buckets.get(key, {}).items() if sum_here[slot]}
                 if bounds:
                     cum_starts.append(len(cum_order))
                     for bound in sorted(bounds):
                         le = floatToGoString(bound)
-                        names_labels.append((fam.name + "_bucket", self._labels_of(key, le)))
+                        names_labels.append((fam.name + "_bucket", index.labels_of(key, le)))
                         src.append(n_sum + n_max + len(cum_order))
                         cum_order.append(bounds[bound])
                     names_labels.append((fam.name + "_count", labels))
                     src.append(src[-1])
                 for (sample, _key), (maxed, slot) in fam.groups.get(key, {}).items():
+                    if not (max_here if maxed else sum_here)[slot]:
+                        continue  # no file of this plan holds it
                     if bounds and sample == fam.name + "_count":
                         continue  # the last bucket is the count, as prometheus_client's collector makes it
                     names_labels.append((sample, labels))
                     src.append(n_sum + slot if maxed else slot)
-            self.families.append((fam.name, fam.help, fam.typ, start, len(src), native_at))
+            if len(src) > start or native_at:
+                self.families.append((fam.name, fam.help, fam.typ, start, len(src), native_at))
         self.names_labels = names_labels
         self.src = np.asarray(src, dtype=np.intp)
         self.cum_order = np.asarray(cum_order, dtype=np.intp)
         self.cum_starts = np.asarray(cum_starts, dtype=np.intp)
-        self._native_memo: list[tuple[tuple, NativeHistogram] | None] = [None] * len(self.natives)
-
-    def _labels_of(self, key: LabelsKey, le: str | None = None) -> dict[str, str]:
-        got = self._labels.get((key, le))
-        if got is None:
-            got = self._labels[(key, le)] = dict(key) if le is None else {**dict(key), "le": le}
-        return got
 
     def values(self, values: np.ndarray) -> np.ndarray:
         """Sums, maxima and cumulative buckets from the files' values, concatenated in read order."""
@@ -214,12 +250,13 @@ class Plan:
     def _native_samples(self, values: np.ndarray) -> list[Sample | None]:
         """One native sample per latency series with samples; a series whose counts did not move keeps its value."""
         out: list[Sample | None] = []
-        for i, (metric, labels, parts, slots) in enumerate(self.natives):
-            got = tuple(values[slots].tolist())
-            memo = self._native_memo[i]
+        memos = self._index.natives
+        for metric, key, labels, parts, slots in self.natives:
+            got = (tuple(parts), tuple(values[slots].tolist()))
+            memo = memos.get((metric, key))
             if memo is None or memo[0] != got:
                 counts = NativeCounts()
-                for part, v in zip(parts, got):
+                for part, v in zip(parts, got[1]):
                     if part == "count":
                         counts.count = int(v)
                     elif part == "zero":
@@ -228,7 +265,7 @@ class Plan:
                         counts.sum_ns = int(v)
                     elif v:
                         counts.buckets[part] = int(v)
-                memo = self._native_memo[i] = (got, native_histogram(counts))
+                memo = memos[(metric, key)] = (got, native_histogram(counts))
             nh = memo[1]
             out.append(Sample(metric, labels, nh.count_value, None, None, nh) if nh.count_value else None)
         return out

@@ -28,7 +28,7 @@ from prometheus_client.metrics_core import Metric
 
 from . import mpfile
 from .directory import our_files, quarantine
-from .families import Plan
+from .families import Index, Plan
 from .health import Problems, os_problem
 
 
@@ -74,7 +74,7 @@ class ReaderCache:
         self.layouts: dict[str, Layout] = {}
         self.keys: dict[str, list] = {}  # key string -> parts (mpfile.parse's cache): keys repeat across files
         self.plan: Plan | None = None
-        self.labels: dict[tuple, dict[str, str]] = {}  # every plan's label dicts, by series (Plan's ``labels``)
+        self.index = Index()  # every series seen, its slot and labels dict, kept across plans
         self.plan_of: tuple[Layout, ...] = ()
 
 
@@ -191,7 +191,7 @@ class RoutescopeMultiProcessCollector:
             try:
                 return self._merge(files)
             except Exception as exc:  # noqa: BLE001 - a scrape answers; the files passed every check parse() made
-                self._cache.plan = None
+                self._cache.plan, self._cache.index = None, Index()
                 self._problems.report("read", self._path, exc.__class__.__name__, f"merging the files failed: {exc}")
                 return []
         finally:
@@ -202,9 +202,12 @@ class RoutescopeMultiProcessCollector:
         cache = self._cache
         of = tuple(layout for _n, layout, _v in files)
         if cache.plan is None or of != cache.plan_of:
-            if len(cache.labels) > 4 * (cache.plan.n_sum + cache.plan.n_max if cache.plan else 0) + 4096:
-                cache.labels = {}  # series long gone: start over (one scrape's lines are built again)
-            cache.plan, cache.plan_of = Plan([(name, layout) for name, layout, _v in files], cache.labels), of
+            named = [(name, layout) for name, layout, _v in files]
+            plan = Plan(named, cache.index)
+            if cache.index.stale(plan.present):  # mostly series no file holds any more: start over
+                cache.index = Index()
+                plan = Plan(named, cache.index)
+            cache.plan, cache.plan_of = plan, of
         values: Any = np.concatenate([v for _n, _l, v in files]) if files else np.zeros(0)
         return cache.plan.families_from(cache.plan.values(values))
 

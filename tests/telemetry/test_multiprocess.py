@@ -295,3 +295,42 @@ def test_scrapes_that_arrive_during_a_read_share_the_next_one(tmp_path, monkeypa
         t.join(timeout=30)
     w.close()
     assert seen == {"first": 1, "second": 2, "third": 2} and len(reads) == 2
+
+
+def test_series_whose_files_are_gone_leave_the_next_scrape(tmp_path):
+    """The reader keeps every series' slot between scrapes; one that no file holds any more is not yielded (as
+    prometheus_client's collector would not), native sample included."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from telemetry.exposition import classic_only
+    from telemetry.multiproc.reader import ReaderCache
+    from telemetry.multiproc.writer import MultiprocWriter
+    from telemetry.native import NativeCounts
+    from telemetry.view import Totals
+
+    t = Totals(calls={("intree.ragged_prefill", "torch", "2-3", "glm", "pure_decode", "cpu"): 3})
+    t.latency_native[("intree.ragged_prefill", "2-3", "glm", "device")] = n = NativeCounts()
+    n.observe(40_000)
+    for ident, rank in (("1-aaaaaa", "0"), ("2-bbbbbb", "1")):
+        w = MultiprocWriter(str(tmp_path), ident)
+        w.write(t, rank)
+        w.close()
+    cache = ReaderCache()
+
+    def ranks() -> set[str]:
+        return {s.labels.get("rank") for f in multiprocess_registry(str(tmp_path), None, cache).collect()
+                for s in f.samples if "rank" in s.labels}
+
+    assert ranks() == {"0", "1"}
+    for f in os.listdir(tmp_path):
+        if "2-bbbbbb" in f:
+            os.remove(tmp_path / f)
+    assert ranks() == {"0"}
+    stock = CollectorRegistry()
+    MultiProcessCollector(stock, path=str(tmp_path))
+    ours = classic_only(multiprocess_registry(str(tmp_path), None, cache))
+    def samples(text: bytes) -> list[bytes]:
+        return sorted(x for x in text.splitlines() if x and not x.startswith(b"#"))
+
+    assert samples(generate_latest(ours)) == samples(generate_latest(stock))

@@ -105,4 +105,4 @@ def test_bench_multiproc_prints_routescope_beside_prometheus_client_for_classic_
     assert rows[1]["bytes_on_disk"] > rows[0]["bytes_on_disk"]  # the native buckets are in the files
     table = runner.invoke(app, ["bench", "multiproc", "--processes", "2", "--kills", "0", "--repeats", "0",
                                 "--scrapes", "1"])
-    assert table.exit_code == 0 and "prometheus_cl" in table.stdout and "native" in table.stdout
+    assert table.exit_code == 0 and "prometheus_client text" in table.stdout and "native" in table.stdout
