@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_fastapi_instrumentator import Instrumentator
 
-from advise.service import AdviceCollector, CachedAdvice
+from advise.service import AdviceCollector, Cached, CachedAdvice
 from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
 from routescope import __version__
 from telemetry import Telemetry, TelemetryConfig
@@ -47,7 +47,7 @@ class ServiceState:
     http_registry: CollectorRegistry
     metrics: ChainedCollector  # telemetry's registry (all processes' files in multiprocess mode), then HTTP's
     malformed_requests: Counter  # requests uvicorn could not parse and answered 400 itself (service/protocol.py)
-    routing: RoutingCache  # /routing's JSON, built once per flush; the advice gauges read its document
+    routing: RoutingCache  # /routing's JSON, built at most once per flush
     metrics_renders: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))  # /metrics
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
@@ -169,7 +169,8 @@ def create_app(
     Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(
         app, metric_namespace="routescope"
     )
-    http_registry.register(AdviceCollector(lambda: state.routing.get().doc["advice"]))  # docs/advise.md
+    # the gauges build their own document (at most once a second): /routing's kept one may predate a scrape
+    http_registry.register(AdviceCollector(Cached(lambda: routing_of(state)["advice"])))  # docs/advise.md
     app.add_middleware(HeadAsGet)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=default_hosts(settings.host, settings.allowed_hosts))
     app.add_middleware(UrlTooLong)  # outermost: before any other work
