@@ -10,6 +10,7 @@ lines of the last scrape are kept.
 
 from __future__ import annotations
 
+import gc
 import threading
 from functools import cache
 from typing import Any
@@ -50,6 +51,17 @@ class TextEncoder:
         return f"{escape_metric_name(name, UNDERSCORES)}{{{','.join(parts)}}} "
 
     def __call__(self, collector: Collector) -> bytes:
+        """The exposition; the garbage collector held off meanwhile (tens of thousands of lines kept for the next
+        scrape would otherwise trigger collections that walk every object of the process)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._encode(collector)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _encode(self, collector: Collector) -> bytes:
         old, old_heads = self._lines, self._heads
         new: dict[tuple[str, int], tuple[Any, str]] = {}
         new_heads: dict[tuple[str, tuple], str] = {}
