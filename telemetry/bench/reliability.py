@@ -118,7 +118,8 @@ def _scrapes(path: str, totals: Totals, writers: list[MultiprocWriter], repeats:
     added: dict = {}
     call_key = next(iter(totals.calls))
     for r in range(repeats):
-        for name, fn in (("prometheus_client_text_s", lambda: _stock(path)), ("routescope_text_s", lambda: text(registry)),
+        for name, fn in (("prometheus_client_text_s", lambda: _stock(path)),
+                         ("routescope_text_s", lambda: text(registry)),
                          ("routescope_protobuf_s", lambda: protobuf(registry)),
                          ("routescope_merged_totals_s", lambda: totals_from_families(registry.collect())),
                          ("routescope_text_new_series_s", lambda: text(registry))):

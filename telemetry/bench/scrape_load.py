@@ -1,10 +1,10 @@
 """`routescope bench multiproc --load`: /metrics and /routing latency under concurrent scrapers while the demo runs.
 
-A real ``routescope serve --demo --multiproc-dir DIR`` on a free loopback port (or, with no other processes,
-``serve --demo`` alone), beside N other live processes' files in DIR (the real writer, the workload's totals, values rewritten every second as their flushes would).
-``clients`` threads scrape for ``seconds``: half /routing, half /metrics (alternately the text exposition and
-the protobuf one with native buckets, as Prometheus with native histograms asks). Prints what it measured;
-asserts nothing.
+A real ``routescope serve --demo --multiproc-dir DIR`` on a free loopback port (or, with no other processes, ``serve
+--demo`` alone), beside N other live processes' files in DIR (the real writer, the workload's totals, values
+rewritten every second as their flushes would). ``clients`` threads scrape for ``seconds``: half /routing, half
+/metrics (alternately the text exposition and the protobuf one with native buckets, as Prometheus with native
+histograms asks). Prints what it measured; asserts nothing.
 """
 
 from __future__ import annotations
