@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.promserver import PromServer, _ready, free_port
+from tests.promserver import wait_until as _wait_until
 
 T = TypeVar("T")
 PACKAGE = "prometheus-alertmanager"  # Debian's package; it ships amtool too
@@ -53,24 +54,9 @@ def require(binary: str, env: Mapping[str, str] = os.environ) -> str:
 
 def wait_until(probe: Callable[[], T], *, timeout: float, interval: float = 0.25, what: str = "condition",
                alive: Callable[[], None] = lambda: None) -> T:
-    """Call probe until it returns something truthy; raise TimeoutError after ``timeout`` s.
-
-    ``alive`` raises when the server under test has died, so a crash is reported at once.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        alive()
-        try:
-            last = probe()
-        except (AlertmanagerError, OSError) as exc:  # not ready yet, or a transient error
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what} not met within {timeout}s; last: {last!r}")
-        time.sleep(interval)
+    """``tests.promserver.wait_until`` with Alertmanager's API errors counted as not ready yet."""
+    return _wait_until(probe, timeout=timeout, interval=interval, what=what, alive=alive,
+                       transient=(AlertmanagerError, OSError))
 
 
 class WebhookReceiver:

@@ -75,6 +75,30 @@ def config_text(
     return json.dumps(cfg, indent=2) + "\n"
 
 
+def wait_until(probe: Callable[[], T], *, timeout: float, interval: float = 0.25, what: str = "condition",
+               alive: Callable[[], None] = lambda: None,
+               transient: tuple[type[BaseException], ...] = (OSError,)) -> T:
+    """Call probe until it returns something truthy; raise TimeoutError after ``timeout`` s.
+
+    ``alive`` raises when the server under test has died, so a crash is reported at once; an exception in
+    ``transient`` counts as not ready yet.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        alive()
+        try:
+            last = probe()
+        except transient as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} not met within {timeout}s; last: {last!r}")
+        time.sleep(interval)
+
+
 class PromServer:
     """Handle on a running Prometheus: HTTP API helpers and bounded waits."""
 
@@ -136,21 +160,12 @@ class PromServer:
     def wait_for(self, probe: Callable[[], T], *, timeout: float, interval: float = 0.25,
                  what: str = "condition") -> T:
         """Call probe until it returns something truthy; raise TimeoutError after timeout s."""
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while True:
-            if self.proc.poll() is not None:
-                raise PrometheusError(f"prometheus exited ({self.proc.returncode}):\n{self.logs()}")
-            try:
-                last = probe()
-            except (PrometheusError, OSError) as e:  # not ready yet, or a transient error
-                last = e
-            else:
-                if last:
-                    return last
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{what} not met within {timeout}s; last: {last!r}")
-            time.sleep(interval)
+        return wait_until(probe, timeout=timeout, interval=interval, what=what, alive=self._alive,
+                          transient=(PrometheusError, OSError))
+
+    def _alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise PrometheusError(f"prometheus exited ({self.proc.returncode}):\n{self.logs()}")
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
