@@ -110,11 +110,11 @@ async def metrics(request: Request, accept: Annotated[str | None, Header()] = No
 async def routing(request: Request) -> Response:
     """What was routed where: counts, decode-in-prefill, latency quantiles, recent decisions, demo.
 
-    Built at most once per telemetry flush (and demo state) and shared by every caller, so the
-    document is at most one flush interval old; `service.ts` says when it was built.
+    Built at most once per telemetry flush (and demo state) and shared by every caller: the
+    document is at most two flush intervals old, and `service.ts` says when it was built.
     """
     cache = _state(request).routing
-    built = cache.current() or await to_thread.run_sync(cache.get)  # a kept build is served from the event loop
+    built = cache.kept() or await to_thread.run_sync(cache.get)  # a kept build is served from the event loop
     return Response(built.body, media_type="application/json")
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from service.routing import RoutingOut, routing_of
-from service.routing_cache import RoutingCache, generation
+from service.routing_cache import Key, RoutingCache, generation
 from tests.service.conftest import wait_demo
 
 
@@ -38,31 +38,52 @@ def _cache(real_doc: dict, key: list, clock: _Clock, max_age_s: float = 1.0) -> 
 
 
 def test_a_build_is_kept_while_its_key_holds_and_it_is_young(real_doc):
-    key, clock = [("flush-1", "running")], _Clock()
+    key, clock = [Key(1.0, "running")], _Clock()
     cache, built = _cache(real_doc, key, clock)
     assert cache.current() is None  # nothing built yet
     first = cache.get()
     assert cache.get() is first and cache.current() is first and len(built) == 1
     clock.now += 0.99
     assert cache.get() is first
-    key[0] = ("flush-2", "running")  # the next background flush
+    key[0] = Key(2.0, "running")  # the next background flush
     second = cache.get()
     assert second is not first and len(built) == 2 and json.loads(second.body)["service"]["ts"] == 2.0
-    key[0] = ("flush-2", "finished")  # the demo's state moved: shown at once
+    key[0] = Key(2.0, "finished")  # the demo's state moved: shown at once
     assert cache.get() is not second and len(built) == 3
     clock.now += 1.0  # no flush for a whole interval (a stuck flush thread): built anew anyway
     assert cache.get().body != second.body and len(built) == 4
+
+
+def test_after_a_flush_the_kept_build_is_served_while_a_thread_makes_the_next(real_doc):
+    key, clock = [Key(1.0, "running")], _Clock()
+    cache, built = _cache(real_doc, key, clock)
+    assert cache.kept() is None  # nothing built: the caller builds
+    first = cache.get()
+    assert cache.kept() is first and len(built) == 1  # still current: no background build
+    key[0] = Key(2.0, "running")
+    assert cache.kept() is first  # served at once ...
+    deadline = time.monotonic() + 10
+    while cache.current() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = cache.current()  # ... while a thread made the next one
+    assert second is not None and second is not first and len(built) == 2 and cache.kept() is second
+    key[0] = Key(2.0, "finished")
+    assert cache.kept() is None  # new facts: the caller waits for a build that has them
+    cache.get()
+    clock.now += 2.0  # twice the age limit without a successor (a failing build): the caller builds
+    key[0] = Key(3.0, "finished")
+    assert cache.kept() is None
 
 
 def test_no_key_means_a_build_per_request(real_doc):
     cache, built = _cache(real_doc, [None], _Clock())
     cache.get()
     cache.get()
-    assert cache.current() is None and len(built) == 2
+    assert cache.current() is None and cache.kept() is None and len(built) == 2
 
 
 def test_callers_waiting_on_a_build_share_it(real_doc):
-    key, clock = [("flush-1", None)], _Clock()
+    key, clock = [Key(1.0, None)], _Clock()
     release = threading.Event()
     calls: list[int] = []
 
@@ -85,14 +106,14 @@ def test_callers_waiting_on_a_build_share_it(real_doc):
 
 def test_the_body_is_what_fastapi_answered_for_the_same_document(real_doc):
     """Validated against RoutingOut and dumped as FastAPI's response_model did (by alias, nothing excluded)."""
-    cache, _ = _cache(real_doc, [("k",)], _Clock())
+    cache, _ = _cache(real_doc, [Key(1.0, None)], _Clock())
     body = json.loads(cache.get().body)
     expected = RoutingOut.model_validate({**real_doc, "service": {**real_doc["service"], "ts": 1.0}})
     assert body == expected.model_dump(mode="json", by_alias=True)
 
 
 def test_a_document_that_breaks_the_contract_is_not_served(real_doc):
-    cache, _ = _cache({**real_doc, "counts": [{"kernel": "k"}]}, [("k",)], _Clock())
+    cache, _ = _cache({**real_doc, "counts": [{"kernel": "k"}]}, [Key(1.0, None)], _Clock())
     with pytest.raises(ValueError):
         cache.get()
     assert cache.current() is None
@@ -105,7 +126,7 @@ def test_generation_follows_the_background_flush_and_the_demo_state(client_for):
     while state.telemetry.last_background_flush is None and time.monotonic() < deadline:
         time.sleep(0.05)
     key = generation(state)
-    assert key == (state.telemetry.last_background_flush, state.demo.state)
+    assert key == Key(state.telemetry.last_background_flush, state.demo.state)
     wait_demo(c)
     assert generation(state) != key
 
@@ -134,7 +155,8 @@ def test_pollers_within_one_flush_share_one_build_and_see_the_next_flush(client_
     builds = cache.builds
     while c.app.state.routescope.telemetry.last_background_flush == flushed and time.monotonic() < deadline:
         time.sleep(0.05)
-    later = c.get("/routing")
-    assert later.status_code == 200 and cache.builds > builds
-    assert later.json()["service"]["ts"] > json.loads(bodies[0])["service"]["ts"]
+    first_ts = json.loads(bodies[0])["service"]["ts"]
+    while json.loads(c.get("/routing").content)["service"]["ts"] <= first_ts and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first request after a flush may get the kept build while the next one is made
+    assert cache.builds > builds and c.get("/routing").json()["service"]["ts"] > first_ts
     assert c.head("/routing").status_code == 200 and c.head("/routing").content == b""
