@@ -19,13 +19,15 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import parse_version
 
-from .text import text_encoder
+from .text import TextEncoder, text_encoder
 
 Encoder = Callable[[Collector], bytes]
 
 PROTOBUF_CONTENT_TYPE = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
 
-__all__ = ["PROTOBUF_CONTENT_TYPE", "Encoder", "classic_only", "negotiate", "wants_protobuf"]
+__all__ = ["PROTOBUF_CONTENT_TYPE", "Encoder", "classic_only", "join", "negotiate", "wants_protobuf"]
+
+_EOF = b"# EOF\n"
 
 
 class classic_only:  # noqa: N801 - reads as a function at the call site: encoder(classic_only(collector))
@@ -80,8 +82,11 @@ def wants_protobuf(accept: str | None) -> bool:
     return False
 
 
-def negotiate(accept: str | None) -> tuple[Encoder, str]:
-    """(encoder, content type) for an Accept header; native histograms only in protobuf and OpenMetrics >= 2.0."""
+def negotiate(accept: str | None, *, lines: TextEncoder | None = None) -> tuple[Encoder, str]:
+    """(encoder, content type) for an Accept header; native histograms only in protobuf and OpenMetrics >= 2.0.
+
+    ``lines``: the text encoder whose kept lines serve this collector (default: the process's one); a caller that
+    encodes two collectors in turn gives each its own, so neither drops the other's lines."""
     if wants_protobuf(accept):
         from .protobuf import generate_delimited  # protobuf is imported only where it is served (never in vLLM)
 
@@ -93,5 +98,13 @@ def negotiate(accept: str | None) -> tuple[Encoder, str]:
     if version and parse_version(version) >= (2, 0, 0):
         return encoder, content_type
     if encoder is generate_latest:
-        encoder = text_encoder()  # the same bytes; each series' line head kept between scrapes
+        encoder = lines if lines is not None else text_encoder()  # the same bytes; line heads kept between scrapes
     return (lambda collector: encoder(classic_only(collector))), content_type
+
+
+def join(content_type: str, head: bytes, tail: bytes) -> bytes:
+    """One exposition from two encoded in turn: delimited protobuf and text concatenate; OpenMetrics keeps one
+    ``# EOF``, the tail's."""
+    if content_type.startswith("application/openmetrics-text") and head.endswith(_EOF):
+        head = head[:-len(_EOF)]
+    return head + tail

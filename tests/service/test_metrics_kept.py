@@ -1,0 +1,156 @@
+"""/metrics keeps telemetry's encoding per format between flushes: the same bytes as a render from scratch, never
+older than one flush interval, a failing source still left out and counted, concurrent scrapes sharing one encoding."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from service.metrics import ChainedCollector, render
+from telemetry.exposition import negotiate
+from telemetry.prom import TelemetryCollector, make_registry
+
+from .conftest import wait_demo
+
+ACCEPTS = {
+    "text 0.0.4": "text/plain;version=0.0.4",
+    "OpenMetrics 1.0": "application/openmetrics-text;version=1.0.0",
+    "OpenMetrics 2.0": "application/openmetrics-text;version=2.0.0",
+    "protobuf": "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+}
+
+
+@pytest.mark.parametrize("fmt", list(ACCEPTS))
+def test_a_kept_render_is_byte_identical_to_one_from_scratch(client_for, fmt):
+    c = client_for(demo=True, demo_glm_bug=True, demo_limit=150, demo_duty=1.0, flush_interval_s=60)
+    wait_demo(c)
+    c.get("/metrics")  # the service's HTTP series exist
+    st = c.app.state.routescope
+    accept = ACCEPTS[fmt]
+    first, content_type = render(st.metrics, accept)
+    generation = st.telemetry.totals
+    kept, again = render(st.metrics, accept)
+    assert st.telemetry.totals is generation, "the second render flushed: it did not reuse the encoding"
+    # the same state (the kept flush's totals, the same HTTP registry) as one chain encoded at once, no flush
+    errors: list[str] = []
+    same = TelemetryCollector(lambda: generation, st.telemetry.config.rank, errors.append)
+    whole = ChainedCollector((lambda: make_registry(same), lambda: st.http_registry))
+    encoder, expected_type = negotiate(accept)
+    scratch = encoder(whole)
+    assert content_type == again == expected_type
+    assert kept == first == scratch
+    assert b"routescope_calls" in kept and b"http_request" in kept and errors == []
+
+
+class _Source:
+    """A leading source: one counter, a generation token the test moves as a flush would, collects counted."""
+
+    def __init__(self, fail: bool = False, flushes: bool = False) -> None:
+        self.registry = CollectorRegistry()
+        self.calls = Counter("demo_calls", "Calls.", registry=self.registry)
+        self.generation = object()
+        self.collects = 0
+        self.fail, self.flushes = fail, flushes
+        self.lock = threading.Lock()
+
+    def __call__(self) -> CollectorRegistry:
+        with self.lock:
+            self.collects += 1
+        if self.fail:
+            raise RuntimeError("source down")
+        if self.flushes:  # as telemetry's collect_registry: reading flushes
+            self.flush()
+        return self.registry
+
+    def flush(self) -> None:
+        self.generation = object()
+
+
+def _chain(source: _Source, errors: list[str], now: list[float], tail: CollectorRegistry | None = None):
+    tail = tail if tail is not None else CollectorRegistry()
+    return ChainedCollector((source, lambda: tail), on_error=errors.append, generation=lambda: source.generation,
+                            max_age_s=1.0, clock=lambda: now[0])
+
+
+def _calls(body: bytes) -> float:
+    line = next(x for x in body.decode().splitlines() if x.startswith("demo_calls_total "))
+    return float(line.split()[1])
+
+
+def test_a_scrape_sees_every_flush_before_it_and_waits_at_most_one_interval_otherwise():
+    source, errors, now = _Source(), [], [100.0]
+    chain = _chain(source, errors, now)
+    assert _calls(chain.render(None)[0]) == 0
+    source.calls.inc()
+    now[0] = 100.5  # no flush yet: the kept encoding, half an interval old, is served
+    assert _calls(chain.render(None)[0]) == 0 and source.collects == 1
+    source.flush()  # a flush after the kept render: the next scrape encodes again
+    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
+    source.calls.inc()
+    now[0] = 101.4  # no flush since, but the kept encoding is 0.9 s old: still within one interval
+    assert _calls(chain.render(None)[0]) == 1
+    now[0] = 101.6  # 1.1 s old: older than one interval, encoded again though no flush was seen
+    assert _calls(chain.render(None)[0]) == 2 and source.collects == 3
+    assert errors == []
+
+
+def test_formats_are_kept_apart_and_the_tail_is_encoded_every_scrape():
+    source, errors, now = _Source(), [], [0.0]
+    tail = CollectorRegistry()
+    hits = Counter("http_hits", "Requests.", registry=tail)
+    chain = _chain(source, errors, now, tail)
+    text = chain.render(None)[0]
+    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]
+    assert source.collects == 2 and text != om and om.endswith(b"# EOF\n") and om.count(b"# EOF") == 1
+    hits.inc(3)
+    again = chain.render(None)[0]
+    assert source.collects == 2 and b"http_hits_total 3.0" in again
+
+
+def test_a_failing_leading_source_is_left_out_counted_and_tried_again():
+    source, errors, now = _Source(fail=True), [], [0.0]
+    tail = CollectorRegistry()
+    Counter("http_hits", "Requests.", registry=tail).inc()
+    chain = _chain(source, errors, now, tail)
+    for n in (1, 2):
+        body = chain.render(None)[0]
+        assert b"demo_calls" not in body and b"http_hits_total 1.0" in body
+        assert errors == ["export"] * n and source.collects == n  # not kept: each scrape tries it again
+
+
+def test_a_failing_tail_is_left_out_and_counted_at_every_scrape():
+    source, errors, now = _Source(), [], [0.0]
+
+    def down() -> CollectorRegistry:
+        raise RuntimeError("http registry down")
+
+    chain = ChainedCollector((source, down), on_error=errors.append, generation=lambda: source.generation,
+                             clock=lambda: now[0])
+    for n in (1, 2):
+        assert _calls(chain.render(None)[0]) == 0
+        assert errors == ["export"] * n
+    assert source.collects == 1
+
+
+def test_concurrent_scrapes_of_one_generation_share_one_encoding():
+    source, errors, now = _Source(), [], [0.0]
+    chain = _chain(source, errors, now)
+    with ThreadPoolExecutor(8) as pool:
+        bodies = list(pool.map(lambda _: chain.render(ACCEPTS["protobuf"])[0], range(32)))
+    assert source.collects == 1 and len(set(bodies)) == 1
+
+
+def test_a_renders_own_flush_keeps_the_other_formats_and_a_background_flush_drops_them():
+    source, errors, now = _Source(flushes=True), [], [0.0]
+    chain = _chain(source, errors, now)
+    chain.render(None)
+    chain.render(ACCEPTS["protobuf"])  # its read flushed: the text encoding is still at most one interval old
+    chain.render(None)
+    chain.render(ACCEPTS["protobuf"])
+    assert source.collects == 2
+    source.flush()  # the background flush
+    source.calls.inc()
+    assert _calls(chain.render(None)[0]) == 1 and source.collects == 3
