@@ -120,7 +120,7 @@ def create_app(
         demo=demo,
         http_registry=http_registry,
         metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry), on_error=telemetry.count_error,
-                                 generation=lambda: telemetry.totals, max_age_s=settings.flush_interval_s),
+                                 generation=lambda: telemetry.totals, max_age_s=2 * settings.flush_interval_s),
         malformed_requests=Counter("routescope_http_malformed_requests", "Requests the HTTP server could not parse "
                                    "(head or chunked body) and answered 400 before the app.", registry=http_registry),
         # the lambdas read ``state`` when called, after this assignment

@@ -6,10 +6,11 @@ latency histogram's native buckets, for a scraper that asks for it first (Promet
 OpenMetrics 1.0 or text 0.0.4, classic buckets only, otherwise. In multiprocess mode every process's files are read.
 
 Telemetry's series change only at a flush, so with a ``generation`` (a token that changes at every flush) the encoded
-bytes of every source but the last are kept per format: a scrape reuses them until a flush other than a render's own
-(the background one, every flush interval) or until they are ``max_age_s`` (the flush interval) old, so what it
-serves was flushed at most one flush interval before it arrived. The last source (the HTTP metrics, which move with
-every request) is encoded at every scrape and appended. Concurrent scrapes of one generation share one encoding.
+bytes of every source but the last are kept per format, and concurrent scrapes share one encoding. After a flush other
+than a render's own (the background one, every flush interval), the next scrape of a format is served the kept bytes
+once more while a thread encodes the new flush; bytes older than ``max_age_s`` (two flush intervals) are never
+served. So a scrape's series are those of the last flush before it arrived or of the one before it: at most one
+flush behind. The last source (the HTTP metrics, which move with every request) is encoded at every scrape.
 """
 
 from __future__ import annotations
@@ -65,21 +66,26 @@ class _Part:
 class ChainedCollector:
     """Yields the families of several collectors in turn, so one encoder call covers them all.
 
-    ``generation`` (e.g. telemetry's last totals object) changes at every flush of what the leading sources
-    read; with it, ``render`` keeps their encoding per format (see the module docstring)."""
+    With a ``generation`` (e.g. telemetry's last totals object, new at every flush), ``render`` keeps the leading
+    sources' encoding per format (see the module docstring); ``refresh`` runs a re-encoding off the request."""
 
     def __init__(self, sources: Iterable[Callable[[], Collector | None]],
                  on_error: Callable[[str], None] | None = None, *,
-                 generation: Callable[[], object] | None = None, max_age_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 generation: Callable[[], object] | None = None, max_age_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 refresh: Callable[[Callable[[], None]], None] | None = None) -> None:
         self._sources = tuple(sources)
         self._on_error = on_error
         self._generation = generation
         self._max_age_s = max_age_s
         self._clock = clock
+        self._refresh = refresh if refresh is not None else _in_thread
         self._kept: dict[str, _Kept] = {}  # content type -> the leading sources' encoding
+        self._stale: set[str] = set()  # formats whose encoding predates a flush other than a render's own
+        self._refreshing: set[str] = set()
         self._own: object = None  # the generation the last render's own flush made
-        self._lock = threading.Lock()  # concurrent scrapes of one generation share one encoding
+        self._lock = threading.Lock()  # the fields above
+        self._encoding = threading.Lock()  # one encoding of the leading sources at a time: concurrent scrapes share it
         self._tail_lines = TextEncoder()  # the last source's text lines, kept apart from the leading sources'
 
     def _families(self, source: Callable[[], Collector | None]) -> list[Metric] | None:
@@ -98,33 +104,68 @@ class ChainedCollector:
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition for an Accept header, the leading sources' encoding reused where it is still current."""
-        if self._generation is None or len(self._sources) < 2:
-            encoder, content_type = negotiate(accept)
-            return encoder(self), content_type
         encoder, content_type = negotiate(accept)
+        if self._generation is None or len(self._sources) < 2:
+            return encoder(self), content_type
         arrived = self._clock()
-        with self._lock:
-            if self._generation() is not self._own:  # a flush other than a render's own: every format is stale
-                self._kept.clear()
-            kept = self._kept.get(content_type)
-            if kept is None or arrived - kept.made_at > self._max_age_s:
-                kept = self._encode_head(encoder, content_type)
+        kept = self._usable(encoder, content_type, arrived)
+        if kept is None:
+            kept = self._encode_head(encoder, content_type, arrived)
         tail_encoder, _ = negotiate(accept, lines=self._tail_lines)
         tail = _Part(self, self._sources[-1:], skip=kept.names)
         return join(content_type, kept.body, tail_encoder(tail)), content_type
 
-    def _encode_head(self, encoder: Callable[[Collector], bytes], content_type: str) -> _Kept:
-        """Encode the leading sources now (they flush as they are read); kept unless a source failed."""
-        made_at = self._clock()
-        head = _Part(self, self._sources[:-1])
-        body = encoder(head)
-        self._own = self._generation()  # this render's own flush: the other formats' encodings stay current
-        kept = _Kept(body, made_at, frozenset(head.names))
-        if head.failed:
-            self._kept.pop(content_type, None)  # the next scrape tries the failed source again
-        else:
-            self._kept[content_type] = kept
+    def _usable(self, encoder: Callable[[Collector], bytes], content_type: str, arrived: float) -> _Kept | None:
+        """The kept encoding if young enough; one that predates a flush is served once more and made again."""
+        with self._lock:
+            if self._generation() is not self._own:  # a flush other than a render's own
+                self._own = self._generation()
+                self._stale.update(self._kept)
+            kept = self._kept.get(content_type)
+            if kept is None or arrived - kept.made_at > self._max_age_s:
+                return None
+            if content_type not in self._stale or content_type in self._refreshing:
+                return kept
+            self._refreshing.add(content_type)
+        try:
+            self._refresh(lambda: self._encode_head(encoder, content_type, arrived, refreshing=True))
+        except Exception:  # noqa: BLE001 - no thread to spare: this scrape encodes
+            with self._lock:
+                self._refreshing.discard(content_type)
+            return None
         return kept
+
+    def _encode_head(self, encoder: Callable[[Collector], bytes], content_type: str, arrived: float,
+                     refreshing: bool = False) -> _Kept:
+        """Encode the leading sources (they flush as they are read) unless a current encoding was made while this
+        one waited; kept unless a source failed."""
+        try:
+            with self._encoding:
+                with self._lock:
+                    kept = self._kept.get(content_type)
+                if kept is not None and arrived - kept.made_at <= self._max_age_s and content_type not in self._stale:
+                    return kept  # made while this scrape waited: shared
+                made_at = self._clock()
+                head = _Part(self, self._sources[:-1])
+                body = encoder(head)
+                kept = _Kept(body, made_at, frozenset(head.names))
+                with self._lock:
+                    self._own = self._generation()  # this render's own flush leaves the other formats current
+                    self._stale.discard(content_type)
+                    if head.failed:
+                        self._kept.pop(content_type, None)  # the next scrape tries the failed source again
+                    else:
+                        self._kept[content_type] = kept
+                return kept
+        finally:
+            if refreshing:
+                with self._lock:
+                    self._refreshing.discard(content_type)
+
+
+def _in_thread(work: Callable[[], object]) -> None:
+    """Run ``work`` on a daemon thread of its own (a refresh of the kept encoding, once per flush and format)."""
+    threading.Thread(target=work, name="routescope-metrics-refresh", daemon=True).start()
 
 
 def render(collector: Collector, accept: str | None) -> tuple[bytes, str]:

@@ -29,17 +29,23 @@ def test_a_kept_render_is_byte_identical_to_one_from_scratch(client_for, fmt):
     wait_demo(c)
     c.get("/metrics")  # the service's HTTP series exist
     st = c.app.state.routescope
+    tel, errors, flushed = st.telemetry, [], []
+
+    def flush():  # telemetry's own flush, the totals it made noted
+        flushed.append(tel.flush())
+        return flushed[-1]
+
+    telemetry = make_registry(TelemetryCollector(flush, tel.config.rank, errors.append))
+    chain = ChainedCollector((lambda: telemetry, lambda: st.http_registry), on_error=errors.append,
+                             generation=lambda: flushed[-1] if flushed else None, refresh=lambda work: None)
     accept = ACCEPTS[fmt]
-    first, content_type = render(st.metrics, accept)
-    generation = st.telemetry.totals
-    kept, again = render(st.metrics, accept)
-    assert st.telemetry.totals is generation, "the second render flushed: it did not reuse the encoding"
-    # the same state (the kept flush's totals, the same HTTP registry) as one chain encoded at once, no flush
-    errors: list[str] = []
-    same = TelemetryCollector(lambda: generation, st.telemetry.config.rank, errors.append)
-    whole = ChainedCollector((lambda: make_registry(same), lambda: st.http_registry))
+    first, content_type = render(chain, accept)
+    kept, again = render(chain, accept)
+    assert len(flushed) == 1, "the second render flushed: it did not reuse the encoding"
+    # the same state (that flush's totals, the same HTTP registry) as one chain encoded at once, nothing kept
+    same = make_registry(TelemetryCollector(lambda: flushed[0], tel.config.rank, errors.append))
     encoder, expected_type = negotiate(accept)
-    scratch = encoder(whole)
+    scratch = encoder(ChainedCollector((lambda: same, lambda: st.http_registry)))
     assert content_type == again == expected_type
     assert kept == first == scratch
     assert b"routescope_calls" in kept and b"http_request" in kept and errors == []
@@ -69,10 +75,12 @@ class _Source:
         self.generation = object()
 
 
-def _chain(source: _Source, errors: list[str], now: list[float], tail: CollectorRegistry | None = None):
+def _chain(source: _Source, errors: list[str], now: list[float], tail: CollectorRegistry | None = None,
+           pending: list | None = None) -> ChainedCollector:
     tail = tail if tail is not None else CollectorRegistry()
     return ChainedCollector((source, lambda: tail), on_error=errors.append, generation=lambda: source.generation,
-                            max_age_s=1.0, clock=lambda: now[0])
+                            max_age_s=2.0, clock=lambda: now[0],
+                            refresh=pending.append if pending is not None else None)
 
 
 def _calls(body: bytes) -> float:
@@ -80,21 +88,25 @@ def _calls(body: bytes) -> float:
     return float(line.split()[1])
 
 
-def test_a_scrape_sees_every_flush_before_it_and_waits_at_most_one_interval_otherwise():
-    source, errors, now = _Source(), [], [100.0]
-    chain = _chain(source, errors, now)
+def test_a_scrape_is_at_most_one_flush_behind_and_never_older_than_max_age():
+    source, errors, now, pending = _Source(), [], [100.0], []
+    chain = _chain(source, errors, now, pending=pending)
     assert _calls(chain.render(None)[0]) == 0
     source.calls.inc()
-    now[0] = 100.5  # no flush yet: the kept encoding, half an interval old, is served
-    assert _calls(chain.render(None)[0]) == 0 and source.collects == 1
-    source.flush()  # a flush after the kept render: the next scrape encodes again
-    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
+    now[0] = 100.5  # no flush since the kept encoding: served as it is
+    assert _calls(chain.render(None)[0]) == 0 and source.collects == 1 and not pending
+    source.flush()  # the background flush: this scrape gets the kept bytes once more, and a re-encoding starts
+    now[0] = 101.0
+    assert _calls(chain.render(None)[0]) == 0 and len(pending) == 1
+    assert _calls(chain.render(None)[0]) == 0 and len(pending) == 1  # one re-encoding per flush and format
+    pending.pop()()
+    assert source.collects == 2 and _calls(chain.render(None)[0]) == 1
     source.calls.inc()
-    now[0] = 101.4  # no flush since, but the kept encoding is 0.9 s old: still within one interval
+    now[0] = 102.9  # made at 101.0, no flush since: 1.9 s old, served
     assert _calls(chain.render(None)[0]) == 1
-    now[0] = 101.6  # 1.1 s old: older than one interval, encoded again though no flush was seen
+    now[0] = 103.1  # 2.1 s old: older than max_age, encoded before this scrape is answered
     assert _calls(chain.render(None)[0]) == 2 and source.collects == 3
-    assert errors == []
+    assert errors == [] and not pending
 
 
 def test_formats_are_kept_apart_and_the_tail_is_encoded_every_scrape():
@@ -143,14 +155,16 @@ def test_concurrent_scrapes_of_one_generation_share_one_encoding():
     assert source.collects == 1 and len(set(bodies)) == 1
 
 
-def test_a_renders_own_flush_keeps_the_other_formats_and_a_background_flush_drops_them():
-    source, errors, now = _Source(flushes=True), [], [0.0]
-    chain = _chain(source, errors, now)
+def test_a_renders_own_flush_keeps_the_other_formats_and_a_background_flush_makes_them_again():
+    source, errors, now, pending = _Source(flushes=True), [], [0.0], []
+    chain = _chain(source, errors, now, pending=pending)
     chain.render(None)
-    chain.render(ACCEPTS["protobuf"])  # its read flushed: the text encoding is still at most one interval old
+    chain.render(ACCEPTS["protobuf"])  # its read flushed, as telemetry's does: the text encoding stays current
     chain.render(None)
     chain.render(ACCEPTS["protobuf"])
-    assert source.collects == 2
+    assert source.collects == 2 and not pending
     source.flush()  # the background flush
     source.calls.inc()
+    assert _calls(chain.render(None)[0]) == 0 and len(pending) == 1
+    pending.pop()()
     assert _calls(chain.render(None)[0]) == 1 and source.collects == 3
