@@ -20,7 +20,7 @@ from service.bench import Load, quantile, render, run_load, summary
 from tests.service.live import Served
 
 pytestmark = pytest.mark.slow
-CALLS = 400  # demo calls (prefill + decode entry) before it stops by itself: more than 20 s at duty 0.5
+CALLS = 450  # demo calls (prefill + decode entry) before it stops by itself: about 20 s at duty 0.5 on 2 cores
 CLIENTS = 8  # concurrent scrapers, half on /metrics, half on /routing
 LOAD_S = 20.0
 
