@@ -6,11 +6,12 @@ latency histogram's native buckets, for a scraper that asks for it first (Promet
 OpenMetrics 1.0 or text 0.0.4, classic buckets only, otherwise. In multiprocess mode every process's files are read.
 
 Telemetry's series change only at a flush, so with a ``generation`` (a token that changes at every flush) the encoded
-bytes of every source but the last are kept per format, and concurrent scrapes share one encoding. After a flush other
-than a render's own (the background one, every flush interval), the next scrape of a format is served the kept bytes
-once more while a thread encodes the new flush; bytes older than ``max_age_s`` (two flush intervals) are never
-served. So a scrape's series are those of the last flush before it arrived or of the one before it: at most one
-flush behind. The last source (the HTTP metrics, which move with every request) is encoded at every scrape.
+bytes of every source but the last are kept per format and served again until a flush other than a render's own (the
+background one, every flush interval; /routing's): a scrape serves the series of the last flush before it arrived.
+One exception keeps concurrent scrapes from queueing: while the encoding of a newer flush is being made, the scrapes
+that arrive meanwhile get the previous one (one flush behind). Kept bytes older than ``max_age_s`` (two flush
+intervals) are never served. The last source (the HTTP metrics, which move with every request) is encoded at every
+scrape and appended.
 """
 
 from __future__ import annotations
@@ -67,22 +68,20 @@ class ChainedCollector:
     """Yields the families of several collectors in turn, so one encoder call covers them all.
 
     With a ``generation`` (e.g. telemetry's last totals object, new at every flush), ``render`` keeps the leading
-    sources' encoding per format (see the module docstring); ``refresh`` runs a re-encoding off the request."""
+    sources' encoding per format (see the module docstring)."""
 
     def __init__(self, sources: Iterable[Callable[[], Collector | None]],
                  on_error: Callable[[str], None] | None = None, *,
                  generation: Callable[[], object] | None = None, max_age_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 refresh: Callable[[Callable[[], None]], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._sources = tuple(sources)
         self._on_error = on_error
         self._generation = generation
         self._max_age_s = max_age_s
         self._clock = clock
-        self._refresh = refresh if refresh is not None else _in_thread
         self._kept: dict[str, _Kept] = {}  # content type -> the leading sources' encoding
         self._stale: set[str] = set()  # formats whose encoding predates a flush other than a render's own
-        self._refreshing: set[str] = set()
+        self._making: set[str] = set()  # formats being encoded now
         self._own: object = None  # the generation the last render's own flush made
         self._lock = threading.Lock()  # the fields above
         self._encoding = threading.Lock()  # one encoding of the leading sources at a time: concurrent scrapes share it
@@ -108,15 +107,15 @@ class ChainedCollector:
         if self._generation is None or len(self._sources) < 2:
             return encoder(self), content_type
         arrived = self._clock()
-        kept = self._usable(encoder, content_type, arrived)
+        kept = self._usable(content_type, arrived)
         if kept is None:
             kept = self._encode_head(encoder, content_type, arrived)
         tail_encoder, _ = negotiate(accept, lines=self._tail_lines)
         tail = _Part(self, self._sources[-1:], skip=kept.names)
         return join(content_type, kept.body, tail_encoder(tail)), content_type
 
-    def _usable(self, encoder: Callable[[Collector], bytes], content_type: str, arrived: float) -> _Kept | None:
-        """The kept encoding if young enough; one that predates a flush is served once more and made again."""
+    def _usable(self, content_type: str, arrived: float) -> _Kept | None:
+        """The kept encoding if current; one that predates a flush only while the next one is being made."""
         with self._lock:
             if self._generation() is not self._own:  # a flush other than a render's own
                 self._own = self._generation()
@@ -124,48 +123,35 @@ class ChainedCollector:
             kept = self._kept.get(content_type)
             if kept is None or arrived - kept.made_at > self._max_age_s:
                 return None
-            if content_type not in self._stale or content_type in self._refreshing:
+            if content_type not in self._stale or content_type in self._making:
                 return kept
-            self._refreshing.add(content_type)
-        try:
-            self._refresh(lambda: self._encode_head(encoder, content_type, arrived, refreshing=True))
-        except Exception:  # noqa: BLE001 - no thread to spare: this scrape encodes
-            with self._lock:
-                self._refreshing.discard(content_type)
             return None
-        return kept
 
-    def _encode_head(self, encoder: Callable[[Collector], bytes], content_type: str, arrived: float,
-                     refreshing: bool = False) -> _Kept:
+    def _encode_head(self, encoder: Callable[[Collector], bytes], content_type: str, arrived: float) -> _Kept:
         """Encode the leading sources (they flush as they are read) unless a current encoding was made while this
-        one waited; kept unless a source failed."""
-        try:
-            with self._encoding:
-                with self._lock:
-                    kept = self._kept.get(content_type)
+        scrape waited; kept unless a source failed."""
+        with self._encoding:
+            with self._lock:
+                kept = self._kept.get(content_type)
                 if kept is not None and arrived - kept.made_at <= self._max_age_s and content_type not in self._stale:
                     return kept  # made while this scrape waited: shared
+                self._making.add(content_type)
+            try:
                 made_at = self._clock()
                 head = _Part(self, self._sources[:-1])
                 body = encoder(head)
                 kept = _Kept(body, made_at, frozenset(head.names))
+            finally:
                 with self._lock:
-                    self._own = self._generation()  # this render's own flush leaves the other formats current
-                    self._stale.discard(content_type)
-                    if head.failed:
-                        self._kept.pop(content_type, None)  # the next scrape tries the failed source again
-                    else:
-                        self._kept[content_type] = kept
-                return kept
-        finally:
-            if refreshing:
-                with self._lock:
-                    self._refreshing.discard(content_type)
-
-
-def _in_thread(work: Callable[[], object]) -> None:
-    """Run ``work`` on a daemon thread of its own (a refresh of the kept encoding, once per flush and format)."""
-    threading.Thread(target=work, name="routescope-metrics-refresh", daemon=True).start()
+                    self._making.discard(content_type)
+            with self._lock:
+                self._own = self._generation()  # this render's own flush leaves the other formats current
+                self._stale.discard(content_type)
+                if head.failed:
+                    self._kept.pop(content_type, None)  # the next scrape tries the failed source again
+                else:
+                    self._kept[content_type] = kept
+            return kept
 
 
 def render(collector: Collector, accept: str | None) -> tuple[bytes, str]:

@@ -41,7 +41,7 @@ def metrics(c) -> dict:
 
 
 def metrics_when(c, ok, timeout: float = 5.0) -> dict:
-    """/metrics once ``ok`` holds, or at the deadline: a scrape may be one flush behind (docs/service.md)."""
+    """/metrics once ``ok`` holds, or at the deadline: a scrape may be one flush behind (docs/multiproc.md)."""
     deadline = time.monotonic() + timeout
     got = metrics(c)
     while not ok(got) and time.monotonic() < deadline:

@@ -37,7 +37,7 @@ def test_a_kept_render_is_byte_identical_to_one_from_scratch(client_for, fmt):
 
     telemetry = make_registry(TelemetryCollector(flush, tel.config.rank, errors.append))
     chain = ChainedCollector((lambda: telemetry, lambda: st.http_registry), on_error=errors.append,
-                             generation=lambda: flushed[-1] if flushed else None, refresh=lambda work: None)
+                             generation=lambda: flushed[-1] if flushed else None)
     accept = ACCEPTS[fmt]
     first, content_type = render(chain, accept)
     kept, again = render(chain, accept)
@@ -60,11 +60,15 @@ class _Source:
         self.generation = object()
         self.collects = 0
         self.fail, self.flushes = fail, flushes
+        self.inside, self.go = threading.Event(), threading.Event()
+        self.go.set()
         self.lock = threading.Lock()
 
     def __call__(self) -> CollectorRegistry:
         with self.lock:
             self.collects += 1
+        self.inside.set()
+        assert self.go.wait(10)
         if self.fail:
             raise RuntimeError("source down")
         if self.flushes:  # as telemetry's collect_registry: reading flushes
@@ -75,12 +79,10 @@ class _Source:
         self.generation = object()
 
 
-def _chain(source: _Source, errors: list[str], now: list[float], tail: CollectorRegistry | None = None,
-           pending: list | None = None) -> ChainedCollector:
+def _chain(source: _Source, errors: list[str], now: list[float], tail: CollectorRegistry | None = None):
     tail = tail if tail is not None else CollectorRegistry()
     return ChainedCollector((source, lambda: tail), on_error=errors.append, generation=lambda: source.generation,
-                            max_age_s=2.0, clock=lambda: now[0],
-                            refresh=pending.append if pending is not None else None)
+                            max_age_s=2.0, clock=lambda: now[0])
 
 
 def _calls(body: bytes) -> float:
@@ -88,25 +90,39 @@ def _calls(body: bytes) -> float:
     return float(line.split()[1])
 
 
-def test_a_scrape_is_at_most_one_flush_behind_and_never_older_than_max_age():
-    source, errors, now, pending = _Source(), [], [100.0], []
-    chain = _chain(source, errors, now, pending=pending)
+def test_a_scrape_serves_the_last_flush_before_it_and_nothing_older_than_max_age():
+    source, errors, now = _Source(), [], [100.0]
+    chain = _chain(source, errors, now)
     assert _calls(chain.render(None)[0]) == 0
     source.calls.inc()
     now[0] = 100.5  # no flush since the kept encoding: served as it is
-    assert _calls(chain.render(None)[0]) == 0 and source.collects == 1 and not pending
-    source.flush()  # the background flush: this scrape gets the kept bytes once more, and a re-encoding starts
+    assert _calls(chain.render(None)[0]) == 0 and source.collects == 1
+    source.flush()  # the background flush: the next scrape encodes again
     now[0] = 101.0
-    assert _calls(chain.render(None)[0]) == 0 and len(pending) == 1
-    assert _calls(chain.render(None)[0]) == 0 and len(pending) == 1  # one re-encoding per flush and format
-    pending.pop()()
-    assert source.collects == 2 and _calls(chain.render(None)[0]) == 1
+    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
     source.calls.inc()
     now[0] = 102.9  # made at 101.0, no flush since: 1.9 s old, served
     assert _calls(chain.render(None)[0]) == 1
-    now[0] = 103.1  # 2.1 s old: older than max_age, encoded before this scrape is answered
+    now[0] = 103.1  # 2.1 s old: older than max_age, encoded again
     assert _calls(chain.render(None)[0]) == 2 and source.collects == 3
-    assert errors == [] and not pending
+    assert errors == []
+
+
+def test_while_a_newer_flush_is_encoded_a_scrape_gets_the_previous_one_at_once():
+    source, errors, now = _Source(), [], [0.0]
+    chain = _chain(source, errors, now)
+    chain.render(None)
+    source.calls.inc()
+    source.flush()
+    source.go.clear()
+    source.inside.clear()
+    with ThreadPoolExecutor(1) as pool:
+        making = pool.submit(lambda: chain.render(None)[0])
+        assert source.inside.wait(10)  # the encoding of the new flush has begun, and waits
+        assert _calls(chain.render(None)[0]) == 0  # one flush behind, not queued behind it
+        source.go.set()
+        assert _calls(making.result(10)) == 1
+    assert _calls(chain.render(None)[0]) == 1
 
 
 def test_formats_are_kept_apart_and_the_tail_is_encoded_every_scrape():
@@ -156,15 +172,13 @@ def test_concurrent_scrapes_of_one_generation_share_one_encoding():
 
 
 def test_a_renders_own_flush_keeps_the_other_formats_and_a_background_flush_makes_them_again():
-    source, errors, now, pending = _Source(flushes=True), [], [0.0], []
-    chain = _chain(source, errors, now, pending=pending)
+    source, errors, now = _Source(flushes=True), [], [0.0]
+    chain = _chain(source, errors, now)
     chain.render(None)
     chain.render(ACCEPTS["protobuf"])  # its read flushed, as telemetry's does: the text encoding stays current
     chain.render(None)
     chain.render(ACCEPTS["protobuf"])
-    assert source.collects == 2 and not pending
+    assert source.collects == 2
     source.flush()  # the background flush
     source.calls.inc()
-    assert _calls(chain.render(None)[0]) == 0 and len(pending) == 1
-    pending.pop()()
     assert _calls(chain.render(None)[0]) == 1 and source.collects == 3
