@@ -8,8 +8,8 @@ OpenMetrics 1.0 or text 0.0.4, classic buckets only, otherwise. In multiprocess 
 Telemetry's series change only at a flush, so with a ``generation`` (a token that changes at every flush) the encoded
 bytes of every source but the last are kept per format and served again until a flush other than a render's own (the
 background one, every flush interval; /routing's): a scrape serves the series of the last flush before it arrived.
-One exception keeps concurrent scrapes from queueing: while the encoding of a newer flush is being made, the scrapes
-that arrive meanwhile get the previous one (one flush behind). Kept bytes older than ``max_age_s`` (two flush
+One read of a newer flush encodes every format kept so far. One exception keeps concurrent scrapes from queueing:
+while an encoding is being made, the scrapes that arrive meanwhile get the previous bytes (one flush behind). Kept bytes older than ``max_age_s`` (two flush
 intervals) are never served. The last source (the HTTP metrics, which move with every request) is encoded at every
 scrape and appended.
 """
@@ -33,11 +33,12 @@ log = logging.getLogger("routescope.service")
 
 @dataclass(frozen=True)
 class _Kept:
-    """One format's encoding of the leading sources: when it was made, the families it holds."""
+    """One format's encoding of the leading sources: when it was made, the families it holds, its encoder."""
 
     body: bytes
     made_at: float
     names: frozenset[str]
+    encoder: Callable[[Collector], bytes]
 
 
 class _Part:
@@ -123,35 +124,49 @@ class ChainedCollector:
             kept = self._kept.get(content_type)
             if kept is None or arrived - kept.made_at > self._max_age_s:
                 return None
-            if content_type not in self._stale or content_type in self._making:
+            if content_type not in self._stale or self._making:  # stale: only while an encoding is being made
                 return kept
             return None
 
     def _encode_head(self, encoder: Callable[[Collector], bytes], content_type: str, arrived: float) -> _Kept:
         """Encode the leading sources (they flush as they are read) unless a current encoding was made while this
-        scrape waited; kept unless a source failed."""
+        scrape waited; one read serves every kept format that predates it. Kept unless a source failed."""
         with self._encoding:
             with self._lock:
                 kept = self._kept.get(content_type)
                 if kept is not None and arrived - kept.made_at <= self._max_age_s and content_type not in self._stale:
                     return kept  # made while this scrape waited: shared
-                self._making.add(content_type)
+                todo = {ct: k.encoder for ct, k in self._kept.items() if ct in self._stale}
+                todo[content_type] = encoder
+                self._making.update(todo)
             try:
                 made_at = self._clock()
                 head = _Part(self, self._sources[:-1])
-                body = encoder(head)
-                kept = _Kept(body, made_at, frozenset(head.names))
+                families = _Families(list(head.collect()))
+                names = frozenset(head.names)
+                made = {ct: _Kept(enc(families), made_at, names, enc) for ct, enc in todo.items()}
             finally:
                 with self._lock:
-                    self._making.discard(content_type)
+                    self._making.difference_update(todo)
             with self._lock:
                 self._own = self._generation()  # this render's own flush leaves the other formats current
-                self._stale.discard(content_type)
-                if head.failed:
-                    self._kept.pop(content_type, None)  # the next scrape tries the failed source again
-                else:
-                    self._kept[content_type] = kept
-            return kept
+                self._stale.difference_update(made)
+                for ct, k in made.items():
+                    if head.failed:
+                        self._kept.pop(ct, None)  # the next scrape tries the failed source again
+                    else:
+                        self._kept[ct] = k
+            return made[content_type]
+
+
+class _Families:
+    """Families read once, as a collector: each format's encoder gets the same ones."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
 
 
 def render(collector: Collector, accept: str | None) -> tuple[bytes, str]:

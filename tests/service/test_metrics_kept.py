@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from service.metrics import ChainedCollector, render
 from telemetry.exposition import negotiate
+from telemetry.exposition.protobuf import decode_delimited
 from telemetry.prom import TelemetryCollector, make_registry
 
 from .conftest import wait_demo
@@ -171,7 +172,7 @@ def test_concurrent_scrapes_of_one_generation_share_one_encoding():
     assert source.collects == 1 and len(set(bodies)) == 1
 
 
-def test_a_renders_own_flush_keeps_the_other_formats_and_a_background_flush_makes_them_again():
+def test_a_renders_own_flush_keeps_the_other_formats_and_after_a_background_flush_one_read_makes_all():
     source, errors, now = _Source(flushes=True), [], [0.0]
     chain = _chain(source, errors, now)
     chain.render(None)
@@ -182,3 +183,8 @@ def test_a_renders_own_flush_keeps_the_other_formats_and_a_background_flush_make
     source.flush()  # the background flush
     source.calls.inc()
     assert _calls(chain.render(None)[0]) == 1 and source.collects == 3
+    proto = chain.render(ACCEPTS["protobuf"])[0]  # made by the text scrape's read
+    calls = {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls"]
+    assert source.collects == 3 and calls == 1
+    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # never asked for: made now
+    assert source.collects == 4 and _calls(om) == 1
