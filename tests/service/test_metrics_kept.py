@@ -184,7 +184,7 @@ def test_a_renders_own_flush_keeps_the_other_formats_and_after_a_background_flus
     source.calls.inc()
     assert _calls(chain.render(None)[0]) == 1 and source.collects == 3
     proto = chain.render(ACCEPTS["protobuf"])[0]  # made by the text scrape's read
-    calls = {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls"]
+    calls = {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls_total"]
     assert source.collects == 3 and calls == 1
     om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # never asked for: made now
     assert source.collects == 4 and _calls(om) == 1
