@@ -56,6 +56,7 @@ FIRING_TIMEOUT = 90.0  # for: 30s, plus the first scrapes and rate windows
 GLM, DSV = "GLM-5.3-Flash", "DeepSeek-V4.1-Flash"
 ADVISE_RANGE_S = 30  # the range advise looks back over; scraped every second
 ADVISE_SCRAPES = 15  # samples of a traffic series in the range before it is asked
+SETTLED_S = 3.0  # how far back the advise queries look from: past any scrape still being ingested (1 s interval)
 
 
 def _routescope() -> list[str]:
@@ -190,7 +191,9 @@ def test_advise_over_a_time_range_through_prometheus(demo_stack):
                   timeout=DATA_TIMEOUT, interval=1.0,
                   what=f"{ADVISE_SCRAPES} scrapes of A's traffic and B's GLM pure decodes in {ADVISE_RANGE_S}s")
     assert prom.query("routescope_traffic_decode_rows_total")["result"], "the exact decode-rows series is scraped"
-    at = time.time()
+    # Every query below asks about the same instant, one set of data: a scrape that started before an instant can
+    # land in the TSDB after a query of it, so the instant is a few scrape intervals back, where nothing lands any more.
+    at = time.time() - SETTLED_S
     both = _advise(prom, at)
     assert both.status == "ok" and both.source.kind == "prometheus" and both.source.span_s == ADVISE_RANGE_S
     assert both.tables[0].name == "h200-sweep-cupti" and both.target.what_if and both.target.platform_arch == "cpu"
