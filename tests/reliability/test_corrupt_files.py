@@ -70,9 +70,9 @@ def damage(path: Path, how: str) -> None:
         f.write(DAMAGE[how](data))
 
 
-@pytest.mark.parametrize("how", sorted(DAMAGE))
-@pytest.mark.parametrize("where", ["dead", "archive", "live"])
-def test_corrupt_file_is_skipped_quarantined_and_counted(tmp_path, where, how):
+def three_sources(tmp_path: Path):
+    """A directory read from three sources: a live process (3 calls), the archive (5) and a dead process's files (7).
+    Returns the live worker and the dead process's pid."""
     dead = dead_pid()
     worker = make_tel(str(tmp_path), flush_on_exit=False)  # a live process: 3
     d = worker.instrument(real_dispatcher())
@@ -82,6 +82,13 @@ def test_corrupt_file_is_skipped_quarantined_and_counted(tmp_path, where, how):
     write_process(tmp_path, f"{dead}-aaaaaa", 5)
     compact(str(tmp_path))  # the archive: 5 calls
     write_process(tmp_path, f"{dead}-bbbbbb", 7)  # a dead process's files: 7
+    return worker, dead
+
+
+@pytest.mark.parametrize("how", sorted(DAMAGE))
+@pytest.mark.parametrize("where", ["dead", "archive", "live"])
+def test_corrupt_file_is_skipped_quarantined_and_counted(tmp_path, where, how):
+    worker, dead = three_sources(tmp_path)
     target = {"dead": f"counter_routescope-{dead}-bbbbbb.db", "archive": "counter_routescope-archive.db",
               "live": os.path.basename(worker._writer.filename("counter"))}[where]
     damage(tmp_path / target, how)

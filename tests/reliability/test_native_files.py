@@ -21,7 +21,7 @@ from telemetry.multiproc.reader import ReaderCache, multiprocess_registry
 
 from .conftest import calls_by_prometheus_client, calls_in, call, errors, latency_in, make_tel, real_dispatcher
 from .test_compaction_crash import write_process
-from .test_corrupt_files import damage, dead_pid
+from .test_corrupt_files import damage, dead_pid, three_sources
 
 
 def stock_text(path: Path) -> bytes:
@@ -65,15 +65,7 @@ def test_prometheus_clients_collector_reads_the_directory_cleanly(tmp_path):
 @pytest.mark.parametrize("how", ["random_bytes", "key_not_json", "truncated_entries", "wrong_length"])
 @pytest.mark.parametrize("where", ["dead", "archive", "live"])
 def test_a_corrupt_native_file_is_quarantined_and_the_classic_series_stay(tmp_path, where, how):
-    dead = dead_pid()
-    worker = make_tel(str(tmp_path), flush_on_exit=False)  # a live process: 3
-    d = worker.instrument(real_dispatcher())
-    for _ in range(3):
-        call(d)
-    worker.flush()
-    write_process(tmp_path, f"{dead}-aaaaaa", 5)
-    compact(str(tmp_path))  # the archives: 5 calls
-    write_process(tmp_path, f"{dead}-bbbbbb", 7)
+    worker, dead = three_sources(tmp_path)  # the archives: 5 calls, native included
     target = {"dead": f"native_routescope-{dead}-bbbbbb.ndb", "archive": "native_routescope-archive.ndb",
               "live": os.path.basename(worker._writer.filename("native"))}[where]
     damage(tmp_path / target, how)
