@@ -12,7 +12,7 @@ from typing import Any
 from dispatcher.platform import KNOWN_ARCHS
 from dispatcher.policy import Policy
 
-from .frame import AUTO as MEASURED_FRAME
+from .clocks.frame import AUTO as MEASURED_FRAME
 
 
 
@@ -48,7 +48,7 @@ class TelemetryConfig:
     timing: str = "auto"  # a TimingMode value
     sample_first: int = 32  # calls timed first per slot (kernel x rows bucket x model x class)
     sample_every: int = 128  # then one call in this many
-    device_frame_ns: int = MEASURED_FRAME  # added to the stamped spans (telemetry.frame); -1: measured for the model
+    device_frame_ns: int = MEASURED_FRAME  # added to stamped spans (telemetry.clocks.frame); -1: measured for the model
     timing_pool: int = 256  # preallocated CUDA event pairs (for kernels that write no device stamps)
     timing_gate: bool = True  # gate the stream of a sampled call timed by events, so the pair times the GPU only
     gate_max_polls: int = 512  # the gate's wait gives up after this many reads of its word (~2 ms on an H200)

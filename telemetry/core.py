@@ -19,7 +19,7 @@ from dispatcher.policy import Policy, PolicySettings
 from . import exithooks
 from .aggregates import STAGE, Aggregates
 from .config import TelemetryConfig, TimingMode, counterfactual_policy
-from .graphs import graph_hooks
+from .clocks.graphs import graph_hooks
 from .multiproc.compact import LOCK_TIMEOUT_S, compact
 from .multiproc.directory import ident_for, ident_pid
 from .multiproc.health import Problems, os_problem
@@ -30,10 +30,10 @@ from .probe import TelemetryProbe, build_probe
 from .prom import TelemetryCollector, make_registry
 from .snapshot import build_snapshot, empty_snapshot
 from .spec import STAGES
-from .stamps import DeviceStamps
-from .events import GpuEvents, GraphEvents, graph_events_supported
-from .gate import GateFactory
-from .timing import LatencySink, capture_check
+from .clocks.stamps import DeviceStamps
+from .clocks.events import GpuEvents, GraphEvents, graph_events_supported
+from .clocks.gate import GateFactory
+from .clocks.timing import LatencySink, capture_check
 from .view import Totals, build_totals
 
 log = logging.getLogger("routescope.telemetry")
@@ -74,7 +74,7 @@ class Telemetry:
     ) -> None:
         if torch_module is None:
             import torch as torch_module  # the real one; tests pass a stand-in to drive the GPU branch on CPU
-        self._gate_launcher = gate_launcher  # None: the Triton wait (telemetry.gate); tests pass a double
+        self._gate_launcher = gate_launcher  # None: the Triton wait (telemetry.clocks.gate); tests pass a double
 
         self.config = cfg = config if config is not None else TelemetryConfig()
         self._torch = torch = torch_module
@@ -418,7 +418,7 @@ class Telemetry:
 
     @property
     def device_frames(self) -> dict[str, int]:
-        """The kernel frame (ns, ``telemetry.frame``) added to each stamped device's spans; {} when none stamped."""
+        """The kernel frame (ns, ``telemetry.clocks.frame``) added to each stamped device's spans; {} if none."""
         return self._stamps.frames() if self._stamps is not None else {}
 
     @property

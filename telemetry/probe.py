@@ -22,11 +22,11 @@ from typing import Any, Callable
 from dispatcher.types import Batch, CallShape, Decision
 
 from .aggregates import STAGE, Aggregates
-from .graphs import GraphHooks
+from .clocks.graphs import GraphHooks
 from .slots import NO_SLOT, Clock, slot_of_value
-from .stamps import DeviceStamps
-from .events import GpuEvents, GraphEvents
-from .timing import CapturedToken, LatencySink, Token
+from .clocks.stamps import DeviceStamps
+from .clocks.events import GpuEvents, GraphEvents
+from .clocks.timing import CapturedToken, LatencySink, Token
 
 RECORD, TIMING, PROBE = STAGE["record"], STAGE["timing"], STAGE["probe"]
 # How a slot's sampled GPU calls are timed, learnt from its first sampled call: try a device stamp

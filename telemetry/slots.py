@@ -42,7 +42,7 @@ class Clock(str, Enum):
 
     DEVICE = "device"  # %globaltimer stamps written by the call's own kernels: first program in to last out
     EVENTS = "events"  # a CUDA/HIP event pair around the launch (includes launch gaps when the GPU waits)
-    GATED = "gated"  # an event pair behind a stream gate: the launch is queued before the pair starts (telemetry.gate)
+    GATED = "gated"  # an event pair behind a stream gate that holds the launch until queued (telemetry.clocks.gate)
     GRAPH = "graph"  # an external event pair captured into a CUDA graph around the call, read for its latest replay
     HOST = "host"  # perf_counter around the call (CPU tensors: the work is on the host)
 

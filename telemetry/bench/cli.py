@@ -55,13 +55,13 @@ def fidelity_command(
     layout: Annotated[str, typer.Option(help="head layout, nope+rope (512+64, 448+64, 512+0) or an alias")] = "512+64",
     frame_ns: Annotated[int, typer.Option(
         min=-1, max=MAX_FRAME_NS, envvar="ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS",
-        help="kernel frame added to stamped spans (telemetry.frame); -1: the value measured for the GPU model")] = -1,
+        help="kernel frame added to stamped spans (telemetry.clocks.frame); -1: measured for the GPU model")] = -1,
     stamps: Annotated[bool, typer.Option(
         "--stamps/--no-stamps",
         help="--no-stamps: the kernels write none (as vLLM's and AITER's), timed by plain and by gated event pairs")] = True,
     gated_frame_ns: Annotated[int, typer.Option(
         min=-1, max=MAX_FRAME_NS, envvar="ROUTESCOPE_TELEMETRY_GATED_FRAME_NS",
-        help="ns taken off each gated pair (telemetry.gate); -1: the value measured for the GPU model")] = -1,
+        help="ns taken off each gated pair (telemetry.clocks.gate); -1: the value measured for the GPU model")] = -1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Telemetry's per-call latency against CUPTI's kernel time of the same calls, GPU idle and back to back."""

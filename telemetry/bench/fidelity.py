@@ -11,13 +11,13 @@ start to last kernel end, ``dispatcher.sweep.cupti``). Two regimes per size:
 
 Prints, per size and regime, the median and p90 of telemetry's samples and of CUPTI's, their
 errors, and the clock the samples came from. Samples on the ``device`` clock are the kernels'
-stamped span plus the GPU model's kernel frame (``telemetry.frame``); the bench also gives the
+stamped span plus the GPU model's kernel frame (``telemetry.clocks.frame``); the bench also gives the
 bare span and, over every point, the frame it measures (CUPTI's median minus the span's): the
 value ``ROUTESCOPE_TELEMETRY_DEVICE_FRAME_NS`` takes on a GPU model not measured yet.
 
 ``stamps=False`` withholds the project's stamps from its kernels, so telemetry times them as it times vLLM's and
 AITER's, which write none: by event pairs. Each size then runs once per event clock in the same run: plain pairs
-(``events``) and gated pairs (``gated``, ``telemetry.gate``), the gated readings with the GPU model's constant
+(``events``) and gated pairs (``gated``, ``telemetry.clocks.gate``), the gated readings with the GPU model's constant
 taken off; the bench gives, over the gated points, the constant it measures (the gated pair's median minus CUPTI's,
 before the constant): the value ``ROUTESCOPE_TELEMETRY_GATED_FRAME_NS`` takes on a GPU model not measured yet.
 On a machine without CUDA it says so and exits 2.
@@ -43,7 +43,7 @@ from ..config import TelemetryConfig
 from ..core import Telemetry
 
 DEFAULT_ROWS = (1, 2, 16, 256, 1024, 4096)
-GATE_KERNEL = "gate_wait"  # telemetry.gate's wait: telemetry's kernel in the call's range, not the call's
+GATE_KERNEL = "gate_wait"  # telemetry.clocks.gate's wait: telemetry's kernel in the call's range, not the call's
 REGIMES = ("idle", "back_to_back")
 BOUND_PCT = 10.0
 

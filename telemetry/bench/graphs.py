@@ -25,7 +25,7 @@ from dispatcher.sweep.inputs import make_sets
 
 from ..config import TelemetryConfig
 from ..core import Telemetry
-from ..graphs import ReplayRecord, graph_hooks
+from ..clocks.graphs import ReplayRecord, graph_hooks
 from ..slots import SlotCounters
 
 

@@ -105,7 +105,7 @@ class FakeStream:
 
 
 class FakeWait:
-    """Stands in for the stream gate's Triton wait kernel (telemetry.gate), which needs a GPU.
+    """Stands in for the stream gate's Triton wait kernel (telemetry.clocks.gate), which needs a GPU.
 
     ``launch`` is what the gate calls to enqueue the wait: it notes the launch (with how many events had been recorded
     by then, so a test can check the wait comes before the start event) and ``run`` plays the GPU reaching it later: it

@@ -21,7 +21,7 @@ from telemetry import Telemetry, TelemetryConfig
 from telemetry.aggregates import KernelErrors
 from telemetry.exposition import classic_only
 from telemetry.index import SlotIndex
-from telemetry.timing import LatencySink
+from telemetry.clocks.timing import LatencySink
 from telemetry.multiproc.writer import MultiprocWriter
 from telemetry.otel import OtelExporter
 

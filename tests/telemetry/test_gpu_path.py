@@ -10,7 +10,7 @@ import pytest
 
 from dispatcher.types import Batch, CallClass
 from telemetry import Telemetry, TelemetryConfig
-from telemetry.frame import MEASURED_NS
+from telemetry.clocks.frame import MEASURED_NS
 
 from .conftest import L, args_for, dispatcher, scrape, series, total
 from .cuda_double import CudaQ, FakeCuda, FakeTorch, reset
@@ -20,7 +20,7 @@ PREFILL = Batch(CallClass.PREFILL)
 
 def probe_and_shape(make_tel, **cfg: Any):
     reset()
-    cfg.setdefault("timing_gate", False)  # plain pairs here; tests/telemetry/test_gate.py drives the gate
+    cfg.setdefault("timing_gate", False)  # plain pairs here; tests/telemetry/clocks/test_gate.py drives the gate
     tel = make_tel(TelemetryConfig(models=("glm",), **cfg), torch_module=FakeTorch)
     from dispatcher.validate import validate
 
@@ -104,7 +104,7 @@ def test_device_samples_add_the_kernel_frame_of_the_gpu_model(make_tel, name, se
 
 
 def test_unwritten_stamps_wait_then_are_given_up(make_tel, monkeypatch):
-    import telemetry.stamps as stamps
+    import telemetry.clocks.stamps as stamps
 
     tel, decision, shape = probe_and_shape(make_tel, sample_first=1, sample_every=1000)
     p = tel.probe

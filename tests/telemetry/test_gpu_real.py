@@ -96,7 +96,7 @@ def test_latency_is_within_ten_percent_of_cupti(rows):
 def test_the_shortest_kernels_read_within_ten_percent_of_cupti(rows):
     """Pure decodes rerouted to the decode kernel: one 8.5 µs launch, where the kernel frame is 14% of the time."""
     from telemetry.bench.fidelity import run
-    from telemetry.frame import MEASURED_NS
+    from telemetry.clocks.frame import MEASURED_NS
 
     result = run(rows=(rows,), calls=40, guard="reroute")
     bad = [p for p in result["points"] if not p.get("within_bound")]

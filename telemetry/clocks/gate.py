@@ -7,7 +7,7 @@ a one-program kernel polls a host-mapped word until the host writes this call's 
 after the launch has returned, so by the time the stream moves on to the start event, the call's kernels and the
 end event are all queued, and the pair brackets GPU work only. What remains is a constant of the GPU model (the
 pair's own records and the step from the wait to the start event), taken out like the device clock's frame
-(``telemetry.frame``).
+(``telemetry.clocks.frame``).
 
 One form for both vendors:
 - the wait is a Triton kernel, compiled for CUDA or HIP alike (Triton is what vLLM's ROCm attention kernels are

@@ -1,11 +1,11 @@
 """Event pairs for calls whose kernels write no device stamps (vLLM's, AITER's): eager pairs, gated or plain, and
 pairs captured into CUDA graphs.
 
-Eager calls take a pair from a fixed pool. Where the device has a stream gate (``telemetry.gate``), the pair is
-gated: the stream waits until the launch has returned, so the pair times the kernels alone (clock ``gated``, less
-the GPU model's gated frame, ``telemetry.frame``). Elsewhere the pair is plain (clock ``events``) and times the host's
-launch path too whenever the GPU waits for it. Pairs are resolved by the flush thread with ``query()``: never
-``synchronize()``.
+Eager calls take a pair from a fixed pool. Where the device has a stream gate (``telemetry.clocks.gate``), the
+pair is gated: the stream waits until the launch has returned, so the pair times the kernels alone (clock
+``gated``, less the GPU model's gated frame, ``telemetry.clocks.frame``). Elsewhere the pair is plain (clock
+``events``) and times the host's launch path too whenever the GPU waits for it. Pairs are resolved by the flush
+thread with ``query()``: never ``synchronize()``.
 
 A call captured into a CUDA graph runs no Python at replay, so it can be timed only by events that are part of the
 graph: an external event pair (``Event(external=True)``, CUDA only) recorded around it during capture. Every replay
@@ -19,15 +19,15 @@ import threading
 from collections import deque
 from typing import Any
 
-from .aggregates import Health
+from ..aggregates import Health
 from .frame import GATED, GRAPH, device_name, measured_ns
 from .gate import RELEASED, TIMED_OUT, GateFactory, StreamGate
-from .slots import Clock
+from ..slots import Clock
 from .timing import LatencySink
 
 
 class Constants:
-    """A clock's constant per device, looked up once per device (``telemetry.frame``)."""
+    """A clock's constant per device, looked up once per device (``telemetry.clocks.frame``)."""
 
     def __init__(self, torch_mod: Any, clock: str, setting: int | None) -> None:
         self._torch, self._clock, self._setting = torch_mod, clock, setting

@@ -15,17 +15,17 @@ import pytest
 from dispatcher.types import Batch, CallClass
 from dispatcher.validate import validate
 from telemetry import Telemetry, TelemetryConfig
-from telemetry.graphs import RECORD_ATTR
+from telemetry.clocks.graphs import RECORD_ATTR
 
-from .conftest import L, args_for, dispatcher, scrape, series, total
-from .cuda_double import CudaQ, FakeCuda, FakeGraph, FakeTorch, reset
+from ..conftest import L, args_for, dispatcher, scrape, series, total
+from ..cuda_double import CudaQ, FakeCuda, FakeGraph, FakeTorch, reset
 
 PURE_DECODE_2 = Batch(CallClass.PURE_DECODE, 2, 2, 2)
 
 
 def make(make_tel, **cfg: Any) -> Telemetry:
     reset()
-    cfg.setdefault("timing_gate", False)  # tests/telemetry/test_gate.py drives the gate
+    cfg.setdefault("timing_gate", False)  # tests/telemetry/clocks/test_gate.py drives the gate
     return make_tel(TelemetryConfig(models=("glm",), **cfg), torch_module=FakeTorch)
 
 

@@ -21,7 +21,7 @@ MEASURED_NS: dict[str, int] = {
 AUTO = -1  # the setting's default: the measured frame of the device's model
 
 # The event clocks' constants run the other way: what a pair reads beyond the kernel time, taken off each reading.
-# A gated pair (telemetry.gate) holds the pair's own two records and the step from the gate's wait to the start
+# A gated pair (telemetry.clocks.gate) holds the pair's own two records and the step from the gate's wait to the start
 # event; a pair captured into a graph holds its two record nodes. Per device name; a model not measured gets 0.
 DEVICE, GATED, GRAPH = "device", "gated", "graph"
 _TABLES: dict[str, dict[str, int]] = {

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .slots import SlotCounters
+from ..slots import SlotCounters
 
 _HOOKS_ATTR = "_routescope_graph_hooks"
 RECORD_ATTR = "_routescope_replay"

@@ -13,10 +13,10 @@ from bisect import bisect_left
 from collections import deque
 from typing import Any
 
-from .aggregates import Health
-from .buckets import LATENCY_BOUNDS_NS, N_LATENCY_BUCKETS
-from .native import NativeCounts
-from .slots import Clock, SlotCounters
+from ..aggregates import Health
+from ..buckets import LATENCY_BOUNDS_NS, N_LATENCY_BUCKETS
+from ..native import NativeCounts
+from ..slots import Clock, SlotCounters
 
 
 class Token:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +19,10 @@ import pytest
 from dispatcher.types import Batch, CallClass
 from dispatcher.validate import validate
 from telemetry import TelemetryConfig
-from telemetry.gate import PENDING, GateFactory
+from telemetry.clocks.gate import PENDING, GateFactory
 
-from .conftest import L, args_for, dispatcher, scrape, series, total
-from .cuda_double import CudaQ, FakeCuda, FakeEvent, FakeGraph, FakeStream, FakeTorch, FakeWait, RocmTorch, reset
+from ..conftest import L, args_for, dispatcher, scrape, series, total
+from ..cuda_double import CudaQ, FakeCuda, FakeEvent, FakeGraph, FakeStream, FakeTorch, FakeWait, RocmTorch, reset
 
 PREFILL = Batch(CallClass.PREFILL)
 SERIES = dict(kernel="intree.ragged_prefill", rows_bucket="8-15", model="glm", rank="0")
@@ -270,10 +271,11 @@ def test_the_gate_settings_come_from_the_environment():
     assert (cfg.timing_gate, cfg.gate_max_polls, cfg.gated_frame_ns) == (False, 64, 2400)
 
 
+ROOT = Path(__file__).resolve().parents[3]  # the repository root
 WAIT_KERNEL = textwrap.dedent("""
     import torch, triton
     import triton.language as tl
-    from telemetry.gate import _wait_kernel
+    from telemetry.clocks.gate import _wait_kernel
     kernel = _wait_kernel(triton, tl)
     words = torch.zeros(4, dtype=torch.int32)
     results = torch.full((4,), -1, dtype=torch.int32)
@@ -290,7 +292,7 @@ def test_the_wait_kernel_passes_a_released_word_and_gives_up_on_a_closed_one():
     """The real Triton kernel, in Triton's interpreter (CPU): the bounded poll and the result it writes."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([sys.executable, "-c", WAIT_KERNEL], capture_output=True, text=True, env=env, timeout=300,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[-1, 0, 1, 1]"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry.frame import AUTO, MEASURED_NS, device_name, frame_ns
+from telemetry.clocks.frame import AUTO, MEASURED_NS, device_name, frame_ns
 
 
 def test_a_measured_model_gets_its_frame_and_others_none():

@@ -17,9 +17,9 @@ from typing import Any
 
 from dispatcher.kernels.stamps import DeviceStamp, Pointer
 
-from .aggregates import Health
+from ..aggregates import Health
 from .frame import AUTO, device_name, frame_ns
-from .slots import Clock
+from ..slots import Clock
 from .timing import LatencySink
 
 EAGER_ENTRIES = 1024
