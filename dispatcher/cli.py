@@ -11,17 +11,24 @@ from rich.console import Console
 from rich.table import Table
 
 from .explain import ExplainRequest, explain
+from .inputs import MAX_ROWS
+from .platform import KNOWN_ARCHS
 from .types import GuardMode
 
 
 def validation_message(exc: ValidationError) -> str:
-    """One line per bad field, named the way the user typed it."""
+    """One line per bad field, named the way the user typed it (HTTP's are service/errors.py's)."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "arguments"
-        flag = "--" + loc.replace("_", "-") if err["loc"] else loc
-        lines.append(f"{flag}: {err['msg']}")
+        field = str(err["loc"][0]) if err["loc"] else ""
+        flag = "--" + field.replace("_", "-") if field else "arguments"
+        lines.append(f"{flag}: {plain_message(err['msg'])}")
     return "\n".join(lines)
+
+
+def plain_message(msg: str) -> str:
+    """pydantic's "Value error, rows must be ..." as "rows must be ..." (the check's own words)."""
+    return msg.removeprefix("Value error, ")
 
 
 def render(result: dict, console: Console) -> None:
@@ -41,8 +48,11 @@ def render(result: dict, console: Console) -> None:
 
 
 def explain_command(
-    arch: Annotated[str, typer.Option(help="gfx942, gfx950, gfx90a, sm90, cpu, ...")] = "gfx942",
-    rows: Annotated[Optional[int], typer.Option(help="q.shape[0] (default: sum of --query-lens)")] = None,
+    arch: Annotated[str, typer.Option(help=f"one of {', '.join(KNOWN_ARCHS)}")] = "gfx942",
+    allow_unknown_arch: Annotated[bool, typer.Option(
+        "--allow-unknown-arch", help="decide for an arch outside that list (a what-if platform with no gate of "
+                                     "its own)")] = False,
+    rows: Annotated[Optional[int], typer.Option(help=f"q.shape[0], 1..{MAX_ROWS} (default: sum of --query-lens)")] = None,
     q_dtype: Annotated[str, typer.Option(help="torch dtype name of q")] = "bfloat16",
     kv_dtype: Annotated[Optional[str], typer.Option(help="torch dtype name of kv (default: q's)")] = None,
     out_dtype: Annotated[Optional[str], typer.Option(help="torch dtype name of output (default: q's)")] = None,
@@ -60,7 +70,7 @@ def explain_command(
 ) -> None:
     """Show which kernel a sparse MLA prefill call would go to, and every gate on the way."""
     fields = dict(
-        arch=arch, rows=rows, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype, aiter=aiter,
+        arch=arch, allow_unknown_arch=allow_unknown_arch, rows=rows, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype, aiter=aiter,
         sink=sink, layout=layout, heads=heads, topk=topk, query_lens=query_lens, spec_tokens=spec_tokens,
         guard=guard, gfx942_min_rows=gfx942_min_rows, gfx950_min_rows=gfx950_min_rows,
     )

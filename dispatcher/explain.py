@@ -4,38 +4,33 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .classify import classify_query_lens
-from .platform import what_if
+from .inputs import MAX_REQUESTS, MAX_ROWS, DtypeName, QueryLen, Rows, Threshold, TopK, check_arch, parse_query_lens
+from .platform import KNOWN_ARCHS, what_if
 from .policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy, decide, policy_from
 from .types import UNKNOWN_BATCH, CallShape, GuardMode
 
-DtypeName = Literal["bfloat16", "float16", "float32", "float8_e4m3fnuz", "float8_e4m3fn", "float8_e5m2", "float8_e5m2fnuz"]
 Layout = Literal["dsv4", "glm"]  # 448+64 (DeepSeek-V4.x) or 512+0 (GLM-5.3)
 LAYOUTS = {"dsv4": (448, 64), "glm": (512, 0)}
-
-
-def parse_query_lens(value: str | list[int] | None) -> list[int] | None:
-    """"1,1,8000" -> [1, 1, 8000]; blanks ignored; anything else is a clear error."""
-    if value is None or isinstance(value, list):
-        return value
-    parts = [p.strip() for p in str(value).split(",") if p.strip()]
-    if not parts:
-        return None
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"query_lens must be comma-separated integers like 1,1,8000; got {value!r}") from None
+__all__ = ["DtypeName", "ExplainRequest", "explain", "parse_query_lens"]
 
 
 class ExplainRequest(BaseModel):
-    """One what-if call: the CLI's options and /routing/explain's query parameters, field for field."""
+    """One what-if call: the CLI's options and /routing/explain's query parameters, field for field.
+
+    Every bound is dispatcher/inputs.py's, so `routescope explain` and GET /routing/explain refuse
+    the same inputs with the same message.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    arch: str = Field("gfx942", description="gcnArchName or sm arch: gfx942, gfx950, gfx90a, sm90, cpu")
-    rows: int | None = Field(None, ge=0, description="q.shape[0]; defaults to the sum of query_lens")
+    allow_unknown_arch: bool = Field(
+        False, description=f"decide for an arch outside {', '.join(KNOWN_ARCHS)} (a what-if platform with no gate "
+                           "of its own); without it such an arch is refused")
+    arch: str = Field("gfx942", description=f"gcnArchName or sm arch: {', '.join(KNOWN_ARCHS)}")
+    rows: Rows | None = Field(None, description=f"q.shape[0], 1..{MAX_ROWS}; defaults to the sum of query_lens")
     q_dtype: DtypeName = "bfloat16"
     kv_dtype: DtypeName | None = Field(None, description="defaults to q_dtype")
     out_dtype: DtypeName | None = Field(None, description="defaults to q_dtype")
@@ -44,36 +39,36 @@ class ExplainRequest(BaseModel):
     sink: bool = Field(False, description="an attention sink [H] fp32 is passed")
     layout: Layout = Field("dsv4", description="dsv4 (448+64) or glm (512+0)")
     heads: int = Field(16, ge=1, le=1024)
-    topk: int = Field(2048, ge=1)
-    query_lens: list[int] | None = Field(None, description="per-request query lengths, e.g. 1,1,8000")
+    topk: TopK = 2048
+    query_lens: list[QueryLen] | None = Field(
+        None, description=f"per-request query lengths, e.g. 1,1,8000 (at most {MAX_REQUESTS} requests, each and "
+                          f"their sum at most {MAX_ROWS})")
     spec_tokens: int = Field(0, ge=0, le=64, description="a request of <= 1+spec_tokens rows is a decode")
-    gfx942_min_rows: int = Field(DEFAULT_GFX942_MIN_ROWS, ge=0)
-    gfx950_min_rows: int = Field(DEFAULT_GFX950_MIN_ROWS, ge=0)
+    gfx942_min_rows: Threshold = DEFAULT_GFX942_MIN_ROWS
+    gfx950_min_rows: Threshold = DEFAULT_GFX950_MIN_ROWS
     guard: GuardMode = GuardMode.OBSERVE
 
     @field_validator("arch")
     @classmethod
-    def _arch(cls, v: str) -> str:
-        v = v.strip().lower()
-        if not v or not v.replace("_", "").isalnum() or len(v) > 32:
-            raise ValueError(f"arch must look like gfx942, gfx950 or sm90; got {v!r}")
-        return v
+    def _arch(cls, v: str, info: ValidationInfo) -> str:
+        return check_arch(v, allow_unknown=bool(info.data.get("allow_unknown_arch")))
 
     @field_validator("query_lens", mode="before")
     @classmethod
     def _query_lens(cls, v: object) -> object:
         if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str):
             v = v[0]  # a query string arrives as ["1,1,8000"]
-        return parse_query_lens(v) if isinstance(v, str) else v
+        return parse_query_lens(v) if isinstance(v, str) else v  # a list: pydantic names an entry not an integer
+
+    @field_validator("query_lens")
+    @classmethod
+    def _query_lens_bounded(cls, v: list[int] | None) -> list[int] | None:
+        return parse_query_lens(v)
 
     @model_validator(mode="after")
     def _rows(self) -> ExplainRequest:
         lens = self.query_lens
         if lens is not None:
-            if not lens or any(n < 1 for n in lens):
-                raise ValueError("query_lens entries must be integers >= 1")
-            if len(lens) > 65536:
-                raise ValueError("query_lens has more than 65536 requests")
             if self.rows is None:
                 self.rows = sum(lens)
             elif self.rows != sum(lens):

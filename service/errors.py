@@ -26,7 +26,7 @@ def describe_errors(errors: Sequence[dict], known: Iterable[str] = ()) -> tuple[
     lines, items = [], []
     for err in errors:
         loc = [p if isinstance(p, (str, int)) else str(p) for p in err.get("loc", ())]
-        msg = str(err.get("msg", "invalid"))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")  # the check's own words, as the CLI
         where = [str(p) for p in loc[1:]] if loc and loc[0] in ("query", "path", "header", "body") else [str(p) for p in loc]
         if where:
             param = where[0]

@@ -6,16 +6,15 @@ extra keys: a field added there passes through unchanged instead of being silent
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from dispatcher.explain import ExplainRequest
-from dispatcher.platform import KNOWN_ARCHS
-from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS
+from dispatcher.inputs import MAX_ROWS, MAX_TOPK
 
-MAX_ROWS = 2**31 - 1  # rows, thresholds and query lengths: int32's max, so int32 row offsets hold their sum
-MAX_TOPK = 2**20
+__all__ = ["MAX_ROWS", "MAX_TOPK", "ExplainQuery"]
+
 
 
 class _Open(BaseModel):
@@ -102,33 +101,7 @@ class ReadyOut(BaseModel):
     checks: list[ReadyCheck]
 
 
-class ExplainQuery(ExplainRequest):
-    """/routing/explain's query: ExplainRequest with bounds on every number (422 past them) and known arches only."""
-
-    rows: int | None = Field(None, ge=1, le=MAX_ROWS, description=f"q.shape[0], 1..{MAX_ROWS}; defaults to the sum "
-                                                                 "of query_lens")
-    topk: int = Field(2048, ge=1, le=MAX_TOPK)
-    query_lens: list[Annotated[int, Field(ge=1, le=MAX_ROWS)]] | None = Field(
-        None, description="per-request query lengths, e.g. 1,1,8000 (at most 65536 requests, summing to "
-                          f"at most {MAX_ROWS})")
-    gfx942_min_rows: int = Field(DEFAULT_GFX942_MIN_ROWS, ge=0, le=MAX_ROWS)
-    gfx950_min_rows: int = Field(DEFAULT_GFX950_MIN_ROWS, ge=0, le=MAX_ROWS)
-    allow_unknown_arch: bool = Field(
-        False, description=f"decide for an arch outside {', '.join(KNOWN_ARCHS)} (a what-if platform with no gate "
-                           "of its own); without it such an arch is a 422")
-
-    @model_validator(mode="after")
-    def _bounded(self) -> ExplainQuery:
-        if self.rows is not None and self.rows > MAX_ROWS:
-            raise ValueError(f"rows (the sum of query_lens) must be <= {MAX_ROWS}; got {self.rows}")
-        if self.arch not in KNOWN_ARCHS and not self.allow_unknown_arch:
-            raise ValueError(f"arch {self.arch!r} is not one of {', '.join(KNOWN_ARCHS)}; "
-                             "add allow_unknown_arch=true to decide for it anyway")
-        return self
-
-    def request(self) -> ExplainRequest:
-        """The shared ExplainRequest (what the CLI takes), so the JSON stays the CLI's."""
-        return ExplainRequest.model_validate(self.model_dump(exclude={"allow_unknown_arch"}))
+ExplainQuery = ExplainRequest  # /routing/explain's query: the CLI's model, bounds and messages (dispatcher/inputs.py)
 
 
 class HealthProblem(BaseModel):

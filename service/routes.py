@@ -124,10 +124,11 @@ def routing_explain(request: Request, req: Annotated[ExplainQuery, Query()]) -> 
 
     Thresholds not given default to this server's active policy, as the CLI's default to
     ROUTESCOPE_GFX942_MIN_ROWS / ROUTESCOPE_GFX950_MIN_ROWS. Every number is bounded (422
-    past it), and an arch outside the known ones needs `allow_unknown_arch=true`.
+    past it), and an arch outside the known ones needs `allow_unknown_arch=true` (the CLI's
+    `--allow-unknown-arch`).
     """
     policy = _state(request).dispatcher.policy
     unset = {f: getattr(policy, f) for f in _POLICY_FIELDS if f not in req.model_fields_set}
     if unset:
         req = req.model_copy(update=unset)
-    return explain(req.request())
+    return explain(req)

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import torch
 import typer
 
+from ..inputs import COMPUTE_DTYPES, MAX_TENSOR_ROWS, InputError, check_dtype, parse_rows_list
 from ..kernels.registry import default_registry
 from ..types import Kernel
 from ..validate import FLOAT_DTYPES, dtype_name
@@ -22,7 +23,7 @@ from .provenance import git_commit, run_date
 from .report import device_name, document, l2_bytes, print_tables, write_all
 from .runner import KernelFailed, SweepPlan, check_timer, run_sweep
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = {name: getattr(torch, name) for name in COMPUTE_DTYPES}
 FP8_KV = {dtype_name(d): d for d in sorted(FLOAT_DTYPES, key=str) if d.itemsize == 1}  # the fp8 pools validate takes
 
 
@@ -48,11 +49,9 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
     """Parse and check every option; GPU and CPU get their own defaults."""
     dev = pick_device(device)
     gpu = dev.type == "cuda"
-    if dtype not in DTYPES:
-        raise SweepArgError(f"--dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in FP8_KV:
-        raise SweepArgError(f"--kv-dtype must be --dtype's ({dtype}) or an fp8 one ({', '.join(FP8_KV)}); "
-                            f"got {kv_dtype!r}")
+    dtype = check_dtype(dtype, DTYPES, "--dtype")
+    if kv_dtype is not None:
+        kv_dtype = check_dtype(kv_dtype, (dtype, *FP8_KV), "--kv-dtype (--dtype's or an fp8 one)")
     if not 1 <= heads <= 256:
         raise SweepArgError(f"--heads must be between 1 and 256; got {heads}")
     if repeats is not None and not 1 <= repeats <= 10_000:
@@ -66,7 +65,7 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
     known = {k: [i.impl for i in registry.impls(k)] for k in Kernel}
     return SweepPlan(
         kernels=parse_kernels(kernels or ",".join(GPU_KERNELS if gpu else CPU_KERNELS), known),
-        rows=parse_int_list(rows, "rows") if rows else (GPU_ROWS if gpu else CPU_ROWS),
+        rows=parse_rows_list(rows, "--rows", maximum=MAX_TENSOR_ROWS) if rows else (GPU_ROWS if gpu else CPU_ROWS),
         topk=parse_int_list(topk, "topk", maximum=65536) if topk else (GPU_TOPK if gpu else CPU_TOPK),
         layouts=parse_layouts(layout),
         device=dev, dtype=DTYPES[dtype], heads=heads,
@@ -125,7 +124,7 @@ def sweep_command(
         plan = build_plan(kernels=kernels, rows=rows, topk=topk, layout=layout, device=device, dtype=dtype,
                           heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len, timer=timer,
                           kv_dtype=kv_dtype)
-    except SweepArgError as exc:
+    except (SweepArgError, InputError) as exc:
         raise _fail(str(exc)) from None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -19,12 +19,14 @@ def _bench() -> None:
 
 
 def _parse_rows(text: str) -> tuple[int, ...]:
-    from dispatcher.sweep.grid import parse_int_list
+    """--rows as explain and sweep read it (dispatcher/inputs.py), capped where tensors are allocated."""
+    from dispatcher.inputs import MAX_TENSOR_ROWS, InputError, parse_rows_list
 
     try:
-        return parse_int_list(text, "--rows")
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--rows") from exc
+        return parse_rows_list(text, "--rows", maximum=MAX_TENSOR_ROWS)
+    except InputError as exc:
+        typer.echo(f"routescope bench: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _emit(result: dict, as_json: bool, render) -> None:  # noqa: ANN001 - a renderer of this result

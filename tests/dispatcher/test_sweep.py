@@ -398,7 +398,7 @@ def test_the_default_layouts_are_the_issues_two_dsv4_and_glm(tmp_path):
     (["--kernels", "intree.ragged_prefill"], "two or more"),
     (["--repeats", "0"], "--repeats"),
     (["--dtype", "int8"], "--dtype"),
-    (["--kv-dtype", "float16"], "--kv-dtype must be --dtype's (bfloat16) or an fp8 one"),
+    (["--kv-dtype", "float16"], "--kv-dtype (--dtype's or an fp8 one) must be one of bfloat16, float8_e4m3fn"),
     (["--device", "tpu"], "--device"),
     (["--heads", "0"], "--heads"),
     (["--tolerance", "1.5"], "--tolerance"),

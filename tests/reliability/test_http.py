@@ -29,7 +29,7 @@ def client():
     (f"rows=8&gfx950_min_rows={MAX_ROWS + 1}", "gfx950_min_rows"), (f"rows=8&topk={MAX_TOPK + 1}", "topk"),
     ("rows=8&topk=0", "topk"), ("rows=8&heads=1025", "heads"), ("rows=8&spec_tokens=65", "spec_tokens"),
     ("query_lens=1,0", "query_lens"), (f"query_lens={MAX_ROWS + 1}", "query_lens"),
-    (f"query_lens={MAX_ROWS},1", "rows"), ("rows=8&arch=gfx9999", "arch"),
+    (f"query_lens={MAX_ROWS},1", "query_lens"), ("rows=8&arch=gfx9999", "arch"),
 ])
 def test_out_of_bounds_is_422_naming_the_parameter(client, query, param):
     r = client.get(f"/routing/explain?{query}")
@@ -48,7 +48,7 @@ def test_unknown_arch_only_when_asked(client):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["platform"]["arch"] == "gfx9999" and body["platform"]["what_if"]
-    assert "allow_unknown_arch" not in body["request"]  # the CLI's JSON, unchanged
+    assert body["request"]["allow_unknown_arch"] is True  # as `routescope explain --allow-unknown-arch --json` says
     assert client.get("/routing/explain?rows=2048&arch=GFX942").status_code == 200  # known, any case
 
 

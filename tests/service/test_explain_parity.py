@@ -49,3 +49,48 @@ def test_http_json_equals_the_installed_console_script(client):
     r = subprocess.run([EXE, "explain", "--json", *args], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert client.get("/routing/explain", params=params).json() == json.loads(r.stdout)
+
+
+# (CLI flags, query params, the field at fault): bad inputs, spelled both ways. Both faces must refuse
+# each one (exit 2, HTTP 422), name the same field and say the same words (dispatcher/inputs.py's).
+BAD = [
+    (["--arch", "foo", "--rows", "8"], {"arch": "foo", "rows": 8}, "arch"),
+    (["--arch", "gfx9 42", "--rows", "8", "--allow-unknown-arch"],
+     {"arch": "gfx9 42", "rows": 8, "allow_unknown_arch": "true"}, "arch"),
+    (["--rows", "0"], {"rows": 0}, "rows"),
+    (["--rows", "-5"], {"rows": -5}, "rows"),
+    (["--rows", "2147483648"], {"rows": 2147483648}, "rows"),
+    (["--rows", "99999999999999999999"], {"rows": "99999999999999999999"}, "rows"),
+    (["--query-lens", "1,0"], {"query_lens": "1,0"}, "query_lens"),
+    (["--query-lens", "2147483647,1"], {"query_lens": "2147483647,1"}, "query_lens"),
+    (["--query-lens", "1,x"], {"query_lens": "1,x"}, "query_lens"),
+    (["--rows", "8", "--topk", "0"], {"rows": 8, "topk": 0}, "topk"),
+    (["--rows", "8", "--gfx942-min-rows", "-1"], {"rows": 8, "gfx942_min_rows": -1}, "gfx942_min_rows"),
+    (["--rows", "8", "--gfx950-min-rows", "2147483648"], {"rows": 8, "gfx950_min_rows": 2147483648}, "gfx950_min_rows"),
+    (["--rows", "8", "--q-dtype", "int8"], {"rows": 8, "q_dtype": "int8"}, "q_dtype"),
+    (["--rows", "8", "--kv-dtype", "float64"], {"rows": 8, "kv_dtype": "float64"}, "kv_dtype"),
+]
+
+
+@pytest.mark.parametrize("args, params, field", BAD, ids=[" ".join(a) for a, _, _ in BAD])
+def test_cli_and_http_refuse_the_same_bad_inputs_in_the_same_words(client, args, params, field):
+    r = client.get("/routing/explain", params=params)
+    assert r.status_code == 422, r.text
+    items = [item for item in r.json()["detail"] if item["parameter"] == field]
+    assert items, r.json()
+    cli = CliRunner().invoke(build_app(), ["explain", "--json", *args])
+    assert cli.exit_code == 2, cli.output
+    flag = "--" + field.replace("_", "-")
+    lines = cli.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"routescope explain: {flag}: "), cli.stderr
+    assert lines[0].removeprefix(f"routescope explain: {flag}: ") == items[0]["msg"]
+    assert "Traceback" not in cli.output
+
+
+def test_an_unknown_arch_is_allowed_by_the_same_flag_in_both(client):
+    cli = CliRunner().invoke(build_app(), ["explain", "--json", "--arch", "foo", "--rows", "600",
+                                           "--allow-unknown-arch"])
+    assert cli.exit_code == 0, cli.output
+    r = client.get("/routing/explain", params={"arch": "foo", "rows": 600, "allow_unknown_arch": "true"})
+    assert r.status_code == 200, r.text
+    assert r.json() == json.loads(cli.stdout) and r.json()["platform"]["what_if"]

@@ -52,7 +52,7 @@ def test_describe_errors_names_parameters():
     )
     assert msg.splitlines() == [
         "query parameter rows: Input should be a valid integer",
-        "query parameter rows, query_lens: Value error, give rows or query_lens",
+        "query parameter rows, query_lens: give rows or query_lens",  # the check's words, as the CLI says them
         "request: odd",
     ]
     assert [i["parameter"] for i in items] == ["rows", "rows, query_lens", None]

@@ -25,9 +25,16 @@ def test_bench_host_times_what_exists_on_cpu():
     assert out["impls"] == {"prefill_2": "torch", "decode_2": "torch"}
 
 
-def test_bench_host_rejects_bad_rows():
-    res = runner.invoke(app, ["bench", "host", "--rows", "two"])
-    assert res.exit_code == 2 and "--rows" in res.output
+@pytest.mark.parametrize(("rows", "said"), [
+    ("two", "routescope bench: --rows takes comma-separated integers; 'two' is not one"),
+    ("0", "routescope bench: --rows values must be between 1 and 1048576; got 0"),
+    ("2,1048577", "routescope bench: --rows values must be between 1 and 1048576; got 1048577"),
+])
+def test_bench_host_rejects_bad_rows_in_one_line_as_sweep_does(rows, said):
+    res = runner.invoke(app, ["bench", "host", "--rows", rows])
+    assert res.exit_code == 2 and res.output.strip() == said
+    sweep = runner.invoke(app, ["sweep", "--rows", rows, "--out", "/tmp/unused"])
+    assert sweep.exit_code == 2 and sweep.output.strip() == said.replace("bench", "sweep")
 
 
 def test_bench_graphs_times_the_host_side_accounting():
