@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .arms import ArmChooser, choose, run_arm
 from .classify import CountsCache
 from .kernels.aiter import AiterSymbolMissing
 from .kernels.common import KernelArgs, SparseIndex
@@ -47,12 +48,18 @@ class Dispatcher:
         self.registry = registry if registry is not None else default_registry()
         self.probe = probe
         self.probe_failures = 0
+        self.arms: ArmChooser | None = None  # an experiment's arm chooser (dispatcher/arms.py); None: none runs
+        self.arm_failures = 0
         self._cache = DecisionCache(self.platform, self.policy)
         self._validated = ValidatedCalls()
         self._classify = CountsCache()
 
     def set_probe(self, probe: Probe | None) -> None:
         self.probe = probe
+
+    def set_arms(self, chooser: ArmChooser | None) -> None:
+        """Attach an experiment's arm chooser (None detaches it); its contract is dispatcher/arms.py's."""
+        self.arms = chooser
 
     def decide(self, shape: CallShape, batch: Batch) -> Decision:
         return self._cache.decide(shape, batch.call_class)
@@ -101,6 +108,11 @@ class Dispatcher:
                 memo[batch.call_class] = (cache, decision, registry, registry.generation, impl)
         args = KernelArgs(q, kv, SparseIndex(indices, topk_length, ragged_indices, ragged_indptr), float(scale),
                           attn_sink, output, None, memo)
+        arms = self.arms
+        if arms is not None:
+            arm = choose(self, arms, decision, shape, batch, model, q)
+            if arm is not None and not decision.refused:  # a refused call raises below, as without an experiment
+                return run_arm(self, arms, arm, decision, impl, shape, batch, model, stream, args)
         announced = impl.impl
         probe = self.probe
         token = None

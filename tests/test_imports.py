@@ -117,12 +117,14 @@ def test_no_import_circles():
 
 # Arrows that must never exist between the shipped packages: dispatcher and workloads sit at the bottom and
 # import none of the others; telemetry observes the dispatcher and knows no consumer; advise is used by the
-# service and never uses it (the demo's traffic both share lives in workloads).
+# service and never uses it (the demo's traffic both share lives in workloads); experiments sits above dispatcher,
+# telemetry and advise, and below the service that exposes it.
 FORBIDDEN = {
-    "dispatcher": {"telemetry", "workloads", "advise", "service", "routescope", "dashboards"},
-    "workloads": {"dispatcher", "telemetry", "advise", "service", "routescope", "dashboards"},
-    "telemetry": {"advise", "service"},
-    "advise": {"service"},
+    "dispatcher": {"telemetry", "workloads", "advise", "service", "routescope", "dashboards", "experiments"},
+    "workloads": {"dispatcher", "telemetry", "advise", "service", "routescope", "dashboards", "experiments"},
+    "telemetry": {"advise", "service", "experiments"},
+    "advise": {"service", "experiments"},
+    "experiments": {"service", "routescope", "dashboards"},
 }
 
 

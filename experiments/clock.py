@@ -1,0 +1,133 @@
+"""How an experiment times its calls: the production clocks, with no device synchronisation on the call path.
+
+CPU tensors: the host clock around the launch (what telemetry uses for them). GPU tensors: a device stamp where the
+call's kernels write one (the project's own kernels: within 1.5% of CUPTI, docs/timing-fidelity.md), else a plain
+event pair (AITER's and vLLM's kernels), read with ``query()`` at flush. ROCm takes the same path through HIP's
+torch.cuda API; the stamps' ``%globaltimer`` has its ROCm form in the kernels (``s_memrealtime``), not run on AMD.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from telemetry.frame import AUTO, device_name, frame_ns
+from telemetry.stamps import StampTable
+
+GIVE_UP_S = 30.0
+
+
+class Ticket:
+    """One chosen call's state: its cell, arm, covariate and clock handles."""
+
+    __slots__ = ("cell", "is_b", "x", "t0", "stamp", "pair", "claimed")
+
+    def __init__(self, cell: Any, is_b: bool, x: float | None) -> None:
+        self.cell = cell
+        self.is_b = is_b
+        self.x = x
+        self.t0 = 0
+        self.stamp: Any = None
+        self.pair: Any = None
+        self.claimed = 0.0
+
+
+class Clock:
+    """Hands out a clock per timed call and turns finished ones into (ticket, seconds) at flush."""
+
+    def __init__(self, torch_mod: Any = None, *, entries: int = 2048) -> None:
+        self._torch = torch_mod
+        self._entries = entries
+        self._tables: dict[str, StampTable] = {}
+        self._pending: list[Ticket] = []
+        self._done: list[tuple[Ticket, float]] = []
+        self._lock = threading.Lock()
+        self.dropped = 0  # timed calls whose clock could not be read (pool empty, never written, given up)
+
+    def begin(self, ticket: Ticket, q: Any, stream: Any) -> Any:
+        """Start timing; returns a device stamp for the launch to write, or None."""
+        if not q.is_cuda:
+            ticket.t0 = time.perf_counter_ns()
+            return None
+        torch = self._torch
+        device = q.device
+        table = self._table(device)
+        with self._lock:
+            stamp = table.claim()
+        ticket.stamp = stamp
+        if stream is None:
+            stream = torch.cuda.current_stream(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        ticket.pair = (start, end, stream)
+        ticket.claimed = time.monotonic()
+        return stamp
+
+    def end(self, ticket: Ticket) -> None:
+        """Stop timing (right after the launch returned)."""
+        if ticket.pair is None:
+            dt = time.perf_counter_ns() - ticket.t0
+            with self._lock:
+                self._done.append((ticket, dt * 1e-9))
+            return
+        start, end, stream = ticket.pair
+        end.record(stream)
+        with self._lock:
+            self._pending.append(ticket)
+
+    def drop(self, ticket: Ticket) -> None:
+        """A timed launch that did not run as timed: free its clock."""
+        stamp = ticket.stamp
+        if stamp is not None:
+            with self._lock:
+                stamp.table.free(stamp.index)
+            ticket.stamp = None
+
+    def resolve(self) -> list[tuple[Ticket, float]]:
+        """Every timing finished since the last call: (ticket, seconds). Never waits for the device."""
+        with self._lock:
+            done, self._done = self._done, []
+            pending, self._pending = self._pending, []
+        keep = []
+        now = time.monotonic()
+        for ticket in pending:
+            seconds = self._read(ticket)
+            if seconds is None:
+                if now - ticket.claimed > GIVE_UP_S:
+                    self.dropped += 1
+                    self.drop(ticket)
+                else:
+                    keep.append(ticket)
+                continue
+            done.append((ticket, seconds))
+        if keep:
+            with self._lock:
+                self._pending.extend(keep)
+        return done
+
+    def _read(self, ticket: Ticket) -> float | None:
+        start, end, _ = ticket.pair
+        stamp = ticket.stamp
+        if stamp is not None and stamp.armed:
+            s, e = stamp.table.read(stamp.index)
+            if s <= 0 or e < s:
+                return None
+            self.drop(ticket)
+            return (e - s + stamp.table.frame) * 1e-9
+        if not end.query():
+            return None
+        self.drop(ticket)
+        return start.elapsed_time(end) * 1e-3
+
+    def _table(self, device: Any) -> StampTable:
+        key = str(device)
+        table = self._tables.get(key)
+        if table is None:
+            with self._lock:
+                table = self._tables.get(key)
+                if table is None:
+                    frame = frame_ns(device_name(self._torch, device), AUTO)
+                    table = self._tables[key] = StampTable(self._torch, device, eager=self._entries, graph=0,
+                                                           frame=frame)
+        return table

@@ -1,0 +1,47 @@
+"""advise's latency tables as the experiment sees them: a per-call covariate for CUPED, and the predicted ratio."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from advise.latency import LatencyModel, Miss, Shape
+from advise.tables import LatencyTable, load_table
+from dispatcher.platform import Platform
+from dispatcher.types import CallShape, Kernel
+
+
+class Predictor:
+    """Prices calls by one latency model: time under A (the covariate) and B/A for a cell (the prediction)."""
+
+    def __init__(self, tables: list[LatencyTable]) -> None:
+        self.model = LatencyModel(tables)
+
+    def for_cell(self, kernel_a: Kernel, kernel_b: Kernel, shape: CallShape, lo: int,
+                 hi: int | None) -> tuple[Callable[[int], float | None] | None, dict]:
+        """(rows -> predicted seconds under A, or None) and ``{"ratio", "reason"}`` for the cell."""
+        key = Shape(shape.topk, f"{shape.nope_head_dim}+{shape.rope_head_dim}", shape.q_dtype, shape.kv_dtype)
+        found = self.model.curve_at(kernel_a.value, key)
+        covariate = None
+        if found is not None:
+            at = found[0]
+            if at(max(lo, 1))[0] is not None and (hi is None or at(hi - 1)[0] is not None):
+                def covariate(rows: int, _at: Any = at) -> float | None:
+                    value = _at(rows)[0]
+                    return None if value is None else float(value[0, 1])
+        mean = (max(lo, 1) + (hi - 1 if hi is not None else 2 * max(lo, 1))) / 2
+        a = self.model.price(kernel_a.value, key, max(lo, 1), mean, hi)
+        b = self.model.price(kernel_b.value, key, max(lo, 1), mean, hi)
+        if isinstance(a, Miss) or isinstance(b, Miss):
+            return covariate, {"ratio": None, "reason": (a if isinstance(a, Miss) else b).reason}  # type: ignore[union-attr]
+        ratio = float(b.seconds[0, 1, 0] / a.seconds[0, 1, 0])  # loglog, mid, at the mean rows
+        return covariate, {"ratio": ratio, "reason": None, "tables": list(dict.fromkeys(a.tables + b.tables))}
+
+
+def predictor_for(platform: Platform) -> Predictor | None:
+    """The shipped table for this platform's arch (gfx942: the seed's published MI325X figures; an H200: the CUPTI
+    sweep), or None where none applies."""
+    name = "gfx942" if platform.is_gfx942 else "h200" if "h200" in platform.device_name.lower() else None
+    if name is None:
+        return None
+    return Predictor([load_table(name)])

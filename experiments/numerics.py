@@ -1,0 +1,55 @@
+"""The numerics sample: A's output against B's scratch at the sweep's tolerance, compared without a sync.
+
+On a CPU tensor the comparison is made at once. On a GPU it is queued on the stream (a relative error in device
+memory and an event) and read at flush once the event has completed; until a cell's first sample has passed, every
+B call of that cell is a sample, so the caller never receives an output of B that was not checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.sweep.correctness import BOUND
+
+
+class Numerics:
+    """Queued comparisons and their results."""
+
+    def __init__(self, tolerance: float | None = None) -> None:
+        self.tolerance = tolerance
+        self._done: list[tuple[Any, bool]] = []
+        self._pending: list[tuple[Any, Any, Any, float]] = []
+
+    @property
+    def pending_on_device(self) -> bool:
+        return bool(self._pending)
+
+    def bound(self, dtype: Any) -> float:
+        return self.tolerance if self.tolerance is not None else BOUND.get(dtype, 1e-2)
+
+    def compare(self, cell: Any, expected: Any, got: Any) -> None:
+        """Queue (or make, on CPU) one comparison of B's output ``got`` against A's ``expected``."""
+        import torch
+
+        bound = self.bound(expected.dtype)
+        e = expected.float()
+        diff = torch.linalg.vector_norm(torch.nan_to_num(got.float(), nan=1e30, posinf=1e30, neginf=-1e30) - e)
+        rel = diff / torch.linalg.vector_norm(e).clamp_min(1e-30)
+        if not expected.is_cuda:
+            self._done.append((cell, bool(rel <= bound)))
+            return
+        event = torch.cuda.Event()
+        event.record()
+        self._pending.append((cell, rel, event, bound))
+
+    def resolve(self) -> list[tuple[Any, bool]]:
+        """Comparisons finished since the last call: (cell, passed)."""
+        done, self._done = self._done, []
+        keep = []
+        for cell, rel, event, bound in self._pending:
+            if event.query():
+                done.append((cell, bool(rel.item() <= bound)))  # finished on the device: no wait
+            else:
+                keep.append((cell, rel, event, bound))
+        self._pending = keep
+        return done

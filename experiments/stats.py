@@ -1,0 +1,203 @@
+"""Per-cell statistics, pure: mergeable moments, the ratio of mean kernel time B/A with an anytime-valid band, CUPED.
+
+The band is the asymptotic confidence sequence of Waudby-Smith, Arbour, Sinha, Kennedy and Ramdas ("Time-uniform
+central limit theory and asymptotic confidence sequences", Annals of Statistics 2024, Theorem 2.2): Robbins' normal
+mixture boundary applied to a mean with its variance estimated. For a mean of t terms with standard deviation sigma,
+
+    mean +- sigma * sqrt(2 (t rho^2 + 1) / (t^2 rho^2) * log(sqrt(t rho^2 + 1) / alpha))
+
+holds at every t at once with probability >= 1 - alpha (asymptotically), so the band may be read at every flush and
+the experiment stopped whenever it shows something. ``rho`` sets where the band is tightest (``T_OPT`` timed pairs).
+The ratio's band is that band on log(mean B) - log(mean A), by the delta method: the k-th timed B call and the k-th
+timed A call of a cell form the k-th term, t = min(timed A, timed B).
+
+CUPED (Deng, Xu, Kohavi and Walker, WSDM 2013): where advise's table prices every timed call of a cell, each arm's
+mean is adjusted by theta (mean covariate of the arm - mean covariate of both), theta pooled over both arms; the
+covariate is the predicted time of the call under arm A, fixed before the arm is drawn, so the adjustment keeps the
+estimate unbiased and removes the share of variance the prediction explains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALPHA = 0.05
+T_OPT = 500  # timed pairs at which the band is tightest
+
+
+@dataclass(slots=True)
+class Moments:
+    """Count, means and centred sums of y (seconds) and x (the covariate) for one arm of one cell; mergeable."""
+
+    n: int = 0
+    mean_y: float = 0.0
+    m2_y: float = 0.0
+    nx: int = 0  # terms that had a covariate (CUPED needs every one)
+    mean_x: float = 0.0
+    m2_x: float = 0.0
+    c_xy: float = 0.0
+
+    def add(self, y: float, x: float | None = None) -> None:
+        """Welford's update with one term; ``x`` None: no covariate for this call."""
+        n = self.n + 1
+        dy = y - self.mean_y
+        self.mean_y += dy / n
+        self.m2_y += dy * (y - self.mean_y)
+        if x is not None:
+            nx = self.nx + 1
+            dx = x - self.mean_x
+            self.mean_x += dx / nx
+            self.m2_x += dx * (x - self.mean_x)
+            self.c_xy += dx * (y - self.mean_y)
+            self.nx = nx
+        self.n = n
+
+    def merge(self, other: Moments) -> Moments:
+        """Chan, Golub and LeVeque's pairwise combination: the moments of both sets of terms."""
+        if other.n == 0:
+            return Moments(*self.as_tuple())
+        if self.n == 0:
+            return Moments(*other.as_tuple())
+        n = self.n + other.n
+        dy = other.mean_y - self.mean_y
+        out = Moments(n, self.mean_y + dy * other.n / n, self.m2_y + other.m2_y + dy * dy * self.n * other.n / n)
+        nx = self.nx + other.nx
+        if nx:
+            dx = other.mean_x - self.mean_x
+            # the cross term pairs x and y over the same terms: exact when every term had a covariate
+            w = self.nx * other.nx / nx if self.nx and other.nx else 0.0
+            out.nx = nx
+            out.mean_x = self.mean_x + dx * other.nx / nx
+            out.m2_x = self.m2_x + other.m2_x + dx * dx * w
+            out.c_xy = self.c_xy + other.c_xy + dx * dy * w
+        return out
+
+    def as_tuple(self) -> tuple:
+        return (self.n, self.mean_y, self.m2_y, self.nx, self.mean_x, self.m2_x, self.c_xy)
+
+    @classmethod
+    def of(cls, values: list | tuple) -> Moments:
+        return cls(int(values[0]), *(float(v) for v in values[1:3]), int(values[3]), *(float(v) for v in values[3 + 1:]))
+
+
+def mixture_halfwidth(t: int, sigma: float, alpha: float = ALPHA, t_opt: int = T_OPT) -> float:
+    """Half-width of the two-sided normal-mixture confidence sequence for a mean of ``t`` terms."""
+    rho2 = rho_squared(t_opt, alpha)
+    v = t * rho2 + 1.0
+    return sigma * math.sqrt(2.0 * v / (t * t * rho2) * math.log(math.sqrt(v) / alpha))
+
+
+def rho_squared(t_opt: int, alpha: float = ALPHA) -> float:
+    """The mixing variance that makes the band narrowest at ``t_opt`` terms (Waudby-Smith et al., eq. for rho)."""
+    a = -2.0 * math.log(alpha)
+    return (a + math.log(a + 1.0)) / t_opt
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    """B/A of mean kernel time with its band (None where too few terms), and whether CUPED adjusted it."""
+
+    ratio: float | None
+    low: float | None
+    high: float | None
+    mean_a: float | None
+    mean_b: float | None
+    pairs: int
+    cuped: bool
+
+
+NO_RATIO = Ratio(None, None, None, None, None, 0, False)
+
+
+def _cuped(a: Moments, b: Moments) -> tuple[float, float, float, float] | None:
+    """(mean A, mean B, var A, var B) adjusted by the pooled theta, or None when the covariate cannot be used."""
+    if a.nx != a.n or b.nx != b.n or a.m2_x + b.m2_x <= 0.0:
+        return None
+    theta = (a.c_xy + b.c_xy) / (a.m2_x + b.m2_x)
+    mean_x = (a.mean_x * a.n + b.mean_x * b.n) / (a.n + b.n)
+    out = []
+    for m in (a, b):
+        out.append(m.mean_y - theta * (m.mean_x - mean_x))
+    var = [max((m.m2_y - 2.0 * theta * m.c_xy + theta * theta * m.m2_x) / (m.n - 1), 0.0) for m in (a, b)]
+    return out[0], out[1], var[0], var[1]
+
+
+def ratio(a: Moments, b: Moments, *, alpha: float = ALPHA, t_opt: int = T_OPT, cuped: bool = True) -> Ratio:
+    """The cell's B/A ratio of mean kernel time and its anytime-valid band at level 1 - ``alpha``."""
+    if a.n == 0 or b.n == 0 or a.mean_y <= 0.0 or b.mean_y <= 0.0:
+        return NO_RATIO
+    adjusted = _cuped(a, b) if cuped and a.n > 1 and b.n > 1 else None
+    if adjusted is not None and adjusted[0] > 0.0 and adjusted[1] > 0.0:
+        mean_a, mean_b, var_a, var_b = adjusted
+        used = True
+    else:
+        mean_a, mean_b = a.mean_y, b.mean_y
+        var_a = a.m2_y / (a.n - 1) if a.n > 1 else 0.0
+        var_b = b.m2_y / (b.n - 1) if b.n > 1 else 0.0
+        used = False
+    r = mean_b / mean_a
+    t = min(a.n, b.n)
+    if t < 2:
+        return Ratio(r, None, None, mean_a, mean_b, t, used)
+    # delta method on log(mean B) - log(mean A); sigma is per term of t pairs
+    sigma = math.sqrt(t * (var_b / (b.n * mean_b * mean_b) + var_a / (a.n * mean_a * mean_a)))
+    half = mixture_halfwidth(t, sigma, alpha, t_opt)
+    log_r = math.log(r)
+    return Ratio(r, math.exp(log_r - half), math.exp(log_r + half), mean_a, mean_b, t, used)
+
+
+@dataclass(frozen=True, slots=True)
+class Saving:
+    """Seconds B would have saved over the eligible traffic seen (negative: cost), with a band."""
+
+    seconds: float
+    low: float
+    high: float
+
+
+def saving(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> Saving:
+    """Over (eligible calls, A moments, B moments) per cell: sum of calls x mean A x (1 - ratio).
+
+    The band holds for all cells together: each cell's ratio band is taken at alpha / cells (Bonferroni); a cell
+    with no band yet contributes its estimate to ``seconds`` and nothing certain to the band (its full A time
+    either way, from -calls x mean A x 9 to +calls x mean A).
+    """
+    k = max(len(cells), 1)
+    seconds = low = high = 0.0
+    for calls, a, b in cells:
+        r = ratio(a, b, alpha=alpha / k, t_opt=t_opt)
+        if r.ratio is None or r.mean_a is None:
+            continue
+        base = calls * r.mean_a
+        seconds += base * (1.0 - r.ratio)
+        if r.low is None or r.high is None:
+            low += base * (1.0 - 10.0)
+            high += base
+        else:
+            low += base * (1.0 - r.high)
+            high += base * (1.0 - r.low)
+    return Saving(seconds, low, high)
+
+
+def crossover(cells: list[tuple[int, int | None, float | None, float | None]], *, below: bool) -> int | None:
+    """The measured crossover from moved cells given as (lo rows, hi rows exclusive, ratio high, ratio) sorted by lo.
+
+    ``below`` False (a gate: B takes calls from the gate up): the smallest lower edge from which every moved cell's
+    band lies at or below 1. ``below`` True (split_below_N: B takes calls under N): the largest upper edge under
+    which every moved cell's band lies at or below 1, counted from the bottom. None: no cell qualifies.
+    """
+    ordered = sorted(cells, key=lambda c: c[0])
+    if below:
+        edge = None
+        for lo, hi, high, _ in ordered:
+            if high is None or high > 1.0:
+                break
+            edge = hi
+        return edge
+    edge = None
+    for lo, _, high, _ in reversed(ordered):
+        if high is None or high > 1.0:
+            break
+        edge = lo
+    return edge
