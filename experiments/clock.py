@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Any
 
-from telemetry.frame import AUTO, device_name, frame_ns
-from telemetry.stamps import StampTable
+from telemetry.clocks.frame import AUTO, device_name, frame_ns
+from telemetry.clocks.stamps import StampTable
 
 GIVE_UP_S = 30.0
 
