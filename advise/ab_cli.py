@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 from datetime import date
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from dispatcher.outputs import OutputPathError, check_file, write_or_keep
 from dispatcher.policy import Policy
 
 from .ab import Arm, Operands, device_target, launchers, measure, replay_traffic, route, sample_cycle, shapes_for
@@ -178,6 +180,11 @@ def ab_command(
         raise _fail(f"--device must be auto, cpu or cuda; got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise _fail("--device cuda: no CUDA device is visible to torch")
+    if out:
+        try:
+            check_file(out, "--out")
+        except OutputPathError as exc:
+            raise _fail(str(exc)) from None
     gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     tables = table or (["h200", "fresh"] if gpu else ["fresh"])
     try:
@@ -187,13 +194,15 @@ def ab_command(
         raise _fail(f"--table: {exc}") from None
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    failed = None
     if out:
-        with open(out, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=2)
+        _, failed = write_or_keep(Path(out), json.dumps(result, indent=2), "--out")
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
         render(result)
+    if failed:
+        raise _fail(failed, 1)
 
 
 if __name__ == "__main__":  # python3 -m advise.ab_cli, where the console script is not installed (a GPU machine)

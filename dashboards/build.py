@@ -18,6 +18,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
+from dispatcher.outputs import OutputPathError, check_file, write_or_keep
 from dashboards.panels import (  # noqa: F401 - re-exported for tests and dashboards.queries
     DECODE_IN_PREFILL_THRESHOLD,
     DS,
@@ -106,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=OUTPUT, help="where to write the JSON (default: %(default)s)")
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh build")
     args = parser.parse_args(argv)
+    if not args.check:
+        try:
+            check_file(args.output, "--output")
+        except OutputPathError as exc:
+            parser.exit(2, f"{parser.prog}: {exc}\n")
     text = render()
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
@@ -114,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.output} is up to date")
         return 0
-    args.output.write_text(text, encoding="utf-8")
-    print(f"wrote {args.output}")
+    where, failed = write_or_keep(args.output, text, "--output")
+    if failed:
+        print(f"{parser.prog}: {failed}", file=sys.stderr)
+        return 1
+    print(f"wrote {where}")
     return 0
 
 

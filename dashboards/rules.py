@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+from dispatcher.outputs import OutputPathError, check_folder, write_folder_or_keep
+
 RULES_DIR = Path(__file__).parent
 ALERTS = RULES_DIR / "alerts.yml"
 RECORDING = RULES_DIR / "recording.yml"
@@ -53,12 +55,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="where docs/runbook.md is published, e.g. https://git.example.com/routescope/blob/main/docs/runbook.md")
     parser.add_argument("--out", type=Path, metavar="DIR", help="write alerts.yml and recording.yml here")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        try:
+            check_folder(args.out, "--out")
+        except OutputPathError as exc:
+            parser.exit(2, f"{parser.prog}: {exc}\n")
     try:
         if args.out is None:
             sys.stdout.write(render_alerts(ALERTS.read_text(encoding="utf-8"), args.runbook_base))
         else:
-            for path in write_rules(args.out, args.runbook_base):
+            paths, failed = write_folder_or_keep(args.out, lambda folder: write_rules(folder, args.runbook_base),
+                                                 "--out")
+            for path in paths:
                 print(path)
+            if failed:
+                print(f"{parser.prog}: {failed}", file=sys.stderr)
+                return 1
     except ValueError as exc:
         parser.error(str(exc))
     return 0

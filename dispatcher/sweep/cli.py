@@ -12,6 +12,7 @@ import typer
 
 from ..inputs import COMPUTE_DTYPES, MAX_TENSOR_ROWS, InputError, check_dtype, parse_rows_list
 from ..kernels.registry import default_registry
+from ..outputs import OutputPathError, check_folder, write_folder_or_keep
 from ..types import Kernel
 from ..validate import FLOAT_DTYPES, dtype_name
 from .grid import (
@@ -124,7 +125,8 @@ def sweep_command(
         plan = build_plan(kernels=kernels, rows=rows, topk=topk, layout=layout, device=device, dtype=dtype,
                           heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len, timer=timer,
                           kv_dtype=kv_dtype)
-    except (SweepArgError, InputError) as exc:
+        out = check_folder(out, "--out")
+    except (SweepArgError, InputError, OutputPathError) as exc:
         raise _fail(str(exc)) from None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -151,11 +153,13 @@ def sweep_command(
     doc = document(results, a=a, b=b, layouts=[str(x) for x in plan.layouts], device=device_name(plan.device),
                    command=replay_command(plan, out, tolerance), tolerance=tolerance, l2=l2_bytes(plan.device),
                    date=run_date(), commit=git_commit())
-    paths = write_all(out, results, doc)
+    paths, failed = write_folder_or_keep(out, lambda folder: write_all(folder, results, doc), "--out")
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
-        return
-    print_tables(console, results, doc)
-    console.print("wrote " + ", ".join(str(p) for p in paths.values()))
-    if "png" not in paths:
-        console.print("no heatmap: matplotlib is not installed (pip install 'routescope[sweep]')")
+    else:
+        print_tables(console, results, doc)
+        console.print("wrote " + ", ".join(str(p) for p in paths.values()))
+        if "png" not in paths:
+            console.print("no heatmap: matplotlib is not installed (pip install 'routescope[sweep]')")
+    if failed:
+        raise _fail(failed, 1)

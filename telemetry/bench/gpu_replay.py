@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from dispatcher import Dispatcher, Policy, detect
+from dispatcher.outputs import OutputPathError, check_file, write_or_keep
 from dispatcher.types import GuardMode
 
 from ..config import TelemetryConfig
@@ -119,7 +120,7 @@ def throughput(calls: list, *, policy: Policy, blocks: int, iters: int, aa: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m telemetry.bench.gpu_replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="write the JSON result here")
     ap.add_argument("--prefill-rows", default="512,1024,2048", help="comma-separated prefill call sizes")
     ap.add_argument("--decode-rows", default="2,4,16", help="comma-separated pure-decode call sizes")
@@ -136,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the A/A control: both throughput arms without telemetry (every run also measures it "
                          "after the comparison, as throughput_aa: what the comparison reads when nothing differs)")
     a = ap.parse_args(argv)
+    try:
+        out = check_file(a.out, "--out")
+    except OutputPathError as exc:
+        ap.exit(2, f"{ap.prog}: {exc}\n")
     if not torch.cuda.is_available():
         print("gpu_replay needs a CUDA/ROCm device", file=sys.stderr)
         return 2
@@ -163,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - one phase failing still reports the others
             failed = True
             result[name] = {"error": f"{exc.__class__.__name__}: {exc}"}
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=2)
+    _, write_failed = write_or_keep(out, json.dumps(result, indent=2), "--out")
     _print(result)
-    return 1 if failed else 0
+    if write_failed:
+        print(f"{ap.prog}: {write_failed}", file=sys.stderr)
+    return 1 if failed or write_failed else 0
 
 
 def _print(r: dict[str, Any]) -> None:
