@@ -55,11 +55,13 @@ class TableOut(BaseModel):
     command: str | None = None
     commit: str | None = None
     notes: list[str] = []
+    noise: str | None = Field(None, description="why no gate is recommended from this table (a sweep's noisy "
+                                                "points); null: its spread is within its tolerance")
 
     @classmethod
     def of(cls, m: TableMeta) -> TableOut:
         return cls(name=m.name, device=m.device, arch=m.arch, date=m.date, provenance=m.provenance, source=m.source,
-                   file=m.file, command=m.command, commit=m.commit, notes=list(m.notes))
+                   file=m.file, command=m.command, commit=m.commit, notes=list(m.notes), noise=m.noise)
 
 
 class Unpriced(BaseModel):
@@ -209,10 +211,15 @@ def _what(best: CandidateOut, active: CandidateOut, target: Target) -> str:
 
 
 def _headline(model: str, outs: list[CandidateOut], best: CandidateOut | None, ties: list[int],
-              dip: DecodeCostOut, target: Target, tables: str) -> str:
+              dip: DecodeCostOut, target: Target, tables: str, noisy: Sequence[TableMeta] = ()) -> str:
     active = outs[0]
     hourly = active.seconds_per_hour is not None
-    if best is None:
+    if tables.startswith("no table"):
+        return f"{model}: no prediction, {tables.removeprefix('no table: ')}."
+    if noisy:
+        text = (f"{model}: no recommendation, the sweep table {noisy[0].name} is too noisy to place a gate on "
+                f"({noisy[0].noise}; time it again with more --repeats, or on a GPU)")
+    elif best is None:
         text = f"{model}: no scanned gate is predicted to save time against the active policy ({active.label})"
     else:
         saving = best.saving_per_hour if hourly else best.saving
@@ -243,20 +250,31 @@ def _decode_cost(by_name: dict[str, Priced], per_hour: float | None) -> DecodeCo
     return out
 
 
+def _unpriced(active: CandidateOut) -> str:
+    """"no table: ..." with why nothing was priced (the commonest reasons and their calls)."""
+    if not active.uncovered:
+        return "no table: there was no call to price"
+    why = "; ".join(f"{u.calls} calls: {u.reason}" for u in active.uncovered[:2])
+    more = f"; {len(active.uncovered) - 2} other reasons in --json" if len(active.uncovered) > 2 else ""
+    return f"no table: none of the tables given prices these calls ({why}{more})"
+
+
 def advise_model(model: str, traffic: Traffic, cands: list[Candidate], target: Target, lm: LatencyModel,
                  per_hour: float | None, recorded: bool) -> ModelAdviceOut:
     entries = [e for e in traffic.entries if e.model == model]
     priced = price_model(entries, cands, target, lm, recorded=recorded)
     active = priced[0]
     outs = [_candidate(p, active, per_hour) for p in priced]
-    best, ties = _best(outs)
+    used = set().union(*(p.tables for p in priced))
+    noisy = [m for m in lm.metas if m.name in used and m.noise]
+    best, ties = (None, []) if noisy else _best(outs)
     dip = _decode_cost({p.candidate.name: p for p in priced}, per_hour)
-    names = ", ".join(m.describe() for m in lm.metas if m.name in set().union(*(p.tables for p in priced)))
+    names = ", ".join(m.describe() for m in lm.metas if m.name in used)
     shapes = sorted({f"top-k {e.topk}, {e.layout}, q/kv {e.q_dtype}/{e.kv_dtype}" for e in entries})
     return ModelAdviceOut(
         model=model, calls=sum(e.calls for e in entries), rows=sum(e.rows for e in entries), shapes=shapes,
         candidates=outs, best=best.name if best else None,
-        headline=_headline(model, outs, best, ties, dip, target, names or "no table (nothing priced)"),
+        headline=_headline(model, outs, best, ties, dip, target, names or _unpriced(outs[0]), noisy),
         decode_in_prefill=dip,
     )
 

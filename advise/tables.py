@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dispatcher.sweep.noise import noise_sentence, noisy_in_document
 from dispatcher.types import Kernel
 
 from .interp import Curve
@@ -158,6 +159,7 @@ class TableMeta:
     commit: str | None = None
     heads: int | None = None
     notes: tuple[str, ...] = ()
+    noise: str | None = None  # why its figures cannot place a gate (a sweep's noisy points); None: they can
 
     @property
     def measured_here(self) -> bool:
@@ -289,10 +291,14 @@ def table_from_sweep(doc: dict, file: str, *, date: str | None = None, commit: s
     notes.insert(0, f"median per call; band p20-p80 of {', '.join(timers) or 'its'} timings")
     if doc.get("kv_pool"):
         notes.insert(1, str(doc["kv_pool"]))
+    noisy, tolerance = noisy_in_document(doc)
+    labels = {doc.get("a"), doc.get("b")} - {None}
+    points = sum(1 for r in s.results if not labels or f"{r.kernel}:{r.impl or ''}" in labels)
     meta = TableMeta(
         name=Path(file).stem, device=s.device, arch=arch, date=date or s.date or NOT_RECORDED,
         provenance=MEASURED, source="routescope sweep", file=file, command=s.command or None,
         commit=commit or s.commit, heads=heads.pop() if len(heads) == 1 else None, notes=tuple(notes),
+        noise=noise_sentence(noisy, points, tolerance) if noisy else None,
     )
     return LatencyTable(meta, _curves(file, pts))
 

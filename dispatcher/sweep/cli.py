@@ -83,9 +83,11 @@ def replay_command(plan: SweepPlan, out: Path, tolerance: float = TOLERANCE) -> 
         "--rows", ",".join(map(str, plan.rows)), "--topk", ",".join(map(str, plan.topk)),
         "--layout", ",".join(map(str, plan.layouts)), "--heads", str(plan.heads),
         "--dtype", str(plan.dtype).removeprefix("torch."), "--repeats", str(plan.repeats),
-        "--warmup", str(plan.warmup), "--timer", plan.timer, "--device", plan.device.type,
+        "--warmup", str(plan.warmup), "--device", plan.device.type,
         "--tolerance", f"{tolerance:g}", "--out", str(out),
     ]
+    if plan.device.type == "cuda":  # the CPU has only the host clock: --timer is not what ran there
+        parts[parts.index("--device"):parts.index("--device")] = ["--timer", plan.timer]
     if plan.kv_len:
         parts += ["--kv-len", str(plan.kv_len)]
     if plan.kv_dtype is not None:

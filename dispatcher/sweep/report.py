@@ -13,6 +13,7 @@ import torch
 
 from .analysis import (TOLERANCE, Crossover, GateAdvice, Result, crossovers, pool_note, ratio_rows, ratio_table,
                        recommend_gate, timer_note)
+from .noise import noise_advice, noisy_points
 
 
 def device_name(device: torch.device) -> str:
@@ -31,10 +32,18 @@ def l2_bytes(device: torch.device) -> int | None:
 
 def summarize(results: list[Result], a: str, b: str, layouts: list[str],
               tolerance: float = TOLERANCE) -> tuple[dict, list[Crossover], GateAdvice]:
-    """Ratio tables per layout, crossovers per (layout, top-k) with A/B <= 1 + tolerance, and the gate."""
+    """Ratio tables per layout, crossovers per (layout, top-k) with A/B <= 1 + tolerance, and the gate:
+    none when A's or B's points spread wider than the tolerance (``noise``)."""
     tables = {lay: ratio_table(results, a, b, lay) for lay in layouts}
     found = [c for lay in layouts for c in crossovers(tables[lay], lay, threshold=1.0 + tolerance)]
-    return tables, found, recommend_gate(found, tolerance)
+    advice = recommend_gate(found, tolerance)
+    noisy = noisy_points(results, (a, b), tolerance)
+    if noisy:
+        timed = [r for r in results if r.label in (a, b)]
+        advice = noise_advice(noisy, points=len(timed), tolerance=tolerance,
+                              repeats=max(r.repeats for r in timed), on_gpu=any(r.timer != "host" for r in timed),
+                              measured=advice)
+    return tables, found, advice
 
 
 def document(results: list[Result], *, a: str, b: str, layouts: list[str], device: str, command: str,
@@ -72,6 +81,7 @@ def document(results: list[Result], *, a: str, b: str, layouts: list[str], devic
         ],
         "crossover": [c._asdict() for c in found],
         "recommendation": advice._asdict(),
+        "noisy": [p._asdict() for p in noisy_points(results, (a, b), tolerance)],
         "l2_bytes": l2,
         "kv_pool": pool_note(results, l2),
         "timer_note": timer_note(results),
@@ -182,6 +192,26 @@ def crossover_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def gate_label(doc: dict[str, Any]) -> str:
+    """"recommended gate" over a gate; "no recommended gate" over the reason there is none."""
+    return "recommended gate" if doc["recommendation"]["gate"] is not None else "no recommended gate"
+
+
+# What each timer name in a Result measured (timing.py's timers).
+TIMERS = {
+    "host": "host clock (time.perf_counter around each call; the CPU's kernels are synchronous)",
+    "cuda-events": "CUDA events (an event pair around each call, its own ~3 µs included)",
+    "cuda-graph": "CUDA events around a graph replay of each call",
+    "cupti": "CUPTI kernel time (first kernel start to last kernel end)",
+}
+
+
+def timers_text(results: list[Result]) -> str:
+    """The timers that really ran, in words: what a reader of the figures needs, whatever --timer said."""
+    names = sorted({r.timer for r in results})
+    return "; ".join(TIMERS.get(n, n) for n in names) or "-"
+
+
 def _layouts(results: list[Result]) -> list[str]:
     return list(dict.fromkeys(r.layout for r in results))
 
@@ -206,7 +236,7 @@ def print_tables(console: Any, results: list[Result], doc: dict[str, Any]) -> No
         console.print(table(f"A/B time, layout {lay} (< 1: A faster)", *layout_ratios(doc, lay), left=0))
     for line in crossover_lines(doc):
         console.print(line)
-    console.print(f"[bold]recommended gate:[/bold] {doc['recommendation']['reason']}")
+    console.print(f"[bold]{gate_label(doc)}:[/bold] {doc['recommendation']['reason']}")
     if doc.get("kv_pool"):
         console.print(doc["kv_pool"])
     if doc.get("timer_note"):
@@ -223,7 +253,7 @@ def markdown(results: list[Result], doc: dict[str, Any]) -> str:
     """The sweep as Markdown, for a pull request or a doc: what ran and how, the A/B table per layout in
     the seed's layout, the medians, the crossovers, the gate, where the kv pools sat and which readings the
     event pair cannot time faithfully."""
-    timers = ", ".join(sorted({r.timer for r in results})) or "-"
+    timers = timers_text(results)
     dtypes = ", ".join(sorted({f"q {r.dtype}, kv {r.pool_dtype}" for r in results})) or "-"
     out = [f"# routescope sweep on {doc['device']}", "",
            f"A = `{doc['a']}`, B = `{doc['b']}`; each cell of the ratio tables is {doc['ratio']}. "
@@ -233,7 +263,7 @@ def markdown(results: list[Result], doc: dict[str, Any]) -> str:
                 "", "Median µs per call (± half the p20-p80 spread):", "",
                 *_md_table(*median_rows(results, lay), left=1)]
     out += ["", "## Crossover and gate", "", *[f"- {line}" for line in crossover_lines(doc)], "",
-            f"**Recommended gate:** {doc['recommendation']['reason']}"]
+            f"**{gate_label(doc).capitalize()}:** {doc['recommendation']['reason']}"]
     if doc.get("kv_pool"):
         out += ["", doc["kv_pool"]]
     if doc.get("timer_note"):

@@ -218,3 +218,45 @@ def test_not_json_and_missing_files(tmp_path):
     path.write_text('{"points": []}')
     with pytest.raises(TableError, match="format: missing"):
         load_table(str(path))
+
+
+def test_advise_on_a_noisy_sweep_table_recommends_nothing_and_says_which_points(tmp_path):
+    """The H200 sweep recommends a split on the demo traffic; one point made ±40% withholds it, in text and JSON."""
+    from typer.testing import CliRunner
+
+    from routescope.cli import build_app
+
+    quiet = _write(tmp_path, _sweep(), "quiet.json")
+    doc = _sweep()
+    hit = next(r for r in doc["results"] if r["kernel"] == "intree.sparse_decode" and r["rows"] == 16)
+    hit["p20_us"], hit["p80_us"] = hit["median_us"] * 0.6, hit["median_us"] * 1.4
+    noisy = _write(tmp_path, doc, "noisy.json")
+    assert load_table(quiet).meta.noise is None
+    run = lambda *a: CliRunner().invoke(build_app(), ["advise", "--demo-traffic", "2000", *a])  # noqa: E731
+    before = json.loads(run("--table", quiet, "--json").stdout)
+    assert all(m["best"] for m in before["models"])  # the quiet table does recommend
+    after = json.loads(run("--table", noisy, "--json").stdout)
+    assert [m["best"] for m in after["models"]] == [None] * len(before["models"])
+    assert after["tables"][0]["noise"].startswith("1 of ")
+    point = f"intree.sparse_decode:{hit.get('impl') or ''} rows 16 top-k {hit['topk']} layout {hit['layout']} ±40%"
+    assert point in after["tables"][0]["noise"]
+    text = " ".join(run("--table", noisy).stdout.split())
+    assert "no recommendation, the sweep table noisy is too noisy to place a gate on (1 of " in text and point in text
+
+
+def test_a_table_that_prices_nothing_says_why_in_text_as_in_json(tmp_path):
+    from typer.testing import CliRunner
+
+    from routescope.cli import build_app
+
+    doc = _sweep()
+    doc["results"] = [r for r in doc["results"] if r["topk"] == 128]  # the demo's calls are top-k 2048
+    path = _write(tmp_path, doc, "narrow.json")
+    run = lambda *a: CliRunner().invoke(build_app(), ["advise", "--demo-traffic", "500", "--table", path, *a])  # noqa: E731
+    out = json.loads(run("--json").stdout)
+    for m in out["models"]:
+        reason = m["candidates"][0]["uncovered"][0]["reason"]
+        assert "not in the table" in reason and m["best"] is None
+        assert m["headline"].startswith(f"{m['model']}: no prediction, none of the tables given prices these calls (")
+        assert reason in m["headline"]
+        assert m["headline"] in " ".join(run().stdout.split())  # the text says the same, reason and all
