@@ -10,7 +10,8 @@ the multiprocess files read.
 Every collector hands a series' native buckets to the exposition layer the same way: beside the classic
 ``_bucket``/``_count``/``_sum`` samples of a histogram family, one sample named after the family whose
 ``native_histogram`` is ``native_histogram(counts)`` (prometheus_client's ``NativeHistogram``);
-``counts_from_native(nh)`` reads one back. ``ZERO_THRESHOLD_S`` is positive so that Prometheus 2.4x reads even an
+``counts_from_native(nh)`` reads one back; ``contradiction`` says when a native part may not be served beside its
+classic part (the multiprocess reader then serves that series classic-only). ``ZERO_THRESHOLD_S`` is positive so that Prometheus 2.4x reads even an
 empty histogram as native (it takes a histogram with no native buckets and a zero threshold of 0 for a classic one).
 """
 
@@ -158,6 +159,22 @@ def native_histogram(counts: NativeCounts) -> NativeHistogram:
         zero_count=counts.zero, pos_spans=[BucketSpan(offset, length) for offset, length in spans],
         pos_deltas=deltas,
     )
+
+
+def contradiction(counts: NativeCounts, classic_count: float | None = None,
+                  classic_sum_s: float | None = None) -> str | None:
+    """Why a series' native part may not be served (None: it may): its count must be its zero bucket plus its buckets,
+    and equal its classic part's count and sum, or the protobuf and OpenMetrics 2.0 expositions would disagree."""
+    in_buckets = counts.zero + sum(counts.buckets.values())
+    if counts.zero < 0 or any(n < 0 for n in counts.buckets.values()):
+        return "a native bucket count is negative"
+    if counts.count != in_buckets:
+        return f"native count {counts.count} is not its zero bucket plus buckets ({in_buckets})"
+    if classic_count is not None and counts.count != classic_count:
+        return f"native count {counts.count} against classic count {classic_count:.0f}"
+    if classic_sum_s is not None and not math.isclose(counts.sum_ns / 1e9, classic_sum_s, rel_tol=1e-9, abs_tol=1e-9):
+        return f"native sum {counts.sum_ns / 1e9:.9g} s against classic sum {classic_sum_s:.9g} s"
+    return None
 
 
 def counts_from_native(value: NativeHistogram) -> NativeCounts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-STAGES = ("record", "timing", "flush", "export", "otel", "probe", "write", "read", "compact")
+STAGES = ("record", "timing", "flush", "export", "otel", "probe", "write", "read", "compact", "merge")
 DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty", "timing_unresolved", "timing_gate_timeout")
 CLOCKS = ("device", "gated", "graph", "events", "host")  # slots.Clock: what a latency series measured
 

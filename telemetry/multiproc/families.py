@@ -10,7 +10,10 @@ The result is what ``MultiProcessCollector._accumulate_metrics`` gives for the s
 histogram ``_sum`` summed over files, ``_bucket`` summed per bound and made cumulative, ``_count`` the last
 bucket, ``livemax`` gauges the maximum over processes without a ``pid`` label. Each latency series also gets
 its native buckets (the ``*.ndb`` files, summed bucket by bucket) as one sample with a ``native_histogram``
-value, before its classic samples, as telemetry.prom yields it for one process.
+value, before its classic samples, as telemetry.prom yields it for one process. A series whose native part does
+not add up, or disagrees with its classic part (``native.contradiction``: part of it lost with a quarantined
+file, a failed write, a full disk), gets no native sample: it is served classic-only, and ``Plan.classic_only``
+says which and why, until the parts agree again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import NativeHistogram, Sample
 from prometheus_client.utils import floatToGoString
 
-from ..native import NativeCounts, native_histogram
+from ..native import NativeCounts, contradiction, native_histogram
 from .mpfile import NATIVE_INDEX
 
 LabelsKey = tuple  # sorted (label, value) pairs
@@ -78,7 +81,8 @@ class Index:
         self.families: dict[str, _Family] = {}
         self.labels: dict[tuple, dict[str, str]] = {}  # (labels, le) -> the dict every plan yields for it
         self.layouts: dict[int, tuple[Any, np.ndarray, np.ndarray]] = {}  # id(layout) -> (layout, slots, maxed)
-        self.natives: dict[tuple[str, LabelsKey], tuple[tuple, NativeHistogram]] = {}  # (parts, counts) -> value
+        # (metric, labels) -> ((parts, counts, classic count and sum), value, why it is withheld or None)
+        self.natives: dict[tuple[str, LabelsKey], tuple[tuple, NativeHistogram, str | None]] = {}
 
     def stale(self, present: int) -> bool:
         """Mostly slots of series gone (files quarantined, processes' series no longer written): start over."""
@@ -157,6 +161,7 @@ class Plan:
         max_here = np.zeros(self.n_max, dtype=bool)
         max_here[self.max_slot] = True
         self.present = int(sum_here.sum() + max_here.sum())
+        self.classic_only: dict[tuple[str, LabelsKey], tuple[dict, str]] = {}  # the last scrape's: labels, why
         self._layout_out(sum_here.tolist(), max_here.tolist())
 
     def _layout_out(self, sum_here: list[bool], max_here: list[bool]) -> None:
@@ -168,7 +173,8 @@ class Plan:
         cum_order: list[int] = []
         cum_starts: list[int] = []
         self.families: list[tuple[str, str, str, int, int, list[tuple[int, int]]]] = []
-        self.natives: list[tuple[str, LabelsKey, dict, list[Any], np.ndarray]] = []  # metric, key, labels, parts, slots
+        # metric, key, labels, parts, their slots, where the classic count and sum are in ``values`` (-1: none)
+        self.natives: list[tuple[str, LabelsKey, dict, list[Any], np.ndarray, int, int]] = []
         n_sum, n_max = self.n_sum, self.n_max
         for fam in index.families.values():
             start = len(src)
@@ -180,11 +186,15 @@ class Plan:
             for key in series:
                 labels = index.labels_of(key)
                 nat = {p: slot for p, slot in fam.native.get(key, {}).items() if sum_here[slot]}
-                if nat:
+                bounds = {b: slot for b, slot in fam.buckets.get(key, {}).items() if sum_here[slot]}
+                if nat or (fam.native and bounds):  # a native family: a series without native parts lost them
                     native_at.append((len(src) - start, len(self.natives)))
                     parts = list(nat)
-                    self.natives.append((fam.name, key, labels, parts, np.asarray([nat[p] for p in parts], np.intp)))
-                bounds = {b: slot for b, slot in fam.buckets.get(key, {}).items() if sum_here[slot]}
+                    sum_slot = fam.groups.get(key, {}).get((fam.name + "_sum", key))
+                    sum_at = sum_slot[1] if sum_slot is not None and not sum_slot[0] and sum_here[sum_slot[1]] else -1
+                    count_at = n_sum + n_max + len(cum_order) + len(bounds) - 1 if bounds else -1
+                    self.natives.append((fam.name, key, labels, parts, np.asarray([nat[p] for p in parts], np.intp),
+                                         count_at, sum_at))
                 if bounds:
                     cum_starts.append(len(cum_order))
                     for bound in sorted(bounds):
@@ -248,11 +258,14 @@ class Plan:
         return out
 
     def _native_samples(self, values: np.ndarray) -> list[Sample | None]:
-        """One native sample per latency series with samples; a series whose counts did not move keeps its value."""
+        """One native sample per latency series with samples, unless its parts contradict each other or the classic
+        ones (then None, and the series is in ``classic_only``); a series whose counts did not move keeps its value."""
         out: list[Sample | None] = []
         memos = self._index.natives
-        for metric, key, labels, parts, slots in self.natives:
-            got = (tuple(parts), tuple(values[slots].tolist()))
+        withheld: dict[tuple[str, LabelsKey], tuple[dict, str]] = {}
+        for metric, key, labels, parts, slots, count_at, sum_at in self.natives:
+            classic = (float(values[count_at]) if count_at >= 0 else None, float(values[sum_at]) if sum_at >= 0 else None)
+            got = (tuple(parts), tuple(values[slots].tolist()), classic)
             memo = memos.get((metric, key))
             if memo is None or memo[0] != got:
                 counts = NativeCounts()
@@ -265,7 +278,13 @@ class Plan:
                         counts.sum_ns = int(v)
                     elif v:
                         counts.buckets[part] = int(v)
-                memo = memos[(metric, key)] = (got, native_histogram(counts))
-            nh = memo[1]
+                why = contradiction(counts, *classic) if counts.count or classic[0] else None
+                memo = memos[(metric, key)] = (got, native_histogram(counts), why)
+            nh, why = memo[1], memo[2]
+            if why is not None:
+                withheld[(metric, key)] = (labels, why)
+                out.append(None)
+                continue
             out.append(Sample(metric, labels, nh.count_value, None, None, nh) if nh.count_value else None)
+        self.classic_only = withheld
         return out

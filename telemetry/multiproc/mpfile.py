@@ -5,7 +5,9 @@ entries up to ``used``: a 4-byte key length, the UTF-8 JSON key padded to 8-byte
 two doubles (value, timestamp). Bytes past ``used`` are preallocated space, which every reader
 ignores; routescope's archives keep there the names of the files merged into them (a
 *manifest*, see ``compact``), so prometheus_client's collector (vLLM's /metrics)
-reads an archive as any other file. Pure: bytes in, entries out, or ``CorruptFile`` with why;
+reads an archive as any other file. In a native file (``*.ndb``, which prometheus_client never reads) bytes 4-7
+hold the writer's *generation*, a seqlock over all of its process's files: odd while a flush is being written,
+even once it is complete (``generation``; see ``writer`` and ``reader``). Pure: bytes in, entries out, or ``CorruptFile`` with why;
 ``read`` and ``load`` alone touch the disk, and read no byte past what the header says is used
 (plus a manifest), so a huge or sparse hostile ``*.db`` costs a few reads, never its size.
 
@@ -72,8 +74,22 @@ def entry(key: str, value: float, ts: float = 0.0) -> bytes:
     return _INT.pack(len(raw)) + raw.ljust(padded(len(raw)), b" ") + _DD.pack(value, ts)
 
 
-def header(used: int) -> bytes:
-    return _INT.pack(used) + b"\0\0\0\0"
+_GEN = struct.Struct("I")  # a native file's generation, bytes 4-7
+
+
+def header(used: int, generation: int = 0) -> bytes:
+    """The 8-byte header; ``generation`` only in a native file (prometheus_client's files keep bytes 4-7 zero)."""
+    return _INT.pack(used) + _GEN.pack(generation & 0xFFFFFFFF)
+
+
+def generation_bytes(generation: int) -> bytes:
+    """Bytes 4-7 of a native file's header."""
+    return _GEN.pack(generation & 0xFFFFFFFF)
+
+
+def generation(data: bytes) -> int:
+    """A native file's generation (bytes 4-7): odd while its writer is in a flush, even between flushes."""
+    return _GEN.unpack_from(data, 4)[0]
 
 
 def value_bytes(value: float, ts: float = 0.0) -> bytes:
@@ -151,7 +167,7 @@ def parse(data: bytes, cache: dict[str, list] | None = None,
     if len(data) < HEADER:
         raise CorruptFile(f"truncated: {len(data)} bytes, shorter than the 8-byte header")
     used = _INT.unpack_from(data, 0)[0]
-    if data[4:8] != b"\0\0\0\0":
+    if data[4:8] != b"\0\0\0\0" and kind != "native":  # a native file keeps its generation there
         raise CorruptFile("bad header: bytes 4-7 are not zero")
     if used < HEADER or used > len(data):
         raise CorruptFile(f"bad length header: {used} bytes used of {len(data)}")

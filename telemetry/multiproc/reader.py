@@ -12,6 +12,13 @@ past ``used``), so at the next scrape one read of the same length, compared with
 their offsets at once. Bytes that differ anywhere outside the values (a new series, garbage, another
 file renamed into place) mean a full parse again. The reads stay bounded: the same length as the last
 accepted read, or ``mpfile.load``'s.
+
+A process's files are read as one snapshot: its native file's generation (``mpfile.generation``, odd while its
+writer is in a flush) is read before and after them, and only the same even generation both times accepts the
+read. Otherwise they are read again a few times within milliseconds (a flush writes in well under one); past that
+the last accepted snapshot of that process is served again, or, for a process that died inside a flush, the files
+as they are, where the merge's own check (``families``: native parts that contradict the classic ones are
+withheld) keeps every series valid.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import gc
 import os
 import stat
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -27,7 +35,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from . import mpfile
-from .directory import our_files, quarantine
+from .directory import ARCHIVE, FILE_RE, NATIVE, ident_pid, our_files, pid_alive, quarantine
 from .families import Index, Plan
 from .health import Problems, os_problem
 
@@ -35,15 +43,18 @@ from .health import Problems, os_problem
 class Layout:
     """One version of one file, checked in full once: its words with the values zeroed, and each entry's key."""
 
-    __slots__ = ("ino", "nbytes", "words", "tail", "value_at", "blank_at", "keys", "manifest", "series")
+    __slots__ = ("ino", "nbytes", "words", "tail", "value_at", "blank_at", "keys", "manifest", "series", "native")
 
-    def __init__(self, ino: tuple[int, int], data: bytes, entries: list, manifest: list[str] | None) -> None:
-        self.ino, self.nbytes, self.manifest = ino, len(data), manifest
+    def __init__(self, ino: tuple[int, int], data: bytes, entries: list, manifest: list[str] | None,
+                 native: bool = False) -> None:
+        self.ino, self.nbytes, self.manifest, self.native = ino, len(data), manifest, native
         n8 = len(data) // 8
         self.value_at = np.asarray([off // 8 for *_rest, off in entries], dtype=np.intp)
         self.blank_at = np.concatenate((self.value_at, self.value_at + 1))  # value and timestamp words
         words = np.frombuffer(data, np.uint64, count=n8).copy()
         words[self.blank_at] = 0
+        if native and n8:
+            words[0] &= _USED_ONLY  # a native header's generation moves at every flush, like a value
         self.words, self.tail = words, data[n8 * 8:]
         self.keys = [parts for _k, parts, *_rest in entries]
         self.series: list[tuple] | None = None  # families.series_of(keys), made by the first plan that needs it
@@ -55,12 +66,18 @@ class Layout:
         now = np.frombuffer(data, np.uint64, count=len(self.words))
         blanked = now.copy()
         blanked[self.blank_at] = 0
+        if self.native and len(blanked):
+            blanked[0] &= _USED_ONLY
         if not np.array_equal(blanked, self.words):
             return None
         return now.view(np.float64)[self.value_at]
 
     def values(self, data: bytes) -> np.ndarray:
         return np.frombuffer(data, np.float64, count=len(self.words))[self.value_at]
+
+
+_USED_ONLY = np.uint64(0xFFFFFFFF)  # a header word without bytes 4-7 (little-endian: the used length)
+SNAPSHOT_WAITS_S = (0.0, 0.0002, 0.0005, 0.001, 0.002, 0.004)  # before each read of a process's files (~8 ms in all)
 
 
 class ReaderCache:
@@ -76,6 +93,9 @@ class ReaderCache:
         self.plan: Plan | None = None
         self.index = Index()  # every series seen, its slot and labels dict, kept across plans
         self.plan_of: tuple[Layout, ...] = ()
+        self.snapshots: dict[str, list[tuple[str, Layout, np.ndarray]]] = {}  # process id -> its last accepted read
+        self.classic_only: set[tuple] = set()  # series served classic-only at the last scrape (reported once)
+        self.torn = 0  # reads of a process's files that never saw one even generation before and after
 
 
 def read_file(full: str, prev: Layout | None, key_cache: dict[str, list]) -> tuple[Layout, np.ndarray]:
@@ -96,9 +116,25 @@ def read_file(full: str, prev: Layout | None, key_cache: dict[str, list]) -> tup
         data = mpfile.load(fd)
     finally:
         os.close(fd)
-    entries, manifest = mpfile.parse(data, key_cache, mpfile.file_type(full))
-    layout = Layout(ino, data, entries, manifest)
+    kind = mpfile.file_type(full)
+    entries, manifest = mpfile.parse(data, key_cache, kind)
+    layout = Layout(ino, data, entries, manifest, native=kind == NATIVE)
     return layout, layout.values(data)
+
+
+def generation_of(full: str) -> int | None:
+    """A native file's generation (its header's bytes 4-7), or None when it cannot be read."""
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, mpfile.HEADER, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return mpfile.generation(head) if len(head) == mpfile.HEADER else None
 
 
 class RoutescopeMultiProcessCollector:
@@ -129,12 +165,63 @@ class RoutescopeMultiProcessCollector:
         self._problems.clear_missing("read", self._path, {os.path.join(self._path, n) for n in names})
         cache = self._cache
         layouts: dict[str, Layout] = {}
-        got: list[tuple[str, Layout, np.ndarray]] = []
-        merged: set[str] = set()
+        by_name: dict[str, tuple[str, Layout, np.ndarray]] = {}
+        groups: dict[str, list[str]] = {}
         for name in names:
+            m = FILE_RE.match(name)
+            groups.setdefault(m.group(2) if m else name, []).append(name)
+        snapshots: dict[str, list[tuple[str, Layout, np.ndarray]]] = {}
+        for ident, group in groups.items():
+            got = self._snapshot(ident, group, layouts)
+            snapshots[ident] = got
+            by_name.update((g[0], g) for g in got)
+        cache.layouts, cache.snapshots = layouts, snapshots
+        if len(cache.keys) > 1 << 18:
+            cache.keys.clear()
+        merged: set[str] = set()
+        for _name, layout, _values in by_name.values():
+            merged.update(layout.manifest or ())
+        return [by_name[n] for n in names if n in by_name and n not in merged]
+
+    def _snapshot(self, ident: str, group: list[str], layouts: dict[str, Layout]) -> list[tuple[str, Layout, np.ndarray]]:
+        """One process's files as one flush left them: the same even generation of its native file before and after
+        (archives and processes without a native file have no bracket: read once)."""
+        native = next((n for n in group if n.startswith(NATIVE + "_")), None)
+        if native is None or ident == ARCHIVE:
+            return self._read_files(group, layouts)
+        full = os.path.join(self._path, native)
+        before = None
+        for wait in SNAPSHOT_WAITS_S:
+            if wait:
+                time.sleep(wait)
+            before = generation_of(full)
+            if before is None:
+                return self._read_files(group, layouts)  # gone or unreadable: the reads below say why
+            if before % 2:
+                continue  # its writer is inside a flush
+            got = self._read_files(group, layouts)
+            if generation_of(full) == before:
+                return got
+        pid = ident_pid(ident)
+        if before is not None and before % 2 and pid is not None and not pid_alive(pid):
+            return self._read_files(group, layouts)  # died inside a flush: what it left is all there will be
+        self._cache.torn += 1
+        kept = self._cache.snapshots.get(ident)
+        if kept is not None:
+            for name, layout, _values in kept:
+                layouts.setdefault(os.path.join(self._path, name), layout)
+            return kept  # the last accepted read of this process: one flush older, never torn
+        return self._read_files(group, layouts)  # none yet: the merge withholds native parts that do not agree
+
+    def _read_files(self, group: list[str], layouts: dict[str, Layout]) -> list[tuple[str, Layout, np.ndarray]]:
+        """(file name, layout, values) of each readable file of ``group``; a bad one is quarantined, an unreadable
+        one reported."""
+        cache = self._cache
+        got: list[tuple[str, Layout, np.ndarray]] = []
+        for name in group:
             full = os.path.join(self._path, name)
             try:
-                layout, values = read_file(full, cache.layouts.get(full), cache.keys)
+                layout, values = read_file(full, layouts.get(full) or cache.layouts.get(full), cache.keys)
             except FileNotFoundError:
                 self._problems.clear("read", full)
                 continue  # compacted meanwhile: its values are in the archive read after it
@@ -148,11 +235,7 @@ class RoutescopeMultiProcessCollector:
             self._problems.clear("read", full)
             layouts[full] = layout
             got.append((name, layout, values))
-            merged.update(layout.manifest or ())
-        cache.layouts = layouts
-        if len(cache.keys) > 1 << 18:
-            cache.keys.clear()
-        return [g for g in got if g[0] not in merged]
+        return got
 
     def collect(self) -> list[Metric]:
         """As prometheus_client's MultiProcessCollector merges them, from values already read and checked.
@@ -209,7 +292,26 @@ class RoutescopeMultiProcessCollector:
                 plan = Plan(named, cache.index)
             cache.plan, cache.plan_of = plan, of
         values: Any = np.concatenate([v for _n, _l, v in files]) if files else np.zeros(0)
-        return cache.plan.families_from(cache.plan.values(values))
+        families = cache.plan.families_from(cache.plan.values(values))
+        self._report_classic_only(cache.plan.classic_only)
+        return families
+
+    def _report_classic_only(self, withheld: dict[tuple, tuple[dict, str]]) -> None:
+        """A series that starts to be served classic-only is counted (stage ``merge``) and listed as a condition
+        until its native part agrees with its classic part again."""
+        cache = self._cache
+        now = set(withheld)
+        for key in now - cache.classic_only:
+            labels, why = withheld[key]
+            self._problems.report("merge", _series_name(key[0], labels), "native part incomplete",
+                                  f"{why}; served classic-only until they agree")
+        for key in cache.classic_only - now:
+            self._problems.clear("merge", _series_name(key[0], dict(key[1])))
+        cache.classic_only = now
+
+
+def _series_name(metric: str, labels: dict[str, str]) -> str:
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
 def multiprocess_registry(path: str, problems: Problems | None = None,

@@ -14,6 +14,11 @@ temporary name and renamed into place, and grown with real zero bytes (not a spa
 truncate) after a free-space check, so every ``*.db`` a reader sees parses. Each flush
 checks that the file on disk is still the one it writes (a deleted directory, a file
 quarantined by a reader) and recreates it from memory when not.
+
+A flush is bracketed by the native file's *generation* (header bytes 4-7, ``mpfile.generation``): made odd
+before the first byte of the flush is written to any of the process's files, and even after the last, so a
+reader that sees the same even generation before and after reading them has one flush's values in every file
+(``reader``), never one flush's counts beside another's buckets.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def _check_free(fd: int, nbytes: int) -> None:
 class _File:
     """One of this process's files: its bytes mirrored in memory, so a flush writes only what changed."""
 
-    __slots__ = ("path", "fd", "ino", "buf", "pos", "last", "capacity", "lo", "hi")
+    __slots__ = ("path", "fd", "ino", "buf", "pos", "last", "capacity", "lo", "hi", "native")
 
     def __init__(self, path: str, fd: int, buf: bytearray, pos: dict[str, int], capacity: int) -> None:
         st = os.fstat(fd)
@@ -66,6 +71,7 @@ class _File:
         self.buf, self.pos, self.capacity = buf, pos, capacity
         self.last: dict[str, tuple[float, float]] = {}
         self.lo, self.hi = _CLEAN, 0  # dirty span not yet on disk
+        self.native = os.path.basename(path).startswith(NATIVE + "_")  # its header carries the generation
 
     def on_disk(self) -> bool:
         """Is ``path`` still this file? (No after a deleted directory, a quarantine, a replacement.)"""
@@ -86,6 +92,7 @@ class MultiprocWriter:
         self._files: dict[str, _File] = {}
         self._base: dict[str, float] = {}  # values a previous process with this id left (reuse)
         self._keys: dict[tuple, str] = {}
+        self._generation = 0  # even between flushes, odd during one (the native file's header bytes 4-7)
         for kind in KINDS:  # at start, so a directory that cannot be written shows before the first flush
             self._guard(kind, self._ready)
 
@@ -138,6 +145,8 @@ class MultiprocWriter:
             os.close(fd)
             raise
         used = mpfile.used(data)
+        if kind == NATIVE:  # continue the generation a reader may have seen (made even: that flush is over)
+            self._generation = max(self._generation, mpfile.generation(data) + 1) & ~1
         f = _File(path, fd, bytearray(data[:used]), {k: off for k, _p, _v, _t, off in entries}, size)
         for k, _p, v, ts, _o in entries:
             f.last[k] = (v, ts)
@@ -149,6 +158,8 @@ class MultiprocWriter:
         """Write the whole file under a temporary name (real bytes, capacity included) and rename it into place."""
         path = self.filename(kind)
         tmp = os.path.join(self.path, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+        if kind == NATIVE:
+            buf[4:8] = mpfile.generation_bytes(self._generation)  # mid-flush (odd) when made again inside one
         capacity = _capacity(len(buf))
         fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_RDWR, 0o644)
         try:
@@ -201,9 +212,28 @@ class MultiprocWriter:
         return {"counter": c, "histogram": h, NATIVE: n, "gauge_livemax": g}
 
     def write(self, totals: Totals, rank: str) -> None:
-        """Write what changed; a failure is counted and reported per file, and retried at the next flush."""
-        for kind, values in self._values(totals, rank).items():
-            self._guard(kind, self._write_kind, values)
+        """Write what changed, inside the generation bracket; a failure is counted and reported per file, and
+        retried at the next flush."""
+        values = self._values(totals, rank)
+        self._bracket()  # odd: a flush is being written
+        try:
+            for kind, kind_values in values.items():
+                self._guard(kind, self._write_kind, kind_values)
+        finally:
+            self._bracket()  # even: this flush is complete in every file
+
+    def _bracket(self) -> None:
+        """The next generation into the native file's header (4 bytes in place: never needs space)."""
+        self._generation = (self._generation + 1) & 0xFFFFFFFF
+        f = self._files.get(NATIVE)
+        if f is None:
+            return  # no native file (it could not be made): a reader finds no bracket and checks the values
+        raw = mpfile.generation_bytes(self._generation)
+        f.buf[4:8] = raw
+        try:
+            _pwrite_all(f.fd, raw, 4)
+        except OSError:
+            pass  # the file is gone or unwritable: its own write below reports it
 
     def _write_kind(self, kind: str, values: dict[str, tuple[float, float]]) -> None:
         f = self._ready(kind)
@@ -239,8 +269,9 @@ class MultiprocWriter:
             finally:
                 f.capacity = max(f.capacity, os.fstat(f.fd).st_size)
         _pwrite_all(f.fd, blob, used)
-        _pwrite_all(f.fd, mpfile.header(used + len(blob)), 0)
-        f.buf[0:mpfile.HEADER] = mpfile.header(used + len(blob))
+        head = mpfile.header(used + len(blob), self._generation if f.native else 0)
+        _pwrite_all(f.fd, head, 0)
+        f.buf[0:mpfile.HEADER] = head
         off = used
         for key, b in new:
             off += len(b)
