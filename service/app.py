@@ -22,6 +22,7 @@ from routescope import __version__
 from telemetry import Telemetry, TelemetryConfig
 from telemetry.config import DEFAULT_COUNTERFACTUALS
 
+from .connections import ConnectionBounds
 from .demo.runner import DemoRunner
 from .errors import unexpected_handler, validation_handler
 from .docs import docs_router, swagger_ui_dir
@@ -48,6 +49,7 @@ class ServiceState:
     metrics: ChainedCollector  # telemetry's registry (all processes' files in multiprocess mode), then HTTP's
     malformed_requests: Counter  # requests uvicorn could not parse and answered 400 itself (service/protocol.py)
     routing: RoutingCache  # /routing's JSON, built at most once per flush
+    connections: ConnectionBounds  # the HTTP server's head timeout and connection cap (service/connections.py)
     metrics_renders: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))  # /metrics
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
@@ -123,6 +125,8 @@ def create_app(
                                  generation=lambda: telemetry.totals, max_age_s=2 * settings.flush_interval_s),
         malformed_requests=Counter("routescope_http_malformed_requests", "Requests the HTTP server could not parse "
                                    "(head or chunked body) and answered 400 before the app.", registry=http_registry),
+        connections=ConnectionBounds(http_registry, head_timeout_s=settings.head_timeout_s,
+                                     max_connections=settings.max_connections),
         # the lambdas read ``state`` when called, after this assignment
         routing=RoutingCache(lambda: routing_of(state), lambda: generation(state), max_age_s=settings.flush_interval_s),
     )

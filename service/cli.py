@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from dispatcher.cli import validation_message
 from dispatcher.types import GuardMode
 
+from .connections import BoundedServer, bounded_h11, raise_nofile
 from .middleware import MAX_HEAD_BYTES
 from .protocol import quiet_h11
 from .settings import DEFAULT_PORT, ServiceSettings
@@ -94,12 +95,21 @@ def serve_command(
         Optional[str], typer.Option(help="Host header names accepted, comma-separated ('*': any); default: the "
                                          "loopback names when bound to loopback, else any")
     ] = None,
+    head_timeout: Annotated[
+        Optional[float], typer.Option(help="seconds a connection may wait for a request head, when new or after a "
+                                           "response, before it is closed (default 5)")
+    ] = None,
+    max_connections: Annotated[
+        Optional[int], typer.Option(help="open client connections allowed, at most the open-file limit less 64; "
+                                         "one more closes the one waiting longest for a head (default 1000)")
+    ] = None,
 ) -> None:
     """Serve /metrics, /routing and the page at /; --demo drives the real dispatcher with model-shaped traffic."""
     flags = dict(
         host=host, port=port, multiproc_dir=str(multiproc_dir) if multiproc_dir else None, rank=rank, models=model,
         gfx942_min_rows=gfx942_min_rows, gfx950_min_rows=gfx950_min_rows, guard=guard,
         log_level=log_level.lower() if log_level else None, allowed_hosts=allowed_hosts,
+        head_timeout_s=head_timeout, max_connections=max_connections,
     )
     if demo or demo_glm_bug:
         flags["demo"] = True
@@ -139,10 +149,12 @@ def run(settings: ServiceSettings) -> None:
 
     from .app import create_app
 
+    raise_nofile()  # before the cap is computed from it (create_app)
     sock = bind(settings.host, settings.port)
     port = sock.getsockname()[1]
     app = create_app(settings)
     state = app.state.routescope
+    bounds = state.connections
     for line in banner(settings, port, state.demo.info() if state.demo is not None else None):
         print(line, flush=True)
     config = uvicorn.Config(
@@ -153,11 +165,13 @@ def run(settings: ServiceSettings) -> None:
         lifespan="on",
         timeout_graceful_shutdown=5,
         # h11: the request-head limit below is h11's (the app answers 414 past MAX_URL_BYTES); quiet_h11 keeps an
-        # unparsable request to its 400 and a count, without the app's late reply raising in h11
-        http=quiet_h11(state.malformed_requests.inc),
+        # unparsable request to its 400 and a count, without the app's late reply raising in h11; bounded_h11 adds
+        # the head timeout and the connection cap uvicorn lacks (service/connections.py says where its own fall short)
+        http=bounded_h11(quiet_h11(state.malformed_requests.inc), bounds),
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        timeout_keep_alive=5,
     )
-    server = uvicorn.Server(config)
+    server = BoundedServer(config, bounds)
     try:
         server.run(sockets=[sock])
     finally:

@@ -41,6 +41,11 @@ class ServiceSettings(BaseSettings):
     spec_tokens: int = Field(0, ge=0, le=64)
     decisions: int = Field(50, ge=1, le=1000, description="how many recent decisions /routing returns")
     flush_interval_s: float = Field(1.0, gt=0.0, le=60.0)
+    head_timeout_s: float = Field(5.0, gt=0.0, le=600.0, description="a connection waiting for a request head (new, "
+                                  "or after a response) is closed this long after it began to wait")
+    max_connections: int = Field(1000, ge=1, le=1_000_000, description="open client connections allowed (also "
+                                 "capped at the open-file limit less 64); one more closes the one waiting longest "
+                                 "for a request head")
     log_level: LogLevel = "info"
     allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
         None, description="Host header names accepted (e.g. metrics.example.com,10.0.0.5; * for any); default: "

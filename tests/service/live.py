@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -28,14 +29,21 @@ def routescope_exe() -> list[str]:
 class Served:
     """``routescope serve --port 0 ARGS``; the port is read from the banner it prints."""
 
-    def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None,
+                 nofile: tuple[int, int] | None = None) -> None:
+        """``nofile``: the (soft, hard) open-file limit the server starts with."""
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("ROUTESCOPE_", "OTEL_", "PROMETHEUS_MULTIPROC"))}
         clean.update(env or {})
         self.cmd = routescope_exe() + ["serve", "--port", "0", *args]
         self.log = log
+
+        def limits() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
+
         with log.open("wb") as out:
             self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=clean, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, preexec_fn=limits if nofile else None)
         self.port = 0
         self.base = ""
 
