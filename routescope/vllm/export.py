@@ -7,7 +7,8 @@ Two ways out, either or both:
   ``routescope serve --multiproc-dir DIR`` (or vLLM's own /metrics, when vLLM uses the same
   directory) reads them all;
 * a port per rank (``ROUTESCOPE_VLLM_PORT_BASE``): worker of TP rank r serves /metrics on
-  ``PORT_BASE + r`` (``ROUTESCOPE_VLLM_ADDR``, default 0.0.0.0).
+  ``PORT_BASE + r`` (``ROUTESCOPE_VLLM_ADDR``, default 127.0.0.1: loopback only), bounded as
+  ``rank_server`` says (``ROUTESCOPE_VLLM_HEAD_TIMEOUT_S``, ``ROUTESCOPE_VLLM_MAX_CONNECTIONS``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ log = logging.getLogger("vllm.routescope")
 PORT_BASE_ENV = "ROUTESCOPE_VLLM_PORT_BASE"
 _servers: list[Any] = []  # per-rank HTTP servers started here (shut down by shutdown_servers)
 ADDR_ENV = "ROUTESCOPE_VLLM_ADDR"
+HEAD_TIMEOUT_ENV = "ROUTESCOPE_VLLM_HEAD_TIMEOUT_S"
+MAX_CONNECTIONS_ENV = "ROUTESCOPE_VLLM_MAX_CONNECTIONS"
 
 
 def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, rank: str,
@@ -48,11 +51,14 @@ def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, ran
                     "routescope_telemetry_errors_total{stage=\"write\"}", rank, cfg.multiproc_dir, dir_error)
     port = _port(env, rank)
     if port is not None:
-        addr = env.get(ADDR_ENV, "").strip() or "0.0.0.0"
-        try:
-            from prometheus_client import start_http_server
+        from . import rank_server
 
-            server, _thread = start_http_server(port, addr=addr, registry=tel.registry)
+        addr = env.get(ADDR_ENV, "").strip() or rank_server.DEFAULT_ADDR
+        try:
+            server = rank_server.start(port, addr=addr, registry=tel.registry,
+                                       head_timeout_s=_number(env, HEAD_TIMEOUT_ENV, rank_server.HEAD_TIMEOUT_S),
+                                       max_connections=int(_number(env, MAX_CONNECTIONS_ENV,
+                                                                   rank_server.MAX_CONNECTIONS)))
             _servers.append(server)
             log.info("routescope: rank %s serves /metrics on %s:%d", rank, addr, port)
         except Exception as exc:  # noqa: BLE001 - a taken port loses this exporter, not the worker
@@ -72,6 +78,21 @@ def _make_dir(path: str) -> OSError | None:
     except OSError as exc:
         return exc
     return None
+
+
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number from ``env``, else ``default`` (a bad value is logged, never fatal)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        log.warning("routescope: %s=%r is not a positive number; using %s", name, raw, default)
+        return default
+    return value
 
 
 def _port(env: Mapping[str, str], rank: str) -> int | None:
