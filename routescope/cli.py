@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, Any
 
+import click
 import typer
+from typer import rich_utils
+from typer.core import TyperCommand, TyperGroup
+
+# The checkout this module sits in (routescope/cli.py -> the repository root), when it runs from one.
+CHECKOUT = Path(__file__).resolve().parents[1]
+PIPED_HELP_WIDTH = 120  # help written to a file or a pipe: wide enough that no option or env name is cut
 
 # (name, "module:attribute", kind): a command function or a typer sub-app, imported lazily
 # so `routescope explain` does not pay for FastAPI or matplotlib.
@@ -30,12 +43,77 @@ def _load(target: str) -> object | None:
     return getattr(mod, attr)
 
 
-def _root() -> None:
+def version_text(root: Path = CHECKOUT) -> str:
+    """"routescope 0.1.0", and the commit when this code runs from a git checkout ("-dirty": edited since)."""
+    version = None
+    pyproject = root / "pyproject.toml"
+    if (root / ".git").exists() and pyproject.is_file():
+        try:
+            version = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            version = None
+    if version is None:
+        try:
+            version = metadata.version("routescope")
+        except metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+    if not (root / ".git").exists():
+        return f"routescope {version}"
+    from dispatcher.sweep.provenance import git_commit
+
+    commit = git_commit(root)
+    return f"routescope {version}" + (f" (commit {commit})" if commit else "")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="print the version (and the commit, from a checkout) and exit")] = False,
+) -> None:
     """See how sparse MLA prefill calls are routed to attention kernels."""
+
+
+def _untag(cmd: click.Command, ctx: click.Context) -> None:
+    """Drop typer's <str>/<bool>/<int> tags from help; keep choices (observe|reroute) and ranges."""
+    for param in cmd.get_params(ctx):
+        if param.metavar is not None or not hasattr(param, "display_type_rich"):
+            continue
+        tag = param.display_type_rich(ctx) or ""
+        if tag.startswith("<") and tag.endswith(">"):
+            inner = tag[1:-1]
+            param.metavar = inner if "|" in inner else ""
+
+
+class HelpCommand(TyperCommand):
+    """A command whose help shows no type tags."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _untag(self, ctx)
+        super().format_help(ctx, formatter)
+
+
+class HelpGroup(TyperGroup):
+    """A group whose help shows no type tags."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _untag(self, ctx)
+        super().format_help(ctx, formatter)
+
+
+def _plain_help(app: typer.Typer) -> None:
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):  # typer's default; a command with its own class keeps it
+            info.cls = HelpCommand
 
 
 def build_app() -> typer.Typer:
     app = typer.Typer(
+        cls=HelpGroup,
         name="routescope",
         help="See how sparse MLA prefill calls are routed to attention kernels.",
         no_args_is_help=True,
@@ -49,7 +127,7 @@ def build_app() -> typer.Typer:
         if obj is None:
             continue
         if kind == "group":
-            app.add_typer(obj, name=name)
+            app.add_typer(obj, name=name, cls=HelpGroup)
             groups[name] = obj
         else:
             app.command(name)(obj)
@@ -57,11 +135,27 @@ def build_app() -> typer.Typer:
         obj = _load(target)
         sub = groups.get(group)
         if obj is not None and sub is not None and all(c.name != name for c in sub.registered_commands):
-            sub.command(name)(obj)
+            sub.command(name, cls=HelpCommand)(obj)
+    _plain_help(app)
+    for sub in groups.values():
+        _plain_help(sub)
     return app
 
 
+def help_width(stdout: Any = None, env: Any = None) -> int | None:
+    """The help's width: typer's (the terminal's, or TERMINAL_WIDTH/COLUMNS) unless it goes to a pipe or a file."""
+    stdout = sys.stdout if stdout is None else stdout
+    env = os.environ if env is None else env
+    if env.get("TERMINAL_WIDTH") or env.get("COLUMNS"):
+        return None
+    isatty = getattr(stdout, "isatty", None)
+    return None if isatty is not None and isatty() else PIPED_HELP_WIDTH
+
+
 def main() -> None:
+    width = help_width()
+    if width is not None:
+        rich_utils.MAX_WIDTH = width  # what TERMINAL_WIDTH sets; only for a pipe or a file
     build_app()()
 
 
