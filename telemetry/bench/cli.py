@@ -192,6 +192,25 @@ def _render_multiproc(result: dict) -> None:
         console.print(table)
 
 
+def _diff(r: dict, key: str) -> str:
+    """A paired difference with its band, "(noise)" where the band is wider than it."""
+    d, band = r[f"{key}_ns"], r.get(f"{key}_band_ns")
+    if band is None:
+        return f"{d:.0f}"
+    return f"{d:.0f} ± {band:.0f}" + ("" if d > band else " (noise)")
+
+
+def overhead_cells(r: dict) -> list[str]:
+    """One run's row after its name: medians, paired differences ± band, the ratio or why there is none."""
+    ratio = r["naive_over_instrumented_overhead"]
+    po = r["probe_only_ns_per_call"]
+    return [f"{r['bare_ns_per_call']:.0f}", f"{r['instrumented_ns_per_call']:.0f}",
+            f"{r['naive_prometheus_ns_per_call']:.0f}", _diff(r, "instrumented_minus_bare"),
+            _diff(r, "naive_minus_bare"),
+            "n/a (noise)" if ratio is None else f"{ratio:.1f}×", _diff(r, "empty_probe_minus_bare"),
+            f"{po['instrumented']:.0f} / {po['naive_prometheus']:.0f}"]
+
+
 def _render(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -199,19 +218,14 @@ def _render(result: dict) -> None:
     console = Console(width=max(Console().width, 150))
     runs = [("no-op kernel", result["noop_kernel"])]
     if "real_kernels" in result:
-        runs.append(("real torch kernels", result["real_kernels"]))
+        r = result["real_kernels"]
+        runs.append((f"real torch kernels ({r['calls']} calls, {r['repeats']} passes)", r))
     if "multiprocess" in result:
         runs.append(("no-op kernel, multiprocess", result["multiprocess"]))
     table = Table("run", "bare ns/call", "instrumented", "naive prometheus", "instr − bare", "naive − bare",
                   "naive/instr overhead", "empty probe − bare", "probe only: instr / naive")
     for name, r in runs:
-        ratio = r["naive_over_instrumented_overhead"]
-        po = r["probe_only_ns_per_call"]
-        table.add_row(name, f"{r['bare_ns_per_call']:.0f}", f"{r['instrumented_ns_per_call']:.0f}",
-                      f"{r['naive_prometheus_ns_per_call']:.0f}", f"{r['instrumented_minus_bare_ns']:.0f}",
-                      f"{r['naive_minus_bare_ns']:.0f}", "n/a" if ratio is None else f"{ratio:.1f}×",
-                      f"{r['empty_probe_minus_bare_ns']:.0f}",
-                      f"{po['instrumented']:.0f} / {po['naive_prometheus']:.0f}")
+        table.add_row(name, *overhead_cells(r))
     console.print(table)
     if "processes" in result:
         p = result["processes"]
@@ -222,7 +236,8 @@ def _render(result: dict) -> None:
     n = result["noop_kernel"]
     console.print(f"no-op run: {n['kernel_note']}. Host CPU ns per call (thread time), medians over "
                   f"{n['repeats']} interleaved passes of {n['calls']} calls; differences are medians of per-pass "
-                  "differences. 'empty probe' is a probe whose methods do nothing: the cost of the probe "
+                  "differences ± half their interquartile range (never less than their gap to the difference of the "
+                  "medians), '(noise)' where the band is wider than the difference. 'empty probe' is a probe whose methods do nothing: the cost of the probe "
                   "protocol itself, included in 'instr − bare'. 'probe only': start+stop alone on the same calls.")
 
 

@@ -80,8 +80,37 @@ def _records(d: Dispatcher, calls: list) -> list:
     return out
 
 
+def paired(a: list[float], b: list[float]) -> tuple[float, float]:
+    """(median of per-pass a - b, its band): half the differences' interquartile range, and never less than how
+    far the difference of the two medians lies from it, so the printed medians and difference always agree
+    within the printed band."""
+    diffs = [x - y for x, y in zip(a, b)]
+    d = statistics.median(diffs)
+    q = statistics.quantiles(diffs, n=4, method="inclusive") if len(diffs) > 1 else [d, d, d]
+    gap = abs((statistics.median(a) - statistics.median(b)) - d)
+    return d, max((q[2] - q[0]) / 2, gap)
+
+
+def resolved(diff: float, band: float) -> bool:
+    """A difference told apart from noise: larger than its band."""
+    return diff > band
+
+
 def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None = None, seed: int = 0) -> dict[str, Any]:
-    """One interleaved run; ``kernels`` is "noop" or "real"."""
+    """One interleaved run; ``kernels`` is "noop" or "real" (torch on one thread, so the calling thread's CPU time
+    is the whole kernel's and not a share of a pool's that moves from pass to pass)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if kernels == "real":
+        torch.set_num_threads(1)
+    try:
+        return _measure(calls=calls, repeats=repeats, kernels=kernels, multiproc_dir=multiproc_dir, seed=seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None, seed: int) -> dict[str, Any]:
     platform, policy = what_if("gfx942"), Policy()
     registry = noop_registry if kernels == "noop" else real_registry
     impl = NOOP_IMPL if kernels == "noop" else "torch"
@@ -119,13 +148,15 @@ def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None
         gc.unfreeze()
         tel.close()
     med = {v: statistics.median(x) for v, x in per.items()}
-    d_inst = statistics.median(i - b for i, b in zip(per["instrumented"], per["bare"]))
-    d_naive = statistics.median(n - b for n, b in zip(per["naive_prometheus"], per["bare"]))
-    d_empty = statistics.median(e - b for e, b in zip(per["empty_probe"], per["bare"]))
+    d_inst, band_inst = paired(per["instrumented"], per["bare"])
+    d_naive, band_naive = paired(per["naive_prometheus"], per["bare"])
+    d_empty, band_empty = paired(per["empty_probe"], per["bare"])
+    both = resolved(d_inst, band_inst) and resolved(d_naive, band_naive)
     return {
         "kernels": kernels,
         "kernel_note": ("kernel launch replaced by a no-op (registry entries whose launch does nothing)"
-                        if kernels == "noop" else "real torch kernels (CPU), AITER names served by the torch prefill"),
+                        if kernels == "noop" else "real torch kernels (CPU, one torch thread), AITER names served by "
+                                                  "the torch prefill"),
         "calls": calls,
         "repeats": repeats,
         "bare_ns_per_call": med["bare"],
@@ -133,11 +164,16 @@ def measure(*, calls: int, repeats: int, kernels: str, multiproc_dir: str | None
         "naive_prometheus_ns_per_call": med["naive_prometheus"],
         "empty_probe_ns_per_call": med["empty_probe"],
         "instrumented_minus_bare_ns": d_inst,
+        "instrumented_minus_bare_band_ns": band_inst,
         "empty_probe_minus_bare_ns": d_empty,
+        "empty_probe_minus_bare_band_ns": band_empty,
         "instrumented_minus_empty_probe_ns": statistics.median(
             i - e for i, e in zip(per["instrumented"], per["empty_probe"])),
         "naive_minus_bare_ns": d_naive,
-        "naive_over_instrumented_overhead": (d_naive / d_inst) if d_inst > 0 else None,
+        "naive_minus_bare_band_ns": band_naive,
+        "naive_over_instrumented_overhead": (d_naive / d_inst) if both and d_inst > 0 else None,
+        "naive_over_instrumented_note": None if both else (
+            "unknown: a difference is within its band (the kernels' own variation hides telemetry's cost)"),
         "probe_only_ns_per_call": {k: statistics.median(v) for k, v in probe_only.items()},
         "wall_ns_per_call": {v: statistics.median(x) for v, x in wall.items()},
         "wall_instrumented_minus_bare_ns": statistics.median(i - b for i, b in zip(wall["instrumented"], wall["bare"])),
