@@ -67,6 +67,21 @@ def _predicted(out: AdviceOut, name: str) -> dict[str, dict | None]:
     return got
 
 
+def _unknown_why(out: AdviceOut, name: str) -> dict[str, str]:
+    """Why a model's predicted saving is unknown, for each model whose is (advise's own words)."""
+    why = {}
+    for m in out.models:
+        c = next((c for c in m.candidates if c.name == name), None)
+        if c is None:
+            why[m.model] = f"advise did not scan {name}"
+        elif c.saving is None:
+            why[m.model] = (c.saving_note or "").removeprefix("unknown: ") or (f"{c.uncovered[0].calls} calls unpriced: {c.uncovered[0].reason}"
+                                             if c.uncovered else "the table prices none of these calls")
+    if out.status != "ok":
+        why["all"] = out.message or out.status
+    return why
+
+
 def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_pool: int | None, seed: int,
            device_name: str, max_rows: int) -> dict:
     import torch
@@ -106,6 +121,8 @@ def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_
             "measured_a_s": sum(a_calls[i] for i in idx), "measured_b_s": sum(b_calls[i] for i in idx),
             "measured_saving_s": sum(a_calls[i] - b_calls[i] for i in moved),
             "predicted_saving_s": {t.meta.name: _predicted(out, arm_b.name).get(model) for t, out in zip(loaded, scans)},
+            "predicted_unknown": {t.meta.name: why for t, out in zip(loaded, scans)
+                                  if (why := _unknown_why(out, arm_b.name).get(model))},
         }
     clock = ("CUPTI kernel time per call (first kernel start to last kernel end), L2 flushed and the GPU held "
              "before each call as the sweep does" if device.type == "cuda" else
@@ -121,6 +138,9 @@ def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_
         "measured_saving_s": sum(m["measured_saving_s"] for m in models.values()),
         "predicted_saving_s": {t.meta.name: _sum_bands([m["predicted_saving_s"][t.meta.name] for m in models.values()])
                                for t in loaded},
+        "predicted_unknown": {t.meta.name: "the sum needs every model's; unknown for "
+                              f"{', '.join(m for m, r in models.items() if t.meta.name in r['predicted_unknown'])}"
+                              for t in loaded if any(t.meta.name in r["predicted_unknown"] for r in models.values())},
     }
 
 
@@ -147,10 +167,12 @@ def render(result: dict) -> None:
         measured = result["measured_saving_s"] if r is None else r["measured_saving_s"]
         preds = [result["predicted_saving_s"][t["name"]] if r is None else r["predicted_saving_s"][t["name"]]
                  for t in result["tables"]]
-        cells = [f"{fmt_seconds(p['mid'])} ({fmt_seconds(p['low'])}…{fmt_seconds(p['high'])})" if p else "unknown"
-                 for p in preds]
+        unknown = result.get("predicted_unknown", {}) if r is None else r.get("predicted_unknown", {})
+        cells = [f"{fmt_seconds(p['mid'])} ({fmt_seconds(p['low'])}…{fmt_seconds(p['high'])})" if p
+                 else f"unknown: {unknown.get(t['name'], 'not recorded why')}" for p, t in zip(preds, result["tables"])]
         first = preds[0]
-        ratio = f"{first['mid'] / measured:.2f}" if first and measured else "–"
+        ratio = (f"{first['mid'] / measured:.2f}" if first and measured else
+                 "n/a: no prediction" if not first else "n/a: no time saved or lost")
         table.add_row(model, "" if r is None else str(r["calls"]), "" if r is None else str(r["moved_calls"]),
                       "" if r is None else fmt_seconds(r["measured_a_s"]), "" if r is None else fmt_seconds(r["measured_b_s"]),
                       fmt_seconds(measured), *cells, ratio)

@@ -59,3 +59,21 @@ def test_bench_ab_refuses_what_it_cannot_do():
     res = CliRunner().invoke(build_app(), ["bench", "ab", "--device", "cpu", "--calls", "4", "--gate", "16",
                                            "--table", "/nonexistent/t.json"])
     assert res.exit_code == 2 and "--table: /nonexistent/t.json: (file): no such file" in res.output
+
+
+def test_an_unknown_prediction_says_why_in_text_as_in_json():
+    """The H200 table has no top-k 32 (the CPU replay's scaled shapes): the figure is unknown, and both say why."""
+    args = ["bench", "ab", "--device", "cpu", "--table", "h200", "--calls", "40", "--max-rows", "256", "--repeats",
+            "1", "--gate", "16"]
+    res = CliRunner().invoke(build_app(), [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    name = out["tables"][0]["name"]
+    assert out["predicted_saving_s"][name] is None
+    for model, r in out["models"].items():
+        why = r["predicted_unknown"][name]
+        assert r["predicted_saving_s"][name] is None and "have no price" in why and "not in the table" in why
+    assert out["predicted_unknown"][name] == f"the sum needs every model's; unknown for {', '.join(out['models'])}"
+    text = " ".join(CliRunner().invoke(build_app(), args, env={"COLUMNS": "400"}).stdout.split())
+    assert f"unknown: {next(iter(out['models'].values()))['predicted_unknown'][name].split(' (')[0]}" in text
+    assert "n/a: no prediction" in text and f"unknown: {out['predicted_unknown'][name]}" in text
