@@ -46,17 +46,20 @@ def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragge
 class Call:
     """One prefill call in flight: what was predicted, what the getters saw, what launched."""
 
-    __slots__ = ("key", "decision", "token", "launched", "attempted", "saw_none", "prev", "announced")
+    __slots__ = ("key", "decision", "token", "launched", "attempted", "saw_none", "prev", "announced", "route",
+                 "observed")
 
     def __init__(self, key: tuple, decision: Decision, prev: Call | None) -> None:
         self.key = key
-        self.decision = decision
+        self.decision = decision  # what the probe was told: the prediction of vLLM's launch, or arm B's decision
         self.token: Any = None
         self.launched: Kernel | None = None
         self.attempted: Kernel | None = None  # an AITER getter vLLM called that did not return None
         self.saw_none: set[Kernel] = set()
         self.prev = prev
         self.announced: str | None = None  # the impl the probe's start was told of
+        self.route: Any = None  # an experiment's routing.Route for this call (None: vLLM's own routing, observed)
+        self.observed = True  # False: the probe's start failed, so stop and error are not called
 
     def impl(self, raised: bool = False) -> str:
         """What vLLM ran, or (for a call it raised on) what it attempted: 'aiter' or 'triton'."""

@@ -140,17 +140,40 @@ class ForwardBatch:
         # (metadata container, rows, batch) of the last call: every layer of a step shares one container.
         # Holding it keeps its id from being reused; it is released at the next step's first call.
         self._last: tuple[Any, int, Batch] | None = None
+        # the call's position for an experiment's assignment: (step, call in step). A step is one forward
+        # context's metadata container; every tensor-parallel rank runs the same steps and layers in the same
+        # order, so every rank numbers a call alike. Calls outside a forward context count on in the last step.
+        self.step = 0
+        self.index = -1
+        self._step_md: Any = None
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(step, call in step) of the call just read."""
+        return self.step, self.index
+
+    def _advance(self, md: Any) -> None:
+        if md is not None and md is not self._step_md:
+            self._step_md = md
+            self.step += 1
+            self.index = 0
+        else:
+            self.index += 1
 
     def __call__(self, rows: int) -> Batch:
         if self.get_context is None:
+            self.index += 1
             return UNKNOWN_BATCH
         if self.is_available is not None and not self.is_available():
+            self.index += 1
             return UNKNOWN_BATCH
         try:
             ctx = self.get_context()
         except AssertionError:  # vLLM asserts when no forward context is set (outside a forward pass)
+            self.index += 1
             return UNKNOWN_BATCH
         md = getattr(ctx, "attn_metadata", None)
+        self._advance(md)
         last = self._last
         if last is not None and last[0] is md and last[1] == rows:
             return last[2]

@@ -48,6 +48,10 @@ class Layout:
         "vllm.config:get_current_vllm_config",
     )
     rank_getters: tuple[str, ...] = ("vllm.distributed:get_tensor_model_parallel_rank",)
+    # vLLM's batch-invariant switch (read once per process): while it is on, an experiment moves no call
+    batch_invariant: str = "vllm.envs:VLLM_BATCH_INVARIANT"
+    # where routescope's lazy AITER adapter finds pa_prefill_sparse for an experiment's gfx942 arm
+    aiter_module: str = "aiter"
 
 
 @dataclass

@@ -65,6 +65,7 @@ class Observer:
         self.policy = policy
         self.make_telemetry = make_telemetry
         self.resolve_rank = resolve_rank
+        self.router: Any = None  # a routing.Router while the plugin routes an experiment's calls; None: observe only
         self.absent_branches = absent_branches
         self.vllm_gates = dict(vllm_gates or {})  # kernel -> vLLM's own predicate (or arch flag) for its branch
         self.vllm_gate_text = dict(vllm_gate_text or {})  # kernel -> how that gate's decline reads
@@ -113,6 +114,7 @@ class Observer:
             "platform": None if self.platform is None else self.platform.to_dict(),
             "policy": self.policy.to_dict(), "model": self.model.value, "rank": self.rank,
             "telemetry": self.telemetry is not None,
+            **({"routing": self.router.status()} if self.router is not None else {}),
         }
 
     # ---- lazy per-process setup ----------------------------------------------------------
@@ -136,6 +138,12 @@ class Observer:
                 except Exception as exc:  # noqa: BLE001 - no telemetry: vLLM runs on, unobserved
                     self.failed("setup", exc)
                     self.telemetry = self.probe = None
+                if self.router is not None and self.probe is not None:
+                    try:  # this process's experiments (routing.py): watched from now on, routed once one runs
+                        self.router.start_process(self.platform, self.policy)
+                    except Exception as exc:  # noqa: BLE001 - no experiment here: the plugin observes
+                        self.failed("experiments", exc)
+                        self.router = None
                 self._pid = pid
         return self.probe is not None
 
@@ -239,21 +247,37 @@ class Observer:
             self.failed("metadata", exc)
             batch = Batch()
         key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
+        router = self.router
+        route = None
+        if router is not None:  # an experiment may send this call to arm B (routing.py)
+            route = router.route(decision, shape, batch, self.model.get(), q, self.batch_reader.position,
+                                 args, kwargs, self._arg)
+        return self.start(key, decision if route is None else route.shown, shape, batch, q, route)
+
+    def start(self, key: tuple, decision: Decision, shape: CallShape, batch: Batch, q: Any,
+              route: Any = None) -> Call | None:
+        """Hand one call to the probe; None (no routing) when the probe fails, else the call in flight."""
         call = Call(key, decision, getattr(self._local, "call", None))
+        call.route = route
         try:
-            call.announced = "aiter" if decision.kernel in AITER_KERNELS else "triton"  # what vLLM will attempt
+            call.announced = "aiter" if decision.kernel in AITER_KERNELS else "triton"  # what will be attempted
             told = (call.announced,) if self._arity[0] >= 7 else ()
             call.token = self.probe.start(decision, shape, batch, self.model.get(), q, None, *told)
             if not told:
                 call.announced = None
         except Exception as exc:  # noqa: BLE001
             self.failed("probe", exc)
-            return None
+            if route is None:
+                return None
+            call.observed = False  # a chosen call still runs its arms; the probe is not told its end
         self._local.call = call
         return call
 
     def after(self, call: Call, exc: BaseException | None) -> None:
         """Never raises; restores the enclosing call (if any) for the getters to see."""
+        if not call.observed:
+            self._local.call = call.prev
+            return
         try:
             if exc is not None:  # the impl label says what vLLM attempted (aiter or triton)
                 extra = (call.impl(raised=True), call.announced)[: max(0, self._arity[2] - 2)]
@@ -282,6 +306,8 @@ class Observer:
                 obs.failed("before", exc)
             if call is None:
                 return original(*args, **kwargs)
+            if call.route is not None:
+                return obs.router.run(obs, call, original, args, kwargs)
             try:
                 result = original(*args, **kwargs)
             except BaseException as exc:

@@ -64,8 +64,10 @@ class Plugin:
         importer: Callable[[str], ModuleType],
         platform: Platform | None,
         telemetry_factory: Callable[..., Any] | None,
+        experiment_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.layout = layout
+        self.experiment_factory = experiment_factory
         self.env = env
         self.importer = importer
         self.platform = platform
@@ -163,6 +165,7 @@ class Plugin:
             make_telemetry=factory, resolve_rank=lambda: resolve_rank(rank_getters, env),
             absent_branches=absent_branches, vllm_gates=gates, vllm_gate_text=gate_text,
         )
+        observer.router = self._router(module, observer)
         replacements: dict[int, tuple[Any, Any]] = {
             id(found.prefill): (found.prefill, observer.wrap_prefill(found.prefill))}
         for getter, kernel in found.getters.values():
@@ -182,6 +185,31 @@ class Plugin:
                  sorted(found.decodes) or "none", _branches(layout, found, observer.policy))
         if found.absent:
             log.info("routescope: not found in this vLLM (observed without them): %s", "; ".join(found.absent))
+
+    def _router(self, module: ModuleType, observer: Observer) -> Any:
+        """The experiment router (routing.py) over this module; None when no experiment can run here (logged)."""
+        try:
+            from .arms import VllmArms
+            from .experiment import flush_interval, registry_factory
+            from .routing import Router
+
+            make = (self.experiment_factory or registry_factory)(env=self.env)
+            if make is None:
+                return None
+            return Router(arms=VllmArms(module, aiter_module=self.layout.aiter_module), make_registry=make,
+                          batch_invariant=self._batch_invariant(), flush_interval_s=flush_interval(self.env))
+        except Exception as exc:  # noqa: BLE001 - without a router the plugin observes, as before experiments
+            log.warning("routescope: experiments cannot run in this process (%s: %s); the plugin only observes",
+                        type(exc).__name__, exc, exc_info=exc)
+            return None
+
+    def _batch_invariant(self) -> bool:
+        """vLLM's own reading of VLLM_BATCH_INVARIANT (vllm.envs), else the variable as vLLM parses it."""
+        try:
+            return bool(resolve(self.layout.batch_invariant, self.importer))
+        except Exception:  # noqa: BLE001 - no vllm.envs, or a value vLLM's int() rejects
+            raw = self.env.get("VLLM_BATCH_INVARIANT", "0").strip()
+            return raw not in ("", "0") and raw.lower() not in ("false", "no", "off")
 
     def _policy(self, found: Any) -> Policy:
         """vLLM's own thresholds when its module defines them; else ROUTESCOPE_* or the defaults."""
@@ -203,6 +231,12 @@ class Plugin:
         return detect(device_index=index or 0)
 
     def undo(self) -> None:
+        router = getattr(self.observer, "router", None)
+        if router is not None and router.registry is not None:
+            try:  # this process's experiments stop being watched; the directory's files stay
+                router.registry.close()
+            except Exception:  # noqa: BLE001
+                pass
         if self.hook is not None:
             self.hook.remove()
         self.patcher.undo()
@@ -286,6 +320,7 @@ def install(
     importer: Callable[[str], ModuleType] = importlib.import_module,
     platform: Platform | None = None,
     telemetry_factory: Callable[..., Any] | None = None,
+    experiment_factory: Callable[..., Any] | None = None,
 ) -> PluginState:
     """Idempotent: a ``PluginState`` (off, waiting, observing, stood_down, already or failed). Never raises."""
     global _plugin
@@ -297,7 +332,7 @@ def install(
             if _plugin is not None:
                 return PluginState.ALREADY
             plugin = Plugin(layout=layout or Layout(), env=env, importer=importer, platform=platform,
-                            telemetry_factory=telemetry_factory)
+                            telemetry_factory=telemetry_factory, experiment_factory=experiment_factory)
             _plugin = plugin
             return plugin.start()
     except Exception as exc:  # noqa: BLE001 - vLLM calls plugins without a try

@@ -8,7 +8,10 @@ on, at vLLM 0.33.0's paths (docs/vllm.md, "Binding sites in 0.33.0"):
 * the ROCm sparse MLA ops module ``vllm/v1/attention/ops/rocm_aiter_mla_sparse.py``: the prefill
   entry, the decode entries ``rocm_sparse_attn_decode`` and ``rocm_sparse_attn_decode_bf16``, the
   split-count helper, the OPUS getter and gate, and (variant ``getters="both"``) the seed PR's gfx942
-  getter and inline branch, as tests/vllm_real/seed_gfx942.patch writes them;
+  getter and inline branch, as tests/vllm_real/seed_gfx942.patch writes them; and the helpers an
+  experiment's arm B launches with 0.33.0's signatures (``_rocm_sparse_attn_prefill_ragged_triton``,
+  ``_rocm_sparse_attn_prefill_triton``, ``_rocm_sparse_attn_prefill_ragged_aiter_opus``,
+  ``build_ragged_indices_from_dense``), each logging its call as ``("helper", name, rows)``;
 * the backend ``vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py`` (GLM's path), which imports the
   prefill entry, the bf16 decode and the split-count helper by name;
 * the DeepSeek-V4 model modules ``vllm/models/deepseek_v4/amd/rocm.py`` and ``.../deepseek_v41/...``,
@@ -96,12 +99,53 @@ def rocm_sparse_attn_prefill(
     _attend(q, kv, indices, topk_length, scale, attn_sink, output)
 
 
+def build_ragged_indices_from_dense(indices, lengths, num_rows):
+    """vLLM 0.33.0's conversion: a row's first ``lengths`` positions, entries in [0, num_rows) kept."""
+    width = indices.shape[-1]
+    keep = (torch.arange(width)[None, :] < lengths.long()[:, None]) & (indices >= 0) & (indices < num_rows)
+    ptr = torch.zeros(indices.shape[0] + 1, dtype=torch.int32)
+    ptr[1:] = keep.sum(dim=1).cumsum(0)
+    return indices[keep].to(torch.int32), ptr
+
+
+def _attend_ragged(q, kv, indices, indptr, scale, attn_sink, out):
+    """kv here is [skv, d], as vLLM's helpers take it."""
+    ragged_prefill(KernelArgs(q, kv.unsqueeze(1), SparseIndex(None, None, indices.long(), indptr.long()), float(scale),
+                              attn_sink, out))
+
+
+def _rocm_sparse_attn_prefill_ragged_triton(q, kv, indices, indptr, scale, attn_sink, nope_head_dim, rope_head_dim,
+                                            out=None):
+    LOG.append(("helper", "intree_ragged", q.shape[0]))
+    _attend_ragged(q, kv, indices, indptr, scale, attn_sink, out)
+    return out
+
+
+def _rocm_sparse_attn_prefill_triton(q, kv, indices, scale, attn_sink, nope_head_dim, rope_head_dim, topk_length=None,
+                                     out=None):
+    LOG.append(("helper", "intree_dense", q.shape[0]))
+    ragged_prefill(KernelArgs(q, kv.unsqueeze(1), SparseIndex(indices, topk_length), float(scale), attn_sink, out))
+    return out
+
+
+def _rocm_sparse_attn_prefill_ragged_aiter_opus(q, kv, indices, indptr, scale, attn_sink, output) -> bool:
+    """0.33.0's OPUS launch: False, having written nothing, when the getter has no kernel."""
+    if _get_aiter_sparse_prefill_opus() is None:
+        return False
+    LOG.append(("helper", "opus", q.shape[0]))
+    _attend_ragged(q, kv, indices, indptr, scale, attn_sink, output)
+    return True
+
+
 def rocm_sparse_attn_decode(q, kv_cache=None, *args, output=None, **kwargs) -> None:
     LOG.append(("decode", "rocm_sparse_attn_decode", q.shape[0]))
 
 
 def rocm_sparse_attn_decode_bf16(q, kv=None, *args, output=None, **kwargs) -> None:
     LOG.append(("decode", "rocm_sparse_attn_decode_bf16", q.shape[0]))
+    if output is not None and kwargs.get("ragged_indptr") is not None:  # the split-K math, as 0.33.0's computes it
+        _attend_ragged(q, kv.squeeze(1), kwargs["ragged_indices"], kwargs["ragged_indptr"], kwargs["scale"],
+                       kwargs.get("attn_sink"), output)
 
 
 def rocm_sparse_decode_bf16_num_splits(*args, **kwargs) -> int:
