@@ -36,6 +36,7 @@ from .arms import ArmUnavailable, PrefillCall, VllmArms
 log = logging.getLogger("vllm.routescope")
 
 PARAMS = PrefillCall._fields
+BATCH_INVARIANT = "batch_invariant"  # the experiments' never-moved reason (experiments.candidates.NotMoved)
 
 
 class Route(NamedTuple):
@@ -110,6 +111,8 @@ class Router:
         signature): only B calls read them all."""
         chooser = self.chooser
         if chooser is None:
+            if self.batch_invariant:
+                self._batch_invariant_call()
             return None
         try:  # never-moved calls (capture, batch-invariant, guard, decode onto prefill) come back as None
             arm = chooser.choose(decision, shape, batch, model, q, position)
@@ -132,6 +135,18 @@ class Router:
                 self.finish(chooser, arm, Outcome.UNAVAILABLE, ArmUnavailable(why))
                 return None
         return Route(chooser, arm, call, decision, shape, batch, q)
+
+    def _batch_invariant_call(self) -> None:
+        """While vLLM runs batch-invariant the registry attaches no chooser; the started experiment still counts the
+        call as never moved (its ``never_moved`` is what its report exports)."""
+        experiment = getattr(self.registry, "current", None)
+        if experiment is None or getattr(experiment, "state_name", None) != "running":
+            return
+        try:
+            counts = experiment.never_moved
+            counts[BATCH_INVARIANT] = counts.get(BATCH_INVARIANT, 0) + 1
+        except Exception as exc:  # noqa: BLE001
+            self.failed("count", exc)
 
     def _log_once(self, key: str, msg: str, *args: Any) -> None:
         if key not in self._logged:
