@@ -127,6 +127,9 @@ class VllmArms:
                     return f"this vLLM has no {name}"
             if kv_dtype != q_dtype:
                 return f"vLLM's split-K decode of an unquantized pool needs kv of q's dtype (q {q_dtype}, kv {kv_dtype})"
+            width = call.nope_head_dim + call.rope_head_dim
+            if width <= 0 or width & (width - 1):  # its reduce kernel spans tl.arange(0, nope + rope)
+                return f"vLLM's split-K decode needs nope + rope a power of two (this call: {width})"
             return None
         return f"no launcher for {kernel}"
 

@@ -8,11 +8,13 @@ import pytest
 from .conftest import samples
 
 SCRIPT = "gfx950_what_if"
-OPUS, INTREE = "aiter.pa_sparse_prefill_opus", "intree.ragged_prefill"
+OPUS, INTREE, SPLIT_K = "aiter.pa_sparse_prefill_opus", "intree.ragged_prefill", "intree.sparse_decode"
 
 
 def prepare(tmp):
-    return {"ROUTESCOPE_VLLM": "1", "ROUTESCOPE_TELEMETRY_MULTIPROC_DIR": str(tmp / "multiproc")}
+    # flushes by hand: the script reads the directory (and the experiments' registry flushes) when it chooses
+    return {"ROUTESCOPE_VLLM": "1", "ROUTESCOPE_TELEMETRY_MULTIPROC_DIR": str(tmp / "multiproc"),
+            "ROUTESCOPE_TELEMETRY_FLUSH_INTERVAL_S": "3600"}
 
 
 def test_vllm_declining_opus_without_its_getter_is_labelled_declined_from_the_first_call(run):
@@ -57,3 +59,35 @@ def test_a_call_vllm_raised_on_is_labelled_with_the_impl_it_attempted(run):
     assert samples(after, "routescope_kernel_errors_total", kernel=INTREE, exception="ValueError") == 1
     assert samples(after, "routescope_calls_total", kernel=INTREE, impl="torch", rows_bucket="2-3") == 0
     assert samples(after, "routescope_calls_total", kernel=INTREE, impl="triton", rows_bucket="2-3") == 1
+
+
+def test_an_experiment_whose_b_cannot_run_here_moves_nothing_and_counts_it(run):
+    """gfx950_4 from the directory: B is OPUS, and vLLM's arch flag _ON_GFX950 is False on this CPU, so the plugin
+    asks before launching anything, leaves the calls on vLLM's own routing and the experiment counts them."""
+    e = run.data["experiments"]["unavailable"]
+    assert e["picked_up"] is True
+    assert e["runs"] == [[], [], []]  # no B launch, no timed call: the cell is unavailable from its first B draw
+    assert e["view"]["never_moved"] == {"candidate_unavailable": 3}
+    assert all(err < 1e-3 for err in e["errs"]), e["errs"]  # vLLM's in-tree kernel wrote every output
+    assert run.data["routing"]["unavailable"] == {OPUS: 1}
+
+
+def test_split_below_routes_its_b_calls_to_vllms_split_k_decode_and_checks_the_first(run):
+    """split_below_16 from the directory: 8-row calls assigned to B run vLLM's rocm_sparse_attn_decode_bf16 (its
+    Triton kernels, interpreted); the cell's first B call is a numerics sample (vLLM's entry into the output,
+    split-K into scratch), which passes; every output the caller got matches the reference."""
+    from experiments.assignment import STREAM_ARM, uniform
+
+    e = run.data["experiments"]["split"]
+    step, index = e["position_before"]
+    b = [i for i in range(len(e["runs"])) if uniform(e["seed"], STREAM_ARM, step, index + 1 + i) < 0.1]
+    assert [i for i, r in enumerate(e["runs"]) if r and r[0].startswith("b")] == b  # the pure assignment's draws
+    assert e["runs"][b[0]] == ["b_checked"] and all(e["runs"][i] == ["b"] for i in b[1:]) and len(b) >= 3
+    assert all(err < 1e-3 for err in e["errs"]), e["errs"]
+    (cell,) = e["view"]["cells"]
+    assert (cell["kernel_a"], cell["kernel_b"], cell["calls_b"], cell["timed_b"]) == (INTREE, SPLIT_K, len(b), len(b))
+    assert cell["numerics"] == {"checked": 1, "mismatched": 0} and e["view"]["state"] == "running"
+    assert cell["calls_a"] + cell["calls_b"] == len(e["runs"])
+    assert samples(e["samples"], "routescope_decisions_total", kernel=SPLIT_K, reason="experiment_b") == len(b) - 1
+    assert samples(e["samples"], "routescope_decode_path_calls_total") == 0  # B's launch is not a decode-entry call
+    assert run.data["errors"] == {} and run.data["routing"]["errors"] == {}
