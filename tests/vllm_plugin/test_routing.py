@@ -278,15 +278,22 @@ def test_split_below_and_decodes_split_k_use_vllms_split_k_decode(vllm_doubles, 
     s = Server(vllm_doubles, tmp_path, "h200")
     s.start(id="split", candidate="split_below_64", fraction=0.1, seed=6)
     for i in range(200):
-        out, expected = s.call(16, seed=i, sink=True)
-        assert torch.allclose(out, expected, atol=1e-2)
-    (cell,) = s.report()["cells"]
+        out, expected = s.call(16, seed=i, sink=True, nope=12, rope=4)  # 16 lanes: vLLM's reduce needs a power of 2
+        assert torch.equal(out, expected)
+    item = s.report()
+    (cell,) = item["cells"]
     assert (cell["kernel_a"], cell["kernel_b"]) == (INTREE, SPLIT_K)
     decodes = sum(1 for e in s.ops.LOG if e[:2] == ("decode", "rocm_sparse_attn_decode_bf16"))
     assert decodes == cell["calls_b"] >= 5
     tel = telemetry()
     tel.flush()
     assert samples(tel, "routescope_decode_path_calls_total") == 0
+    assert "candidate_unavailable" not in item["never_moved"]
+    for i in range(100):  # 8 + 4 lanes: vLLM's split-K cannot take them, so they stay on A
+        out, expected = s.call(16, seed=i, sink=True, nope=8, rope=4)
+        assert torch.equal(out, expected)
+    assert s.report()["never_moved"]["candidate_unavailable"] >= 1
+    assert sum(1 for e in s.ops.LOG if e[:2] == ("decode", "rocm_sparse_attn_decode_bf16")) == decodes
 
 
 def test_decodes_split_k_moves_pure_decodes_reaching_the_prefill_entry(vllm_doubles, tmp_path):
@@ -294,9 +301,10 @@ def test_decodes_split_k_moves_pure_decodes_reaching_the_prefill_entry(vllm_doub
     s.start(id="dsk", candidate="decodes_split_k", fraction=0.1, seed=8)
     for step in range(150):
         with s.fc.set_forward_context({"layer.0": Meta(8, 8, 0, 0, 8)}):
-            s.call(8, seed=step, sink=True)
+            out, expected = s.call(8, seed=step, sink=True, nope=12, rope=4)
+            assert torch.equal(out, expected)
         with s.fc.set_forward_context({"layer.0": Meta(0, 0, 1, 8, 8)}):
-            s.call(8, seed=step, sink=True)  # a prefill: the arms agree
+            s.call(8, seed=step, sink=True, nope=12, rope=4)  # a prefill: the arms agree
     (cell,) = s.report()["cells"]
     assert (cell["kernel_a"], cell["kernel_b"], cell["call_class"]) == (INTREE, SPLIT_K, "pure_decode")
     assert cell["calls_a"] + cell["calls_b"] == 150
