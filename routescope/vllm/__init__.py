@@ -1,8 +1,9 @@
 """routescope inside vLLM: a general plugin that observes vLLM's own sparse MLA prefill routing.
 
-It never replaces vLLM's routing: it wraps the real ``rocm_sparse_attn_prefill`` (and the AITER
-kernel getters and the decode entries) with thin observers that label each call and hand it to
-routescope's telemetry. Entry point: :func:`routescope.vllm_plugin.register`. See docs/vllm.md.
+It wraps the real ``rocm_sparse_attn_prefill`` (and the AITER kernel getters and the decode
+entries) with thin observers that label each call and hand it to routescope's telemetry. Only
+while an experiment runs (routing.py) does it send the calls assigned to arm B to another kernel.
+Entry point: :func:`routescope.vllm_plugin.register`. See docs/vllm.md.
 """
 
 from __future__ import annotations

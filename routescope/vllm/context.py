@@ -152,14 +152,6 @@ class ForwardBatch:
         """(step, call in step) of the call just read."""
         return self.step, self.index
 
-    def _advance(self, md: Any) -> None:
-        if md is not None and md is not self._step_md:
-            self._step_md = md
-            self.step += 1
-            self.index = 0
-        else:
-            self.index += 1
-
     def __call__(self, rows: int) -> Batch:
         if self.get_context is None:
             self.index += 1
@@ -173,7 +165,12 @@ class ForwardBatch:
             self.index += 1
             return UNKNOWN_BATCH
         md = getattr(ctx, "attn_metadata", None)
-        self._advance(md)
+        if md is not None and md is not self._step_md:  # a new step: counted always, so every rank counts alike
+            self._step_md = md
+            self.step += 1
+            self.index = 0
+        else:
+            self.index += 1
         last = self._last
         if last is not None and last[0] is md and last[1] == rows:
             return last[2]

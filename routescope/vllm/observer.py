@@ -249,7 +249,7 @@ class Observer:
         key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
         router = self.router
         route = None
-        if router is not None:  # an experiment may send this call to arm B (routing.py)
+        if router is not None and (router.chooser is not None or router.batch_invariant):  # routing.py
             route = router.route(decision, shape, batch, self.model.get(), q, self.batch_reader.position,
                                  args, kwargs, self._arg)
         return self.start(key, decision if route is None else route.shown, shape, batch, q, route)

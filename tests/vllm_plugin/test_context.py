@@ -115,3 +115,27 @@ def test_rank_resolution_order():
     assert resolve_rank([lambda: (_ for _ in ()).throw(RuntimeError("not initialised"))], {"RANK": "5"}) == "5"
     assert resolve_rank([], {"LOCAL_RANK": "2"}) == "2"
     assert resolve_rank([], {}) == "0"
+
+
+def test_positions_count_steps_by_metadata_container_and_calls_within_them():
+    """An experiment's position: (step, call in step). A step is one forward context's metadata container (every
+    layer of a step shares it); calls without a context count on in the last step."""
+    holder = SimpleNamespace(ctx=None)
+
+    def get():
+        assert holder.ctx is not None, "Forward context is not set."
+        return holder.ctx
+
+    reader = ForwardBatch(get, lambda: holder.ctx is not None)
+    seen = []
+    reader(4)
+    seen.append(reader.position)  # before any step
+    for step in range(3):
+        holder.ctx = SimpleNamespace(attn_metadata={"layer.0": Meta(0, 0, 1, 8, 8)})
+        for rows in (8, 8, 5):  # three calls in the step, one of them of other rows
+            reader(rows)
+            seen.append(reader.position)
+    holder.ctx = None
+    reader(4)
+    seen.append(reader.position)
+    assert seen == [(0, 0), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (3, 2), (3, 3)]
