@@ -368,3 +368,22 @@ def test_an_experiment_refused_here_is_logged_and_nothing_is_moved(vllm_doubles,
         out, expected = s.call(ROWS, seed=i)
         assert torch.equal(out, expected)
     assert s.entries() == 20 and s.obs.status()["routing"]["routed"] == {}
+
+
+@pytest.mark.xfail(strict=True, reason="experiments.control.Registry.flush writes the stop file and the state file "
+                   "only for a stop made during the flush; a kill switch that fires on the call path (B raised, a "
+                   "CPU numerics mismatch) stops this process alone and leaves the directory saying running")
+def test_a_kill_switch_on_the_call_path_stops_every_process(vllm_doubles, tmp_path):
+    s = _opus_server(vllm_doubles, tmp_path)
+    s.start(id="spread", candidate="gfx950_32", fraction=0.1, seed=5)
+
+    def wrong_opus(*, q, kv, indices, indptr, scale, attn_sink, output):
+        output.fill_(3.0)
+        return True
+
+    s.ops._rocm_sparse_attn_prefill_ragged_aiter_opus = wrong_opus
+    for i in range(80):
+        s.call(ROWS, seed=i, sink=True, full_lanes=True)
+    assert s.report()["state"] == "stopped"  # this process stopped at the numerics sample
+    (shared,) = control.experiments(s.dir)  # what the service and every other process read
+    assert shared["state"] == "stopped" and shared["stop_reason"] == "numerics"

@@ -61,12 +61,19 @@ def test_a_call_vllm_raised_on_is_labelled_with_the_impl_it_attempted(run):
     assert samples(after, "routescope_calls_total", kernel=INTREE, impl="triton", rows_bucket="2-3") == 1
 
 
+def _b_positions(e: dict) -> list[int]:
+    """Which of the experiment's positions the pure assignment put on B."""
+    from experiments.assignment import STREAM_ARM, uniform
+
+    return [i for i, (step, index) in enumerate(e["positions"]) if uniform(e["seed"], STREAM_ARM, step, index) < 0.1]
+
+
 def test_an_experiment_whose_b_cannot_run_here_moves_nothing_and_counts_it(run):
     """gfx950_4 from the directory: B is OPUS, and vLLM's arch flag _ON_GFX950 is False on this CPU, so the plugin
     asks before launching anything, leaves the calls on vLLM's own routing and the experiment counts them."""
     e = run.data["experiments"]["unavailable"]
     assert e["picked_up"] is True
-    assert e["runs"] == [[], []]  # no B launch, no timed call: the cell is unavailable from its first B draw
+    assert e["runs"] == [{}, {}]  # no B launch, no timed call: the cell is unavailable from its first B draw
     assert e["view"]["never_moved"] == {"candidate_unavailable": 2}
     assert all(err < 1e-3 for err in e["errs"]), e["errs"]  # vLLM's in-tree kernel wrote every output
     assert run.data["routing"]["unavailable"] == {OPUS: 1}
@@ -76,13 +83,10 @@ def test_split_below_routes_its_b_calls_to_vllms_split_k_decode_and_checks_the_f
     """split_below_16 from the directory: 8-row calls assigned to B run vLLM's rocm_sparse_attn_decode_bf16 (its
     Triton kernels, interpreted); the cell's first B call is a numerics sample (vLLM's entry into the output,
     split-K into scratch), which passes; every output the caller got matches the reference."""
-    from experiments.assignment import STREAM_ARM, uniform
-
     e = run.data["experiments"]["split"]
-    step, index = e["position_before"]
-    b = [i for i in range(len(e["runs"])) if uniform(e["seed"], STREAM_ARM, step, index + 1 + i) < 0.1]
-    assert [i for i, r in enumerate(e["runs"]) if r and r[0].startswith("b")] == b  # the pure assignment's draws
-    assert e["runs"][b[0]] == ["b_checked"] and all(e["runs"][i] == ["b"] for i in b[1:]) and len(b) >= 3
+    b = _b_positions(e)
+    assert [i for i, r in enumerate(e["runs"]) if "b" in r or "b_checked" in r] == b and len(b) >= 3
+    assert e["runs"][b[0]] == {"b_checked": 1} and all(e["runs"][i] == {"b": 1} for i in b[1:])
     assert all(err < 1e-3 for err in e["errs"]), e["errs"]
     (cell,) = e["view"]["cells"]
     assert (cell["kernel_a"], cell["kernel_b"], cell["calls_b"], cell["timed_b"]) == (INTREE, SPLIT_K, len(b), len(b))
@@ -91,3 +95,28 @@ def test_split_below_routes_its_b_calls_to_vllms_split_k_decode_and_checks_the_f
     assert samples(e["samples"], "routescope_decisions_total", kernel=SPLIT_K, reason="experiment_b") == len(b) - 1
     assert samples(e["samples"], "routescope_decode_path_calls_total") == 0  # B's launch is not a decode-entry call
     assert run.data["errors"] == {} and run.data["routing"]["errors"] == {}
+
+
+def test_aa_runs_vllms_in_tree_kernel_on_both_arms(run):
+    e = run.data["experiments"]["aa"]
+    b = _b_positions(e)
+    assert [i for i, r in enumerate(e["runs"]) if "b" in r or "b_checked" in r] == b and len(b) >= 2
+    assert all(err < 1e-3 for err in e["errs"]), e["errs"]
+    (cell,) = e["view"]["cells"]
+    assert cell["kernel_a"] == cell["kernel_b"] == INTREE and cell["calls_b"] == len(b)
+    assert cell["numerics"] == {"checked": 1, "mismatched": 0}
+
+
+def test_decodes_split_k_moves_glm_pure_decodes_at_vllms_step_positions(run):
+    """decodes_split_k: GLM-style pure decodes that vLLM's backend sends to the prefill entry (two layers per step,
+    in real ForwardContexts) go to vLLM's split-K decode at the positions (step, layer) the assignment gives."""
+    e = run.data["experiments"]["decodes"]
+    b = _b_positions(e)
+    routed = [i for i, pos in enumerate(e["positions"]) if i in b]
+    per_step = [sum(r.values()) - r.get("a_timed", 0) for r in e["runs"]]
+    assert per_step == [sum(1 for i in routed if i // 2 == k) for k in range(len(e["runs"]))] and len(b) >= 2
+    assert all(err < 1e-3 for err in e["errs"]), e["errs"]
+    (cell,) = e["view"]["cells"]
+    assert (cell["kernel_a"], cell["kernel_b"], cell["call_class"]) == (INTREE, SPLIT_K, "pure_decode")
+    assert cell["calls_b"] == len(b) and cell["numerics"]["mismatched"] == 0
+    assert samples(e["samples"], "routescope_decode_in_prefill_calls_total", kernel=SPLIT_K) == 0

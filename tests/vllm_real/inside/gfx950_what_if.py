@@ -15,7 +15,7 @@ from dispatcher import what_if
 from dispatcher.kernels.common import SparseIndex
 from telemetry.multiproc.reader import multiprocess_registry
 from tests.vllm_real.inside import batch
-from tests.vllm_real.inside.common import OPS, emit, metric_samples, observer
+from tests.vllm_real.inside.common import OPS, emit, install_amdsmi_stand_in, metric_samples, observer
 
 ops = importlib.import_module(OPS)
 # What-if: vLLM's OPUS threshold lowered from 1024 rows to 8, so the calls stay small in Triton's
@@ -83,54 +83,93 @@ router = observer().router
 FRACTION = 0.1
 
 
-def seed_with_b(calls: int, at_least: int) -> int:
-    """A seed whose draws at the next ``calls`` positions (no forward context: step 0) put the first on B and
-    ``at_least`` in all on B, so a few interpreted calls exercise arm B."""
-    step, index = observer().batch_reader.position
+def seed_with_b(positions: list[tuple[int, int]], at_least: int) -> int:
+    """A seed whose draws put the first of these positions on B and ``at_least`` of them in all, so a few
+    interpreted calls exercise arm B (the assignment is the experiment's pure function of seed and position)."""
     for seed in range(100_000):
-        draws = [uniform(seed, STREAM_ARM, step, index + 1 + i) < FRACTION for i in range(calls)]
+        draws = [uniform(seed, STREAM_ARM, step, index) < FRACTION for step, index in positions]
         if draws[0] and sum(draws) >= at_least:
             return seed
     raise LookupError("no seed")
 
 
-def experiment(config: ExperimentConfig, rows: int, calls: int, heads: int = 2, nope: int = 512,
-               rope: int = 64) -> dict:
-    """``calls`` direct calls of vLLM's entry while ``config`` runs: what each call's arms did, and the views."""
+def direct_positions(calls: int) -> list[tuple[int, int]]:
+    """The next ``calls`` positions of direct calls (no forward context: they count on in the last step)."""
+    step, index = observer().batch_reader.position
+    return [(step, index + 1 + i) for i in range(calls)]
+
+
+def direct_call(i: int, rows: int, heads: int = 2, nope: int = 512, rope: int = 64) -> float:
+    """One direct call of vLLM's entry (ragged, fp16, a sink, all lanes out); its largest error from the reference."""
     d = nope + rope
+    q, kv, g = batch.inputs(rows, heads, d, 32, torch.float16, 50 + i)
+    out = torch.full_like(q, 7.0)
+    idx, ptr = batch.ragged(rows, 32, 4, g)
+    sink = torch.randn(heads, generator=g)
+    ops.rocm_sparse_attn_prefill(q, kv, None, None, d ** -0.5, d, nope, rope, sink, out, idx, ptr)
+    ref = batch.reference(q, kv, SparseIndex(None, None, idx.long(), ptr.long()), d ** -0.5, sink, d)
+    return (out.float() - ref).abs().max().item()
+
+
+install_amdsmi_stand_in()  # vLLM's backend imports vllm.platforms.rocm, which reads the arch from amdsmi
+BACKEND = batch.impl(heads=16)
+
+
+def decode_step(i: int, rows: int = 4, layers: int = 2) -> float:
+    """One GLM-style pure-decode step through vLLM's backend (two layers): vLLM sends it to the prefill entry (its
+    split count is 1 for 32-slot sequences); the largest error of the last layer's output from the reference."""
+    q, kv, g = batch.inputs(rows, 16, 512, 32, torch.float16, 80 + i)
+    index = batch.ragged(rows, 32, 4, g)
+    meta = batch.metadata(decodes=rows, decode_tokens=rows, prefills=0, tokens=rows, max_query_len=1, max_seq_len=32)
+    out = batch.forward(BACKEND, meta, q, kv, index, layers=layers)
+    ref = batch.reference(q, kv, SparseIndex(None, None, index[0].long(), index[1].long()), 512 ** -0.5, None, 512)
+    return (out.float() - ref).abs().max().item()
+
+
+def experiment(config: ExperimentConfig, calls: list) -> dict:
+    """Run ``calls`` (no-argument functions, each returning an error) while ``config`` runs from the directory: what
+    the router did during each, the errors, this process's view and the directory's."""
     control.start(MP, config)
     router.registry.flush()
     picked_up = router.chooser is not None
     runs, errs = [], []
-    for i in range(calls):
+    for call in calls:
         before = dict(router.routed)
-        q, kv, g = batch.inputs(rows, heads, d, 32, torch.float16, 50 + i)
-        out = torch.full_like(q, 7.0)
-        idx, ptr = batch.ragged(rows, 32, 4, g)
-        sink = torch.randn(heads, generator=g)
-        ops.rocm_sparse_attn_prefill(q, kv, None, None, d ** -0.5, d, nope, rope, sink, out, idx, ptr)
-        ref = batch.reference(q, kv, SparseIndex(None, None, idx.long(), ptr.long()), d ** -0.5, sink, d)
-        errs.append((out.float() - ref).abs().max().item())
-        runs.append([k for k, v in router.routed.items() if v != before.get(k, 0)])
+        errs.append(call())
+        runs.append({k: v - before.get(k, 0) for k, v in router.routed.items() if v != before.get(k, 0)})
     router.registry.flush()
     (mine,) = [v for v in router.registry.views() if v["id"] == config.id]
     shared = [v for v in control.experiments(MP) if v["id"] == config.id]
     control.stop(MP, config.id)
     router.registry.flush()
     return {"picked_up": picked_up, "runs": runs, "errs": errs, "view": mine, "directory_view": shared,
-            "position_after": list(observer().batch_reader.position)}
+            "seed": config.seed}
+
+
+def config(name: str, candidate: str, positions: list, at_least: int) -> ExperimentConfig:
+    return ExperimentConfig(id=name, candidate=candidate, fraction=FRACTION, seed=seed_with_b(positions, at_least))
 
 
 # 3a. gfx950_4: OPUS for 4-7 rows; vLLM's arch flag _ON_GFX950 is False on this CPU, so B cannot run: never moved
-unavailable = experiment(ExperimentConfig(id="opus4", candidate="gfx950_4", fraction=FRACTION,
-                                          seed=seed_with_b(2, 1)), rows=6, calls=2)
+at = direct_positions(2)
+unavailable = experiment(config("opus4", "gfx950_4", at, 1), [lambda i=i: direct_call(i, 6) for i in range(2)])
 # 3b. split_below_16: calls under 16 rows to vLLM's split-K decode (rocm_sparse_attn_decode_bf16), in the interpreter;
-#     the cell's first B call is a numerics sample (vLLM's entry into the output, split-K into scratch)
-split_seed = seed_with_b(10, 3)
-split_start = list(observer().batch_reader.position)
-split = experiment(ExperimentConfig(id="split16", candidate="split_below_16", fraction=FRACTION, seed=split_seed),
-                   rows=8, calls=10, nope=448)  # DeepSeek-V4's 448+64: vLLM's split-K reduce spans nope + rope
-split.update(seed=split_seed, position_before=split_start, samples=exported())
+#     the cell's first B call is a numerics sample (vLLM's entry into the output, split-K into scratch). DeepSeek-V4's
+#     448+64: vLLM's split-K reduce spans nope + rope, a power of two
+at = direct_positions(10)
+split = experiment(config("split16", "split_below_16", at, 3), [lambda i=i: direct_call(i, 8, nope=448)
+                                                                 for i in range(10)])
+split.update(positions=at, samples=exported())
+# 3c. aa: the active kernel (vLLM's in-tree ragged prefill) on both arms, B's launched by the plugin
+at = direct_positions(6)
+aa = experiment(config("aa", "aa", at, 2), [lambda i=i: direct_call(i, 8, nope=448) for i in range(6)])
+aa["positions"] = at
+# 3d. decodes_split_k: pure decodes reaching the prefill entry through vLLM's backend, in real forward contexts:
+#     positions are (step, layer), steps counted from vLLM's ForwardContext
+step = observer().batch_reader.step
+at = [(step + 1 + k, layer) for k in range(5) for layer in range(2)]
+decodes = experiment(config("dsk", "decodes_split_k", at, 2), [lambda i=i: decode_step(i) for i in range(5)])
+decodes.update(positions=at, samples=exported())
 emit(state=state, declined=declined, symbol=symbol, raised=raised, after_raise=after_raise,
-     errors=dict(observer().errors), experiments={"unavailable": unavailable, "split": split},
-     routing=router.status())
+     errors=dict(observer().errors), routing=router.status(),
+     experiments={"unavailable": unavailable, "split": split, "aa": aa, "decodes": decodes})
