@@ -32,6 +32,7 @@ TIMING_MODES = tuple(m.value for m in TimingMode)
 ENV_PREFIX = "ROUTESCOPE_TELEMETRY_"
 GATES = ("gfx942_min_rows", "gfx950_min_rows")
 DEFAULT_COUNTERFACTUALS = ("gfx942_1024", "no_row_gate")
+GRAPH_CLOCKS = ("bracket", "events")  # the clocks for graph replays of kernels that write no stamps
 MAX_FRAME_NS = 100_000  # a frame is about a microsecond; anything near this is a unit mistake
 
 
@@ -54,7 +55,8 @@ class TelemetryConfig:
     gate_max_polls: int = 512  # the gate's wait gives up after this many reads of its word (~2 ms on an H200)
     gated_frame_ns: int = MEASURED_FRAME  # taken off a gated pair's reading; -1: measured for the GPU model
     graph_frame_ns: int = MEASURED_FRAME  # taken off a graph-captured pair's reading; -1: measured for the model
-    graph_timing_pool: int = 1024  # external event pairs captured calls may hold (one in sample_every is timed)
+    graph_timing_pool: int = 1024  # brackets or event pairs captured calls may hold (one in sample_every is timed)
+    graph_clock: str = "bracket"  # replays of kernels without stamps: bracket (stamp kernels), events (CUDA only)
     sample_buffer: int = 65536  # sampled latencies kept for OpenTelemetry (or drain_samples) between flushes
     keep_samples: bool = False  # keep raw sampled latencies for Telemetry.drain_samples() (benchmarks)
     decisions_maxlen: int = 256  # recent sampled decisions kept for snapshot()
@@ -82,6 +84,8 @@ class TelemetryConfig:
             if not MEASURED_FRAME <= value <= MAX_FRAME_NS:
                 raise ValueError(f"{name} must be -1 (the GPU model's measured value) or 0-{MAX_FRAME_NS} ns; "
                                  f"got {value}")
+        if self.graph_clock not in GRAPH_CLOCKS:
+            raise ValueError(f"graph_clock must be one of {', '.join(GRAPH_CLOCKS)}; got {self.graph_clock!r}")
         if self.gate_max_polls < 1:
             raise ValueError(f"gate_max_polls must be >= 1; got {self.gate_max_polls}")
         for name in ("sample_every", "max_slots", "max_decisions"):
@@ -139,7 +143,7 @@ def _parse(name: str, raw: str) -> Any:
         return float(raw)
     if name == "counterfactual_arch":
         return None if raw.lower() == "none" else raw  # "none": the real platform, over a caller's default
-    if name in ("rank", "multiproc_dir", "process_id", "timing"):
+    if name in ("rank", "multiproc_dir", "process_id", "timing", "graph_clock"):
         return raw
     return int(raw)
 

@@ -31,7 +31,9 @@ from .prom import TelemetryCollector, make_registry
 from .snapshot import build_snapshot, empty_snapshot
 from .spec import STAGES
 from .clocks.stamps import DeviceStamps
+from .clocks.bracket import GraphBrackets
 from .clocks.events import GpuEvents, GraphEvents, graph_events_supported
+from .clocks.frame import constants_in_use
 from .clocks.gate import GateFactory
 from .clocks.timing import LatencySink, capture_check
 from .view import Totals, build_totals
@@ -71,10 +73,12 @@ class Telemetry:
         tracer_provider: Any | None = None,
         torch_module: Any | None = None,
         gate_launcher: Any | None = None,
+        stamp_launcher: Any | None = None,
     ) -> None:
         if torch_module is None:
             import torch as torch_module  # the real one; tests pass a stand-in to drive the GPU branch on CPU
         self._gate_launcher = gate_launcher  # None: the Triton wait (telemetry.clocks.gate); tests pass a double
+        self._stamp_launcher = stamp_launcher  # None: the Triton stamp (telemetry.clocks.bracket); tests pass a double
 
         self.config = cfg = config if config is not None else TelemetryConfig()
         self._torch = torch = torch_module
@@ -141,15 +145,19 @@ class Telemetry:
             if gpu else None
         self._graph_events = GraphEvents(self._torch, cfg.graph_timing_pool, frame_ns=cfg.graph_frame_ns) \
             if gpu and cfg.graph_timing_pool and graph_events_supported(self._torch) else None
+        self._brackets = GraphBrackets(self._torch, health, cfg.graph_timing_pool, launcher=self._stamp_launcher) \
+            if gpu and cfg.graph_timing_pool and cfg.graph_clock == "bracket" else None
         self._stamps = DeviceStamps(self._torch, health, frame=cfg.device_frame_ns) if gpu else None
         self._graphs = graph_hooks(self._torch) if self._cuda else None
+        if self._graphs is not None and self._brackets is not None:
+            self._graphs.call_before_capture(self._brackets.before_capture)
         self._decisions: deque | None = deque(maxlen=cfg.decisions_maxlen) if cfg.decisions_maxlen else None
         self._samples: deque | None = deque() if (self._otel_on or cfg.keep_samples) else None
         self._kept: deque = deque(maxlen=cfg.sample_buffer or None)
         self._sink = LatencySink(self._agg.counters, health, self._samples, cfg.sample_buffer)
         self._probe = build_probe(
             self._agg, timing=mode.value, sink=self._sink, events=self._events, graph_events=self._graph_events,
-            stamps=self._stamps,
+            brackets=self._brackets, stamps=self._stamps,
             graphs=self._graphs, capturing=capture_check(self._torch) if self._cuda else None,
             sample_first=cfg.sample_first, sample_every=cfg.sample_every, decisions=self._decisions,
             wall_offset_ns=self._wall_offset_ns,
@@ -210,7 +218,8 @@ class Telemetry:
         try:
             totals = build_totals(agg, arch=self.platform.arch, policies=self.counterfactuals,
                                   build_info=self._build_info, cf_arch=self.counterfactual_platform.arch,
-                                  absent_gates=self.config.absent_gates)
+                                  absent_gates=self.config.absent_gates, clock_constants=constants_in_use(
+                                      self._stamps, self._events, self._graph_events, self._brackets))
         except Exception:  # noqa: BLE001
             self.count_error("flush")
             self._totals.telemetry_errors = {(s,): agg.health.errors[i] for i, s in enumerate(STAGES)}
@@ -258,6 +267,15 @@ class Telemetry:
                     self._graph_events.resolve(self._sink, self._agg.health, time.time_ns())
             except Exception:  # noqa: BLE001
                 self.count_error("timing")
+        if self._brackets is not None:  # plain host reads; building and calibrating waits for no capture
+            try:
+                if exit_wait is None and not capturing and self._brackets.pending:
+                    self._brackets.prepare()
+                    self._brackets.calibrate()
+                self._brackets.resolve(self._sink, time.time_ns())
+            except Exception:  # noqa: BLE001
+                self.count_error("timing")
+        if self._events is not None and not capturing:
             if exit_wait is None:
                 try:  # compiles the gate's wait kernel the first time: here, never in a sampled call
                     self._events.prepare()
@@ -415,6 +433,11 @@ class Telemetry:
         if self._events is None:
             return 0
         return self._events.frame(self._torch.device("cuda", self._torch.cuda.current_device()))
+
+    @property
+    def bracket_constants(self) -> dict[str, int]:
+        """The bracket clock's calibrated constant (ns) per device; {} until a device is calibrated."""
+        return self._brackets.constants() if self._brackets is not None else {}
 
     @property
     def device_frames(self) -> dict[str, int]:

@@ -25,7 +25,8 @@ from .aggregates import STAGE, Aggregates
 from .clocks.graphs import GraphHooks
 from .slots import NO_SLOT, Clock, slot_of_value
 from .clocks.stamps import DeviceStamps
-from .clocks.events import GpuEvents, GraphEvents
+from .clocks.bracket import GraphBrackets
+from .clocks.events import CLOCK_PENDING, GpuEvents, GraphEvents
 from .clocks.timing import CapturedToken, LatencySink, Token
 
 RECORD, TIMING, PROBE = STAGE["record"], STAGE["timing"], STAGE["probe"]
@@ -50,6 +51,7 @@ def build_probe(
     sink: LatencySink,
     events: GpuEvents | None,
     graph_events: GraphEvents | None = None,
+    brackets: GraphBrackets | None = None,
     stamps: DeviceStamps | None,
     graphs: GraphHooks | None,
     capturing: Callable[[], bool] | None,
@@ -97,6 +99,8 @@ def build_probe(
                 begun = events.begin(stream, q.device)
                 if begun is None:
                     agg.health.drop("timing_pool_empty")
+                elif begun is CLOCK_PENDING:  # the gate is being built: no plain sample to start the series on
+                    agg.health.drop("timing_clock_pending")
                 else:
                     token.pair, token.stream = begun
         except Exception:  # noqa: BLE001
@@ -229,7 +233,7 @@ def build_probe(
     def finish_captured(token: CapturedToken, impl: str) -> None:
         slot = settle_slot(token, impl)
         capture = token.capture
-        stamp, pair, timed_replays = token.stamp, token.pair, False
+        stamp, pair, bracket, timed_replays = token.stamp, token.pair, token.bracket, False
         if stamp is not None:
             if stamp.armed:
                 capture.on_drop(stamps.hold(stamp, slot))  # type: ignore[union-attr]
@@ -237,6 +241,17 @@ def build_probe(
                 method[slot] = BY_STAMP
             else:
                 stamps.release(stamp)  # type: ignore[union-attr]
+        if bracket is not None:  # its first stamp is a node of this graph: the entry is this graph's till it goes
+            kept = False
+            if not timed_replays:  # (the call's own stamps time it otherwise: the bracket stays open, unread)
+                try:
+                    brackets.close(bracket, token.stream)  # type: ignore[union-attr]
+                    capture.on_drop(brackets.hold(bracket, slot))  # type: ignore[union-attr]
+                    kept = timed_replays = True
+                except Exception:  # noqa: BLE001 - the call still counts at every replay, untimed
+                    errors[TIMING] += 1
+            if not kept:
+                capture.on_drop(lambda: brackets.give_back(bracket))  # type: ignore[union-attr]
         if pair is not None:
             if timed_replays:  # its start is a node of this graph: no other graph may record it, so it waits
                 capture.on_drop(lambda: graph_events.give_back(pair))  # type: ignore[union-attr]
@@ -285,6 +300,9 @@ def build_probe(
                     if token.pair is not None:  # recorded into the capture: free only when the graph goes
                         pair = token.pair
                         token.capture.on_drop(lambda: graph_events.give_back(pair))  # type: ignore[union-attr]
+                    if token.bracket is not None:
+                        bracket = token.bracket
+                        token.capture.on_drop(lambda: brackets.give_back(bracket))  # type: ignore[union-attr]
                     return  # a capture that raised is not replayed
                 if token.announced is not None:
                     if impl is None or impl is token.announced:
@@ -318,7 +336,8 @@ def build_probe(
         """A call seen while its graph is captured: nothing runs now; each replay of the graph counts it.
 
         Its replays are timed by a held device stamp where its kernels stamp; otherwise, for one captured call in
-        ``sample_every`` of the slot (its first included), by an external event pair recorded into the graph."""
+        ``sample_every`` of the slot (its first included), by a stamp bracket captured around it (clock ``bracket``)
+        or, where the bracket is off or failed to build, an external event pair recorded into the graph."""
         slot = index.slot_of(decision, shape, batch, model)
         if slot == NO_SLOT:
             agg.health.drop("label_overflow")
@@ -331,7 +350,16 @@ def build_probe(
         how = method[slot]
         if stamps is not None and how != BY_EVENTS:
             token.stamp = stamps.claim_held(q.device)
-        if graph_events is not None and how != BY_STAMP and not (n - 1) % sample_every:
+        if how == BY_STAMP or (n - 1) % sample_every:
+            return token
+        if brackets is not None and brackets.serves(q.device):
+            try:
+                token.bracket = brackets.open(q.device, stream)
+                token.stream = stream
+            except Exception:  # noqa: BLE001 - the call still counts at every replay, untimed
+                errors[TIMING] += 1
+            return token
+        if graph_events is not None:
             pair = graph_events.claim()
             if pair is None:
                 agg.health.drop("timing_pool_empty")

@@ -44,6 +44,7 @@ class Clock(str, Enum):
     EVENTS = "events"  # a CUDA/HIP event pair around the launch (includes launch gaps when the GPU waits)
     GATED = "gated"  # an event pair behind a stream gate that holds the launch until queued (telemetry.clocks.gate)
     GRAPH = "graph"  # an external event pair captured into a CUDA graph around the call, read for its latest replay
+    BRACKET = "bracket"  # two stamp kernels captured into a CUDA/HIP graph around the call, less a calibrated constant
     HOST = "host"  # perf_counter around the call (CPU tensors: the work is on the host)
 
     def __str__(self) -> str:

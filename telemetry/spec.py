@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 STAGES = ("record", "timing", "flush", "export", "otel", "probe", "write", "read", "compact", "merge")
-DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty", "timing_unresolved", "timing_gate_timeout")
-CLOCKS = ("device", "gated", "graph", "events", "host")  # slots.Clock: what a latency series measured
+DROP_REASONS = ("buffer_full", "label_overflow", "timing_pool_empty", "timing_unresolved", "timing_gate_timeout",
+                "timing_clock_pending")  # timing_clock_pending: a sampled call whose clock was not built yet
+CLOCKS = ("device", "gated", "graph", "bracket", "events", "host")  # slots.Clock: what a latency series measured
 
 
 class MetricSpec(NamedTuple):
@@ -74,7 +75,8 @@ COUNTERS = (
 HISTOGRAM = MetricSpec(
     "routescope_call_duration_seconds", "histogram", ("kernel", "rows_bucket", "model", "clock") + R,
     "Per-call latency of sampled calls; clock: device (the call's kernels, first program in to last out), "
-    "events (a GPU event pair around the launch) or host.", "latency",
+    "gated (an event pair behind a stream gate), graph (an event pair captured into a graph), bracket (two stamp "
+    "kernels captured into a graph), events (a GPU event pair around the launch) or host.", "latency",
 )
 GAUGES = (
     MetricSpec("routescope_telemetry_last_flush_timestamp_seconds", "gauge", R,
@@ -83,6 +85,10 @@ GAUGES = (
                "Active gate thresholds per policy.", "thresholds", "livemax"),
     MetricSpec("routescope_counterfactual_policy_info", "gauge", ("policy", "arch"),
                "Counterfactual policies and the arch each is decided on (value 1).", "cf_info", "livemax"),
+    MetricSpec("routescope_clock_constant_seconds", "gauge", ("clock", "device") + R,
+               "The constant of each clock on each device: added to device spans (the kernel frame), taken off "
+               "gated, graph and bracket readings (bracket: calibrated once per device by empty brackets replayed "
+               "on the flush thread).", "clock_constants", "livemax"),
     MetricSpec("routescope_build_info", "gauge", ("version", "arch", "vendor", "aiter", "timing"),
                "What this process is.", "build_info", "livemax"),
 )

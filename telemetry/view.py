@@ -48,6 +48,7 @@ class Totals:
     thresholds: dict[Key, float] = field(default_factory=dict)
     cf_info: dict[Key, float] = field(default_factory=dict)  # (policy, arch it is decided on) -> 1
     build_info: dict[Key, float] = field(default_factory=dict)
+    clock_constants: dict[Key, float] = field(default_factory=dict)  # (clock, device) -> seconds
     ts: float = 0.0
 
 
@@ -83,6 +84,7 @@ def build_totals(
     cf_arch: str | None = None,
     ts: float | None = None,
     absent_gates: tuple[str, ...] = (),
+    clock_constants: dict[Key, int] | None = None,
 ) -> Totals:
     """Sum slots into series. Reads the hot path's lists without a lock: counts only grow."""
     t = Totals(ts=time.time() if ts is None else ts)
@@ -156,4 +158,5 @@ def build_totals(
                 t.thresholds[(gate, p.name)] = float(getattr(p, gate))
     t.cf_info = {(p.name, cf_arch or arch): 1.0 for p in policies}
     t.build_info = {build_info: 1.0}
+    t.clock_constants = {key: ns / 1e9 for key, ns in (clock_constants or {}).items()}
     return t

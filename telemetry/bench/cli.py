@@ -51,7 +51,9 @@ def host_command(
 
 @bench_app.command("fidelity")
 def fidelity_command(
-    rows: Annotated[str, typer.Option(help="comma-separated rows per call")] = "1,2,16,256,1024,4096",
+    rows: Annotated[str | None, typer.Option(
+        help="comma-separated rows per call (default 1,2,16,256,1024,4096; with --graphs, 2 and 16 on split-K and "
+             "2,16,256,4096 on the prefill kernel)")] = None,
     calls: Annotated[int, typer.Option(min=5, help="calls per size and regime")] = 60,
     guard: Annotated[str, typer.Option(help="observe: decodes on the prefill kernel; reroute: on split-K")] = "observe",
     layout: Annotated[str, typer.Option(help="head layout, nope+rope (512+64, 448+64, 512+0) or an alias")] = "512+64",
@@ -64,6 +66,10 @@ def fidelity_command(
     gated_frame_ns: Annotated[int, typer.Option(
         min=-1, max=MAX_FRAME_NS, envvar="ROUTESCOPE_TELEMETRY_GATED_FRAME_NS",
         help="ns taken off each gated pair (telemetry.clocks.gate); -1: the value measured for the GPU model")] = -1,
+    graphs: Annotated[bool, typer.Option(
+        "--graphs", help="with --no-stamps: calls replayed in CUDA graphs of 1 and 8 calls, synced and back to back, "
+                         "timed by each graph clock (graph: event pairs; bracket: stamp kernels)")] = False,
+    replays: Annotated[int, typer.Option(min=8, help="with --graphs: replays per graph, clock and regime")] = 40,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Telemetry's per-call latency against CUPTI's kernel time of the same calls, GPU idle and back to back."""
@@ -71,7 +77,7 @@ def fidelity_command(
 
     from dispatcher.sweep.grid import parse_layouts
 
-    from .fidelity import render, run
+    from .fidelity import DEFAULT_ROWS, render, run
 
     if guard not in ("observe", "reroute"):
         raise typer.BadParameter("observe or reroute", param_hint="--guard")
@@ -81,11 +87,23 @@ def fidelity_command(
         raise typer.BadParameter(str(exc), param_hint="--layout") from exc
     if len(layouts) != 1:
         raise typer.BadParameter("one layout", param_hint="--layout")
+    if graphs and stamps:
+        raise typer.BadParameter("--graphs times kernels that write no stamps: add --no-stamps", param_hint="--graphs")
+    parsed = _parse_rows(rows) if rows is not None else None
     if not torch.cuda.is_available():
         typer.echo("bench fidelity needs a CUDA device: CUPTI's kernel time is its reference", err=True)
         raise typer.Exit(2)
-    _emit(run(rows=_parse_rows(rows), calls=calls, guard=guard, layout=layouts[0], frame_ns=frame_ns, stamps=stamps,
-              gated_frame_ns=gated_frame_ns), as_json, render)
+    if graphs:
+        from . import graph_fidelity
+
+        label = "split-K" if guard == "reroute" else "prefill kernel"
+        cases = graph_fidelity.CASES if parsed is None else tuple((label, guard, r) for r in parsed)
+        _emit(graph_fidelity.run(cases=cases, replays=replays, layout=layouts[0],
+                                 progress=lambda text: typer.echo(f"bench fidelity --graphs: {text}", err=True)),
+              as_json, graph_fidelity.render)
+        return
+    _emit(run(rows=parsed or DEFAULT_ROWS, calls=calls, guard=guard, layout=layouts[0], frame_ns=frame_ns,
+              stamps=stamps, gated_frame_ns=gated_frame_ns), as_json, render)
 
 
 @bench_app.command("graphs")

@@ -1,9 +1,11 @@
 """`routescope bench fidelity`: telemetry's per-call latency against CUPTI's kernel time for the very same calls.
 
 Each call goes through an instrumented ``Dispatcher`` with every call timed (``sample_every=1``:
-the stamps are what default sampling takes too, one call in 128) inside a ``record_function``
-range under ``torch.profiler`` with CUDA activity, so CUPTI gives its kernel time (first kernel
-start to last kernel end, ``dispatcher.sweep.cupti``). Two regimes per size:
+the stamps are what default sampling takes too, one call in 128) under ``torch.profiler`` with
+CUDA activity only (no CPU tracing, which would slow the host between calls and so change what
+the clocks see), so CUPTI gives each call's kernel time: first kernel start to last kernel end,
+the calls told apart by position (every call of a point runs the same kernels in the same order;
+``call_spans_us``). Two regimes per size:
 
 - ``idle``: the GPU has finished everything before the call is issued (a sync, then a short
   host sleep), so any clock that starts before the launch reads the host's launch time too;
@@ -34,7 +36,7 @@ import torch
 from dispatcher import Dispatcher, Policy, detect
 from dispatcher.kernels.impl import KernelImpl
 from dispatcher.kernels.registry import KernelRegistry, default_registry
-from dispatcher.sweep.cupti import call_kernels, call_name, spans
+from dispatcher.sweep.cupti import spans
 from dispatcher.sweep.grid import Layout
 from dispatcher.sweep.inputs import make_sets
 from dispatcher.types import GuardMode, Kernel
@@ -48,15 +50,16 @@ REGIMES = ("idle", "back_to_back")
 BOUND_PCT = 10.0
 
 
-def kernel_seconds(found: list) -> dict[int, float]:
-    """Each call's kernel time, first kernel start to last kernel end, over the call's own kernels: the gate's wait
-    runs inside the call's range but is telemetry's, not the call's."""
-    out = {}
-    for i, ck in call_kernels(found).items():
-        mine = [k for k in ck.kernels if GATE_KERNEL not in k.name]
-        if mine:
-            out[i] = (max(k.end_us for k in mine) - min(k.start_us for k in mine)) / 1e6
-    return out
+def call_spans_us(found: list, calls: int, telemetrys: tuple[str, ...] = (GATE_KERNEL,)) -> list[float]:
+    """CUPTI's kernel time (µs) of each of ``calls`` calls that each ran the same kernels in the same order: the
+    GPU's kernels in start order, telemetry's own (``telemetrys``: the gate's wait, the bracket's stamps) and copies
+    left out, cut into ``calls`` runs of equal length; each run's first kernel start to its last kernel end."""
+    kernels = sorted((k for k in found if k.on_gpu and "Memcpy" not in k.name and "Memset" not in k.name
+                      and not any(t in k.name for t in telemetrys)), key=lambda k: k.start_us)
+    if calls < 1 or not kernels or len(kernels) % calls:
+        raise ValueError(f"{len(kernels)} kernels for {calls} calls: the calls cannot be told apart")
+    per = len(kernels) // calls
+    return [max(k.end_us for k in kernels[i:i + per]) - kernels[i].start_us for i in range(0, len(kernels), per)]
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -90,22 +93,20 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
                   frame_ns: int = 0) -> dict:
     """One size in one regime: telemetry's samples and CUPTI's kernel times of the same ``calls`` calls;
     ``frame_ns``, the frame in the device clock's samples (taken off again for the bare span)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile
 
     tel.drain_samples()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for i in range(calls):
-            args, kw = _call_args(sets[i % len(sets)], layout)
+    work = [_call_args(sets[i % len(sets)], layout) for i in range(calls)]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for args, kw in work:
             if regime == "idle":
                 torch.cuda.synchronize()
                 time.sleep(0.0002)
-            with record_function(call_name(i)):
-                d(*args, **kw)
+            d(*args, **kw)
         torch.cuda.synchronize()
     samples = tel.drain_samples()
-    cupti = kernel_seconds(spans(prof.events()))
     got = [s["seconds"] * 1e6 for s in samples]
-    ref = [cupti[i] * 1e6 for i in range(calls) if i in cupti]
+    ref = call_spans_us(spans(prof.events()), calls)
     clocks = sorted({s["clock"] for s in samples})
     if not got or not ref:
         return {"regime": regime, "samples": len(got), "cupti_calls": len(ref), "clocks": clocks,

@@ -4,13 +4,15 @@ pairs captured into CUDA graphs.
 Eager calls take a pair from a fixed pool. Where the device has a stream gate (``telemetry.clocks.gate``), the
 pair is gated: the stream waits until the launch has returned, so the pair times the kernels alone (clock
 ``gated``, less the GPU model's gated frame, ``telemetry.clocks.frame``). Elsewhere the pair is plain (clock
-``events``) and times the host's launch path too whenever the GPU waits for it. Pairs are resolved by the flush
-thread with ``query()``: never ``synchronize()``.
+``events``) and times the host's launch path too whenever the GPU waits for it; a device whose gate is still being
+built times no call (a series starts on the clock it keeps). Pairs are resolved by the flush thread with
+``query()``: never ``synchronize()``.
 
 A call captured into a CUDA graph runs no Python at replay, so it can be timed only by events that are part of the
 graph: an external event pair (``Event(external=True)``, CUDA only) recorded around it during capture. Every replay
-re-records the pair; each flush reads the latest finished replay (clock ``graph``, less its own frame). HIP refuses
-external events in a capture, so on ROCm such calls stay untimed (``routescope_graph_untimed_replayed_calls_total``).
+re-records the pair; each flush reads the latest finished replay (clock ``graph``, less its own frame). It is the
+graph clock where ``graph_clock="events"`` or the stamp bracket (``bracket``) failed to build; HIP refuses external
+events in a capture, so on ROCm the bracket is the only graph clock.
 """
 
 from __future__ import annotations
@@ -26,12 +28,19 @@ from ..slots import Clock
 from .timing import LatencySink
 
 
+CLOCK_PENDING = ("clock pending",)  # begin's answer while the gate is being built: no pair, so no plain sample
+
+
 class Constants:
     """A clock's constant per device, looked up once per device (``telemetry.clocks.frame``)."""
 
     def __init__(self, torch_mod: Any, clock: str, setting: int | None) -> None:
         self._torch, self._clock, self._setting = torch_mod, clock, setting
         self._by_device: dict[Any, int] = {}
+
+    def known(self) -> dict[Any, int]:
+        """The constant of each device looked up so far."""
+        return dict(self._by_device)
 
     def __call__(self, device: Any) -> int:
         hit = self._by_device.get(device)
@@ -61,18 +70,22 @@ class GpuEvents:
         self.lock = threading.Lock()
         self.frame = Constants(torch_mod, GATED, gated_frame_ns)  # ns taken off a gated reading, per device
 
-    def begin(self, stream: Any, device: Any) -> tuple[Any, Any] | None:
-        """Close the device's gate (where it has one) and record the start event: (pair, stream), or None when the
-        pool is empty (the caller counts a drop)."""
+    def begin(self, stream: Any, device: Any) -> Any:
+        """Close the device's gate (where it has one) and record the start event: (pair, stream); None when the
+        pool is empty, ``CLOCK_PENDING`` while the device's gate is not built yet (the caller counts a drop)."""
+        gates = self.gates
+        gate = None
+        if gates is not None:
+            gate = gates.get(device)
+            if gate is None and not gates.built(device):
+                return CLOCK_PENDING
         if stream is None:
             stream = self.torch.cuda.current_stream(device)
         try:
             pair = self.free.pop()
         except IndexError:
             return None
-        gates = self.gates
         if gates is not None:
-            gate = gates.get(device)
             if gate is not None:
                 index = pair[2]
                 try:
@@ -216,4 +229,4 @@ def graph_events_supported(torch_mod: Any) -> bool:
     return not is_rocm(torch_mod)
 
 
-__all__ = ["GpuEvents", "GraphEvents", "graph_events_supported", "is_rocm", "RELEASED", "TIMED_OUT"]
+__all__ = ["CLOCK_PENDING", "GpuEvents", "GraphEvents", "graph_events_supported", "is_rocm", "RELEASED", "TIMED_OUT"]

@@ -14,6 +14,8 @@ prints the frame it measures on any GPU); a model not measured gets 0, the bare 
 
 from __future__ import annotations
 
+from typing import Any
+
 # median of CUPTI's kernel time minus the stamped span, per device name (torch.cuda.get_device_name)
 MEASURED_NS: dict[str, int] = {
     "NVIDIA H200": 1184,  # the median of 30 points at 9e2c0af, 16a8a00 and fabcea4 (960-1,344 ns)
@@ -53,3 +55,15 @@ def device_name(torch_mod, device) -> str:  # noqa: ANN001 - torch or a stand-in
         return str(torch_mod.cuda.get_device_name(device))
     except Exception:  # noqa: BLE001 - a name is a nicety; the span is still right
         return ""
+
+
+def constants_in_use(stamps: Any, events: Any, graph_events: Any, brackets: Any) -> dict[tuple[str, str], int]:
+    """Each clock's constant (ns) per device it has been used on: ``routescope_clock_constant_seconds``."""
+    out: dict[tuple[str, str], int] = {}
+    for clock, per_device in ((DEVICE, stamps.frames() if stamps is not None else {}),
+                              (GATED, events.frame.known() if events is not None else {}),
+                              (GRAPH, graph_events.frame.known() if graph_events is not None else {}),
+                              ("bracket", brackets.constants() if brackets is not None else {})):
+        for device, ns in per_device.items():
+            out[(clock, str(device))] = ns
+    return out

@@ -23,7 +23,8 @@ that waits for it, while holding the GIL: a hang no Python watchdog could end. T
 (``routescope_telemetry_dropped_total{reason="timing_gate_timeout"}``), never reported.
 
 Only sampled eager calls are gated (one in ``sample_every``); graph captures are never gated. The kernel is compiled
-off the call path (``GateFactory.prepare``, from the flush thread): until it is ready, a device's pairs are plain.
+off the call path (``GateFactory.prepare``, from the flush thread): until it is ready, a device's sampled calls are
+not timed (``timing_clock_pending``), so a series never starts on plain pairs and then turns gated.
 """
 
 from __future__ import annotations
@@ -116,6 +117,10 @@ class GateFactory:
             self._gates[device] = gate
             built += 1
         return built
+
+    def built(self, device: Any) -> bool:
+        """Has ``device``'s gate been built, or failed to be (then its pairs are plain for good)?"""
+        return device in self._gates
 
     @property
     def pending(self) -> bool:

@@ -4,9 +4,10 @@ A captured call runs no Python when its graph is replayed, so the probe records 
 graph being captured instead of counting it (``routescope_graph_captured_calls_total`` counts the
 capture itself). ``GraphHooks`` wraps ``torch.cuda.graphs.CUDAGraph`` once per process:
 
-- ``capture_begin``/``capture_end`` keep a capture depth (any thread; the hot path reads
-  ``depth[0]``, tens of ns) and a stack of captures per thread, so a call on a thread that is not
-  capturing is counted as an ordinary call;
+- ``capture_begin`` first runs what telemetry must do outside any capture (``call_before_capture``: the
+  bracket clock's table and kernel); ``capture_begin``/``capture_end`` keep a capture depth (any thread;
+  the hot path reads ``depth[0]``, tens of ns) and a stack of captures per thread, so a call on a thread
+  that is not capturing is counted as an ordinary call;
 - ``capture_end`` turns the capture's calls into a ``ReplayRecord`` stored on the graph object
   (a capture that fails leaves none); ``replay`` adds it to the same per-slot counters an eager
   call feeds (and the decode entry's calls to its per-model counters), after the replay was
@@ -20,6 +21,7 @@ stream capture) is not seen: its calls count once, at capture.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -130,6 +132,7 @@ class GraphHooks:
     def __init__(self) -> None:
         self.depth = [0]  # captures under way in this process, any thread
         self.unwrapped_replay: Callable[..., Any] | None = None  # torch's own replay (benchmarks compare with it)
+        self._before: list[weakref.WeakMethod] = []  # run before each capture begins (the bracket clock's set-up)
         self._captures: dict[int, list[Capture]] = {}
         self._lock = threading.Lock()
 
@@ -137,6 +140,32 @@ class GraphHooks:
         """The innermost capture under way on this thread, if any."""
         stack = self._captures.get(threading.get_ident())
         return stack[-1] if stack else None
+
+    def call_before_capture(self, method: Callable[[], None]) -> Callable[[], None]:
+        """Run the bound ``method`` before every capture begins (held weakly); returns what stops it."""
+        ref = weakref.WeakMethod(method)  # type: ignore[arg-type]
+        with self._lock:
+            self._before.append(ref)
+
+        def stop() -> None:
+            with self._lock:
+                if ref in self._before:
+                    self._before.remove(ref)
+
+        return stop
+
+    def _before_capture(self) -> None:
+        """Outside the capture still: what may not run inside one (a kernel's first load, pinned allocations)."""
+        with self._lock:
+            refs = [r for r in self._before if r() is not None]
+            self._before[:] = refs
+        for ref in refs:
+            method = ref()
+            if method is not None:
+                try:
+                    method()
+                except Exception:  # noqa: BLE001 - a capture never fails because of telemetry
+                    pass
 
     def _begin(self, graph: Any) -> None:
         with self._lock:
@@ -164,6 +193,8 @@ class GraphHooks:
         hooks = self
 
         def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            if hooks._before:
+                hooks._before_capture()
             result = begin(graph, *args, **kwargs)
             hooks._begin(graph)
             return result

@@ -2,8 +2,9 @@
 
 Only sampled calls reach this module. Clocks (``slots.Clock``): device stamps written by the call's own kernels
 (``stamps.DeviceStamps``); for kernels that write none (AITER's, vLLM's), event pairs (``events``: gated where the
-device has a stream gate, plain elsewhere, and captured into CUDA graphs for replayed calls); the host clock for CPU
-tensors. Every sample reaches the slot histograms through ``LatencySink.observe``, at flush.
+device has a stream gate, plain elsewhere, and captured into CUDA graphs for replayed calls) or, for replayed calls,
+stamp brackets (``bracket``); the host clock for CPU tensors. Every sample reaches the slot histograms through
+``LatencySink.observe``, at flush.
 """
 
 from __future__ import annotations
@@ -39,14 +40,15 @@ class Token:
 class CapturedToken:
     """A call seen during a CUDA graph capture: recorded against the graph at stop, counted at each replay."""
 
-    __slots__ = ("slot", "capture", "stamp", "pair", "stream", "device", "rows", "decode_rows", "count_at_stop",
-                 "announced")
+    __slots__ = ("slot", "capture", "stamp", "pair", "bracket", "stream", "device", "rows", "decode_rows",
+                 "count_at_stop", "announced")
 
     def __init__(self, slot: int, capture: Any, rows: int, decode_rows: int, count_at_stop: bool) -> None:
         self.slot = slot
         self.capture = capture
         self.stamp: Any = None
         self.pair: Any = None  # an external event pair whose start was recorded into the graph
+        self.bracket: Any = None  # a bracket.Entry whose first stamp was captured into the graph
         self.stream: Any = None
         self.device: Any = None
         self.rows = rows

@@ -61,7 +61,7 @@ class FakeGraph:
         self.state = "new"
         self.fail_end = fail_end
         self.replays = 0
-        self.nodes: list[FakeEvent] = []  # external events recorded into the capture, in order
+        self.nodes: list[Any] = []  # external events and kernels (FakeStampKernel, FakeKernel) captured, in order
 
     def capture_begin(self, *args: Any, **kwargs: Any) -> None:
         assert self.state == "new", "torch captures a graph once (reset first)"
@@ -81,10 +81,13 @@ class FakeGraph:
     def replay(self) -> None:
         assert self.state == "captured", f"replay of a graph in state {self.state}"
         self.replays += 1
-        for event in self.nodes:  # each replay re-records the graph's event nodes, 5 µs apart, done at once
+        for node in self.nodes:  # each replay re-runs the graph's nodes, 5 µs apart; events are done at once
             FakeEvent.clock += 0.005
-            event.t = FakeEvent.clock
-            event.done = True
+            if isinstance(node, FakeEvent):
+                node.t = FakeEvent.clock
+                node.done = True
+            else:
+                node.run()
 
     def reset(self) -> None:
         self.state = "new"
@@ -128,6 +131,55 @@ class FakeWait:
         self._waiting.clear()
 
 
+class FakeStampKernel:
+    """Stands in for the bracket clock's Triton stamp kernel (telemetry.clocks.bracket), which needs a GPU.
+
+    ``launcher`` is what the bracket builds its stamp from, per device and clock: a launch outside a capture stores the
+    double's clock at once; inside one it becomes a node of the graph, which stores the clock at each replay. The
+    stored value is in the clock's own ticks: ns for ``%globaltimer``, 10 ns for ``s_memrealtime`` (100 MHz)."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[str, int, int, int, bool]] = []  # (device, clock, offset, stream, in a capture)
+        self.fail = False  # True: every launch raises (a launch error inside a capture)
+
+    def launcher(self, torch_mod: Any, device: Any, clock: int) -> Any:
+        from telemetry.clocks.bracket import NS_PER_TICK
+
+        per_tick = NS_PER_TICK[clock]
+
+        def launch(times: Any, offset: int, stream: int) -> None:
+            if self.fail:
+                raise RuntimeError("stamp launch failed")
+            self.launches.append((str(device), clock, offset, stream, FakeCuda.capturing))
+            node = _StampNode(times, offset, per_tick)
+            if FakeCuda.capturing:
+                FakeCuda.graphs_capturing[-1].nodes.append(node)
+            else:
+                node.run()
+
+        return launch
+
+
+class _StampNode:
+    def __init__(self, times: Any, offset: int, per_tick: int) -> None:
+        self.flat, self.offset, self.per_tick = times.view(-1), offset, per_tick
+
+    def run(self) -> None:
+        self.flat[self.offset] = round(FakeEvent.clock * 1e6) // self.per_tick  # the double's clock is in ms
+
+
+class FakeKernel:
+    """A call's kernel in a capture: at each replay it takes ``us`` of the double's clock (beyond a node's 5 µs)."""
+
+    def __init__(self, us: float) -> None:
+        self.us = us
+        if FakeCuda.capturing:
+            FakeCuda.graphs_capturing[-1].nodes.append(self)
+
+    def run(self) -> None:
+        FakeEvent.clock += self.us / 1000
+
+
 class _Context:
     def __enter__(self) -> None:
         return None
@@ -153,6 +205,10 @@ class FakeCuda:
     @staticmethod
     def is_available() -> bool:
         return True
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
 
     @staticmethod
     def current_stream(device: Any = None) -> str:

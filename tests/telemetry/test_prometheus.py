@@ -51,7 +51,7 @@ def busy_registry(make_tel):
 
 def test_names_types_and_labels_match_the_contract(make_tel):
     doc = contract()
-    assert len(doc) == 24
+    assert len(doc) == 25
     assert {s.name: (s.kind, s.labels) for s in ALL} == doc
     tel = busy_registry(make_tel)
     text = generate_latest(classic_only(tel.registry)).decode()

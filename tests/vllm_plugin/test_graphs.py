@@ -15,7 +15,7 @@ import torch
 from dispatcher import what_if
 from routescope.vllm import plugin
 from telemetry import Telemetry, TelemetryConfig
-from tests.telemetry.cuda_double import FakeCuda, FakeGraph, FakeTorch, RocmTorch, reset
+from tests.telemetry.cuda_double import FakeCuda, FakeGraph, FakeStampKernel, FakeTorch, RocmTorch, reset
 
 from .conftest import Meta, prefill_args, samples, telemetry
 
@@ -29,6 +29,10 @@ class DeviceLooking(torch.Tensor):
     @property
     def is_cuda(self) -> bool:  # type: ignore[override]
         return True
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)  # the device a capture on the stand-in's current device (0) prepares
 
 
 def _on_device(args: tuple) -> tuple:
@@ -49,7 +53,7 @@ def graphed(vllm_doubles, request):
 
     def factory(*, platform, policy, model, rank, **_):
         return Telemetry(TelemetryConfig(models=(model,), rank=rank, timing_gate=False), platform=platform,
-                         policy=policy, torch_module=torch_module)
+                         policy=policy, torch_module=torch_module, stamp_launcher=FakeStampKernel().launcher)
 
     assert plugin.install(env=ON, platform=what_if("gfx942"), telemetry_factory=factory) == "observing"
     yield ops, backend, fc
@@ -84,12 +88,11 @@ def test_calls_captured_through_vllms_entries_count_at_every_replay(graphed):
     assert samples(tel, "routescope_decode_in_prefill_rows_total", call_class="pure_decode") == 82
     assert samples(tel, "routescope_decode_path_calls_total", model=MODEL) == 41
     assert samples(tel, "routescope_decode_path_rows_total", model=MODEL) == 82
-    # vLLM's own kernels write no device stamp. On CUDA an external event pair recorded into the graph times their
-    # replays (clock graph: one sample a flush, the latest replay); HIP refuses external events in a capture, so on
-    # ROCm the replays are counted and said to be untimed.
-    rocm = FakeCuda.name.startswith("AMD")
-    assert samples(tel, "routescope_graph_untimed_replayed_calls_total", model=MODEL) == (40 if rocm else 0)
-    assert samples(tel, "routescope_call_duration_seconds_count", clock="graph") == (0 if rocm else 1)
+    # vLLM's own kernels write no device stamp: a stamp bracket captured around the call times their replays on
+    # CUDA and on ROCm alike (clock bracket: one sample a flush, the latest replay, once the device is calibrated)
+    assert samples(tel, "routescope_graph_untimed_replayed_calls_total", model=MODEL) == 0
+    assert samples(tel, "routescope_call_duration_seconds_count", clock="bracket") == 1
+    assert samples(tel, "routescope_call_duration_seconds_count", clock="graph") == 0
     assert not FakeCuda.capturing and plugin.current().observer.errors.get("prefill", 0) == 0
 
 

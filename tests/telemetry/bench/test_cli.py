@@ -113,3 +113,29 @@ def test_bench_multiproc_prints_routescope_beside_prometheus_client_for_classic_
     table = runner.invoke(app, ["bench", "multiproc", "--processes", "2", "--kills", "0", "--repeats", "0",
                                 "--scrapes", "1"])
     assert table.exit_code == 0 and "prometheus_client text" in table.stdout and "native" in table.stdout
+
+
+def test_bench_fidelity_graphs_asks_for_kernels_without_stamps_then_for_a_gpu():
+    res = runner.invoke(app, ["bench", "fidelity", "--graphs"])
+    assert res.exit_code == 2 and "--no-stamps" in res.output, res.output
+    if not torch.cuda.is_available():
+        res = runner.invoke(app, ["bench", "fidelity", "--graphs", "--no-stamps"])
+        assert res.exit_code == 2 and "needs a CUDA device" in res.output, res.output
+
+
+def test_bench_fidelity_graphs_renders_each_clock_and_the_costs(capsys):
+    from telemetry.bench.graph_fidelity import render
+
+    point = {"case": "split-K", "guard": "reroute", "rows": 2, "calls": 8, "clock": "bracket", "regime": "synced",
+             "constant_ns": 768, "samples": 320, "cupti_calls": 320, "telemetry_median_us": 7.31,
+             "cupti_median_us": 7.2, "median_error_pct": 1.5, "telemetry_p90_us": 7.6, "cupti_p90_us": 7.5,
+             "p90_error_pct": 1.3, "within_bound": True}
+    old = {**point, "clock": "graph", "constant_ns": None, "telemetry_median_us": 14.2, "median_error_pct": 97.6,
+           "telemetry_p90_us": 17.0, "p90_error_pct": 127.4, "within_bound": False}
+    cost = {"case": "split-K", "rows": 2, "calls": 8, "clock": "bracket", "gpu_us_per_timed_call": 1.62,
+            "host_us_added_per_replay": 4.1, "bare_host_us_per_replay": 6.0}
+    render({"device": "GPU", "layout": "512+64", "topk": 2048, "dtype": "bf16", "replays_per_point": 40,
+            "bound_pct": 10.0, "bracket_constant_ns": [736, 768, 800], "points": [point, old], "costs": [cost]})
+    out = capsys.readouterr().out
+    assert "+1.5%" in out and "+97.6%" in out and "NO" in out and "+1.62" in out
+    assert "736-800 ns over 3 calibrations, median 768 ns" in out

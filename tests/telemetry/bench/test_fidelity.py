@@ -1,26 +1,34 @@
 """bench fidelity's reference on CPU: CUPTI's kernel time of a call counts the call's own kernels, not the gate's wait
-that telemetry enqueues inside the call's range (the spans are made by hand; the GPU run is tests/telemetry/test_gpu_real.py)."""
+or the bracket's stamps that telemetry enqueues around it (the spans are made by hand; the GPU runs are
+tests/telemetry/test_gpu_real.py and tests/telemetry/test_gpu_graph_clock.py)."""
 
 from __future__ import annotations
 
-from dispatcher.sweep.cupti import Span, call_name
-from telemetry.bench.fidelity import kernel_seconds, unstamped_registry
+import pytest
+
+from dispatcher.sweep.cupti import Span
+from telemetry.bench.fidelity import call_spans_us, unstamped_registry
 
 
-def test_the_gates_wait_is_left_out_of_a_calls_kernel_time():
+def test_each_calls_kernel_time_is_its_own_kernels_told_apart_by_position():
+    """No CPU ranges (the reference runs without CPU tracing): the calls of a point run the same kernels in the same
+    order, so the GPU's kernels in start order cut into equal runs are the calls; the gate's wait and the bracket's
+    stamps are telemetry's and left out, as are copies."""
     found = [
-        Span(call_name(0), True, 100.0, 160.0),  # the call's GPU range: the wait, then the kernel
+        Span("cudaLaunchKernel", False, 90.0, 95.0),  # a CPU event, were any recorded
         Span("gate_wait", True, 100.0, 150.0),
-        Span("sparse_prefill_kernel", True, 151.0, 160.0),
-        Span(call_name(1), True, 200.0, 215.0),  # a call with no wait (plain pair), two kernels
-        Span("sparse_prefill_kernel", True, 200.0, 205.0),
-        Span("reduce_kernel", True, 207.0, 215.0),
-        Span(call_name(2), True, 300.0, 340.0),  # only the wait ran inside the range: no kernel time
-        Span("gate_wait", True, 300.0, 340.0),
+        Span("split_partial_kernel", True, 151.0, 156.0),
+        Span("split_reduce_kernel", True, 157.0, 160.0),
+        Span("Memcpy HtoD (Pinned -> Device)", True, 170.0, 171.0),
+        Span("graph_stamp", True, 199.0, 200.0),
+        Span("split_partial_kernel", True, 200.0, 205.0),
+        Span("split_reduce_kernel", True, 207.0, 215.0),
+        Span("graph_stamp", True, 215.5, 216.0),
     ]
-    got = kernel_seconds(found)
-    assert set(got) == {0, 1}
-    assert abs(got[0] - 9e-6) < 1e-12 and abs(got[1] - 15e-6) < 1e-12
+    assert call_spans_us(found, 2, ("gate_wait", "graph_stamp")) == [9.0, 15.0]
+    with pytest.raises(ValueError, match="cannot be told apart"):
+        call_spans_us(found, 3, ("gate_wait", "graph_stamp"))
+    assert call_spans_us(found[:5], 1) == [9.0], "the gate's wait is left out by default"
 
 
 def test_the_unstamped_registry_withholds_every_stamp_and_keeps_every_implementation():

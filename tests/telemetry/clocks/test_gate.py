@@ -36,7 +36,8 @@ def gated_telemetry(make_tel, wait: FakeWait, torch_module: Any = FakeTorch, **c
 
 
 def with_gate(make_tel, wait: FakeWait, **cfg: Any):
-    """Telemetry whose device gate is built: one plain sampled call, then the flush that builds the gate."""
+    """Telemetry whose device gate is built: one sampled call (untimed: it asks for the gate), then the flush that
+    builds the gate."""
     tel, decision, shape = gated_telemetry(make_tel, wait, **cfg)
     stream = FakeStream(name="s")
     one_call(tel, decision, shape, stream)
@@ -72,16 +73,25 @@ def _fresh_double():
 
 
 def test_the_first_sampled_call_asks_for_a_gate_and_the_flush_builds_it(make_tel):
+    """Before the gate is built a sampled call is not timed at all: a plain pair would start the series on a clock
+    (events) it leaves once the gate is there."""
     wait = FakeWait()
     tel, decision, shape = gated_telemetry(make_tel, wait)
     stream = FakeStream(name="s")
-    one_call(tel, decision, shape, stream)  # no gate yet: a plain pair, and the device is queued
-    assert wait.launches == []
+    recorded = FakeCuda.recorded
+    one_call(tel, decision, shape, stream)  # no gate yet: no pair at all, and the device is queued
+    assert wait.launches == [] and FakeCuda.recorded == recorded and not tel._events.pending
     tel.flush()  # builds the gate and warms it (one launch on a side stream, released at once)
     assert len(wait.launches) == 1 and wait.launches[0][2] != stream.cuda_stream
     finish_gpu_work(tel, wait)
     tel.flush()
-    assert durations(tel) == {"events": 1}
+    assert durations(tel) == {}
+    assert series(scrape(tel.registry), "routescope_telemetry_dropped_total")[
+        L(reason="timing_clock_pending", rank="0")] == 1
+    one_call(tel, decision, shape, stream)
+    finish_gpu_work(tel, wait)
+    tel.flush()
+    assert durations(tel) == {"gated": 1}, "the series' first sample is on the clock it keeps"
 
 
 def test_a_gated_call_waits_before_its_start_event_and_is_released_after_its_end_event(make_tel):
@@ -99,7 +109,7 @@ def test_a_gated_call_waits_before_its_start_event_and_is_released_after_its_end
     assert FakeCuda.recorded == recorded + 2 and int(gate.words_host[index]) == ticket, "opened after the end event"
     finish_gpu_work(tel, wait)
     tel.flush()
-    assert durations(tel) == {"events": 1, "gated": 1}
+    assert durations(tel) == {"gated": 1}
     assert len(tel._events.free) == tel.config.timing_pool and not any(tel._events.gated)
 
 
@@ -124,7 +134,7 @@ def test_a_wait_that_ran_out_drops_its_sample_and_says_so(make_tel):
     finish_gpu_work(tel, wait)
     tel.flush()
     s = scrape(tel.registry)
-    assert durations(tel) == {"events": 1}
+    assert durations(tel) == {}
     assert series(s, "routescope_telemetry_dropped_total")[L(reason="timing_gate_timeout", rank="0")] == 1
 
 
@@ -136,7 +146,7 @@ def test_a_launch_that_raises_opens_its_gate(make_tel):
     one_call(tel, decision, shape, stream, raises=True)
     index, ticket, _, _ = wait.launches[-1]
     assert int(gate.words_host[index]) == ticket
-    assert not any(tel._events.gated) and len(tel._events.free) == tel.config.timing_pool - 1  # the plain pair pends
+    assert not any(tel._events.gated) and len(tel._events.free) == tel.config.timing_pool
 
 
 def test_kernels_that_stamp_are_never_gated_once_known(make_tel):
@@ -167,13 +177,13 @@ def test_a_device_whose_gate_cannot_be_built_keeps_plain_pairs(make_tel, caplog)
     shape = validate(*args_for(8))
     decision = dispatcher().decide(shape, PREFILL)
     for _ in range(2):
-        one_call(tel, decision, shape, FakeStream())
+        one_call(tel, decision, shape, FakeStream())  # the first asks for the gate (untimed), the flush fails it
         tel.flush()
     one_call(tel, decision, shape, FakeStream())
     for pair in [p for _, p, _ in tel._events.pending]:
         pair[0].done = pair[1].done = True
     tel.flush()
-    assert durations(tel) == {"events": 3}
+    assert durations(tel) == {"events": 2}, "plain pairs from the verdict on: the series' one clock"
     assert sum("no stream gate" in r.message for r in caplog.records) == 1, "said once, not per call"
 
 
@@ -206,8 +216,8 @@ def captured_call(tel, decision, shape, stream) -> None:
 
 
 def test_graph_replays_of_unstamped_calls_are_timed_by_pairs_recorded_into_the_graph(make_tel):
-    tel = make_tel(TelemetryConfig(models=("glm",), sample_every=4, keep_samples=True, timing_gate=False),
-                   torch_module=FakeTorch)
+    tel = make_tel(TelemetryConfig(models=("glm",), sample_every=4, keep_samples=True, timing_gate=False,
+                                   graph_clock="events"), torch_module=FakeTorch)
     shape = validate(*args_for(8))
     decision = dispatcher().decide(shape, PREFILL)
     g = FakeGraph()
@@ -234,11 +244,12 @@ def test_graph_replays_of_unstamped_calls_are_timed_by_pairs_recorded_into_the_g
     assert held == 2 and not tel._graph_events.held and len(tel._graph_events.free) == 2
 
 
-def test_on_rocm_the_gate_keeps_its_form_and_graph_replays_stay_untimed(make_tel):
-    """HIP refuses external events in a capture: no pair is recorded into a graph there, and replays say untimed."""
+def test_on_rocm_the_gate_keeps_its_form_and_external_graph_pairs_are_refused(make_tel):
+    """HIP refuses external events in a capture: with the event graph clock asked for, no pair is recorded into a
+    graph there and replays say untimed (the bracket clock times them: tests/telemetry/clocks/test_bracket.py)."""
     RocmTorch.use()
     wait = FakeWait()
-    tel, decision, shape = gated_telemetry(make_tel, wait, torch_module=RocmTorch)
+    tel, decision, shape = gated_telemetry(make_tel, wait, torch_module=RocmTorch, graph_clock="events")
     assert tel._graph_events is None
     stream = FakeStream()
     one_call(tel, decision, shape, stream)
@@ -254,7 +265,7 @@ def test_on_rocm_the_gate_keeps_its_form_and_graph_replays_stay_untimed(make_tel
     g.replay()
     tel.flush()
     s = scrape(tel.registry)
-    assert durations(tel) == {"events": 1, "gated": 1}, "an MI300X has no measured constant: the bare reading"
+    assert durations(tel) == {"gated": 1}, "an MI300X has no measured constant: the bare reading"
     assert total(s, "routescope_graph_untimed_replayed_calls_total") == 1
 
 

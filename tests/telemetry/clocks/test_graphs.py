@@ -26,6 +26,7 @@ PURE_DECODE_2 = Batch(CallClass.PURE_DECODE, 2, 2, 2)
 def make(make_tel, **cfg: Any) -> Telemetry:
     reset()
     cfg.setdefault("timing_gate", False)  # tests/telemetry/clocks/test_gate.py drives the gate
+    cfg.setdefault("graph_clock", "events")  # external pairs here; tests/telemetry/clocks/test_bracket.py: brackets
     return make_tel(TelemetryConfig(models=("glm",), **cfg), torch_module=FakeTorch)
 
 

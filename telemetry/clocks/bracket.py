@@ -1,0 +1,302 @@
+"""The bracket clock: graph replays of kernels that write no stamps, timed by two stamp kernels captured around them.
+
+A call captured into a CUDA or HIP graph runs no Python at replay, so only nodes of the graph can time it. Here the
+nodes are two one-program Triton kernels on the call's stream: the first stores the GPU's clock as its last act,
+just before the call's kernels; the second stores it as its first act, just after them. Each replay writes the pair
+into pinned, host-mapped memory, and each flush reads the latest finished replay's pair with plain host loads (an
+end older than its start is a replay in flight: the next flush reads it). No sync anywhere.
+
+The span holds the call's kernels plus a constant of the GPU (the first stamp's tail, the second's head and the
+launch gaps between): an empty bracket reads just that constant. So each device is calibrated once, without a
+profiler: after its first capture the flush thread captures a graph of ``CALIBRATION_BRACKETS`` empty brackets on
+a side stream, replays it, and keeps the median span (``routescope_clock_constant_seconds{clock="bracket"}``).
+Readings wait until then; none is taken before the constant is known.
+
+The clock each stamp reads:
+- NVIDIA: ``%globaltimer`` (PTX ``mov.u64 %rd, %globaltimer;``), nanoseconds, 32 ns steps on an H200;
+- AMD gfx942/gfx950: ``s_memrealtime`` (SMEM: the 64-bit real-time counter, 100 MHz whatever the shader clock),
+  then ``s_waitcnt lgkmcnt(0)`` before its SGPR pair is read: ``NS_PER_TICK`` 10, converted on the host.
+
+HIP refuses external events in a capture but takes kernels, so on ROCm this is the only graph clock. The stamp kernel
+is compiled, loaded and launched once on a side stream before a capture begins (``before_capture``, from the graph
+hooks), never inside it: inside a capture only its compiled handle is launched. A launch that raises leaves the
+call untimed and counts the error; the capture itself never sees telemetry fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..aggregates import Health
+from ..slots import Clock
+from .timing import LatencySink
+
+log = logging.getLogger("routescope.telemetry")
+
+GLOBALTIMER, MEMREALTIME = 1, 2  # the stamp kernel's CLOCK
+PTX_GLOBALTIMER = "mov.u64 $0, %globaltimer;"  # PTX ISA, special register %globaltimer (u64, ns)
+AMDGCN_MEMREALTIME = "s_memrealtime $0\n\ts_waitcnt lgkmcnt(0)"  # CDNA3/CDNA4 ISA: SMEM real-time counter
+NS_PER_TICK = {GLOBALTIMER: 1, MEMREALTIME: 10}  # %globaltimer counts ns; s_memrealtime ticks at 100 MHz
+CALIBRATION_BRACKETS = 32  # empty brackets in the calibration graph: their median span is the constant
+CALIBRATION_REPLAYS = 3
+MAX_PLAUSIBLE_NS = 10_000_000_000  # a span past 10 s is a torn or stale read, never a call
+
+# (table's times tensor, offset into it, raw stream handle) -> None: enqueue one stamp on that stream
+StampLauncher = Callable[[Any, int, int], None]
+
+
+def clock_for(torch_mod: Any) -> int:
+    """``MEMREALTIME`` under a torch built for HIP (``torch.version.hip``), else ``GLOBALTIMER``."""
+    return MEMREALTIME if getattr(getattr(torch_mod, "version", None), "hip", None) else GLOBALTIMER
+
+
+class Entry:
+    """One bracket: row ``index`` of a device's table, held by a captured call until its graph goes."""
+
+    __slots__ = ("table", "index")
+
+    def __init__(self, table: BracketTable, index: int) -> None:
+        self.table = table
+        self.index = index
+
+
+class BracketTable:
+    """One device's pinned ``times`` [n, 2] int64 (ticks, host-readable), its stamp launcher and its constant."""
+
+    def __init__(self, torch_mod: Any, device: str, size: int, launch: StampLauncher, clock: int) -> None:
+        self.device = device
+        self.times = torch_mod.zeros((CALIBRATION_BRACKETS + size, 2), dtype=torch_mod.int64, pin_memory=True)
+        self.host = self.times.numpy()
+        self.launch = launch
+        self.ns_per_tick = NS_PER_TICK[clock]
+        self.free = list(range(CALIBRATION_BRACKETS + size - 1, CALIBRATION_BRACKETS - 1, -1))
+        self.constant_ns: int | None = None  # calibrated; None until then
+        self.calibrating: Any = None  # the calibration graph, while its replays are read
+
+    def stamp(self, index: int, side: int, stream_handle: int) -> None:
+        self.launch(self.times, 2 * index + side, stream_handle)
+
+    def span_ns(self, index: int) -> tuple[int, int]:
+        """(start, end) in ns as seen now; (0, 0) when a concurrent write tore the read."""
+        end = int(self.host[index, 1])
+        start = int(self.host[index, 0])
+        if int(self.host[index, 1]) != end:
+            return 0, 0
+        return start * self.ns_per_tick, end * self.ns_per_tick
+
+
+class GraphBrackets:
+    """Hands out brackets to captured calls, reads the held ones at flush, calibrates each device once."""
+
+    def __init__(self, torch_mod: Any, health: Health, size: int, *,
+                 launcher: Callable[[Any, Any, int], StampLauncher] | None = None) -> None:
+        self.torch = torch_mod
+        self._health = health
+        self._size = size
+        self._launcher = launcher or triton_stamp_launcher
+        self._clock = clock_for(torch_mod)
+        self._tables: dict[str, BracketTable | None] = {}  # device -> table; None: it failed to build (not retried)
+        self._wanted: set[str] = set()
+        self._held: dict[tuple[int, int], list] = {}  # (id(table), index) -> [table, index, slot, last end]
+        self._lock = threading.Lock()
+
+    # -- outside any capture ------------------------------------------------------------------
+    def before_capture(self) -> None:
+        """A capture is about to begin on the current device: build its table and warm the stamp kernel first."""
+        cuda = self.torch.cuda
+        device = f"cuda:{cuda.current_device()}"
+        if device not in self._tables:
+            self.prepare(device)
+
+    def prepare(self, device: str | None = None) -> int:
+        """Build the tables asked for (``device``, else those captured calls wanted); never inside a capture."""
+        built = 0
+        for dev in ([device] if device is not None else list(self._wanted)):
+            self._wanted.discard(dev)
+            if dev in self._tables:
+                continue
+            try:
+                table = BracketTable(self.torch, dev, self._size, self._launcher(self.torch, dev, self._clock),
+                                     self._clock)
+                cuda = self.torch.cuda
+                side = cuda.Stream(dev)
+                with cuda.device(dev), cuda.stream(side):  # the JIT's first launch takes both from torch
+                    table.stamp(0, 0, side.cuda_stream)
+            except Exception:  # noqa: BLE001 - no bracket on this device: its graph replays take the next clock
+                log.warning("routescope telemetry: no graph stamp bracket on %s", dev, exc_info=True)
+                self._tables[dev] = None
+                continue
+            self._tables[dev] = table
+            built += 1
+        return built
+
+    def calibrate(self) -> int:
+        """From the flush thread, no capture under way: start each new device's calibration, or read it when its
+        replays have written every empty bracket. Returns how many devices got their constant."""
+        done = 0
+        for table in list(self._tables.values()):
+            if table is None or table.constant_ns is not None:
+                continue
+            if table.calibrating is None:
+                table.calibrating = self._calibration_graph(table)
+                continue
+            spans = []
+            for i in range(CALIBRATION_BRACKETS):
+                start, end = table.span_ns(i)
+                if start <= 0 or end < start:
+                    break
+                spans.append(end - start)
+            else:
+                table.constant_ns = round(statistics.median(spans))
+                table.calibrating = None
+                done += 1
+        return done
+
+    def _calibration_graph(self, table: BracketTable) -> Any:
+        """Capture ``CALIBRATION_BRACKETS`` empty brackets on a side stream (this thread's capture only), replay it."""
+        cuda = self.torch.cuda
+        table.host[:CALIBRATION_BRACKETS] = 0
+        side = cuda.Stream(table.device)
+        graph = cuda.graphs.CUDAGraph()
+        with cuda.device(table.device), cuda.stream(side):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                for i in range(CALIBRATION_BRACKETS):
+                    table.stamp(i, 0, side.cuda_stream)
+                    table.stamp(i, 1, side.cuda_stream)
+            finally:
+                graph.capture_end()
+            for _ in range(CALIBRATION_REPLAYS):
+                graph.replay()
+        return graph
+
+    # -- the capture path (sampled captured calls only) ---------------------------------------
+    def serves(self, device: Any) -> bool:
+        """False where the bracket failed to build on ``device`` (its calls take the next graph clock)."""
+        return self._tables.get(str(device), False) is not None
+
+    def open(self, device: Any, stream: Any) -> Entry | None:
+        """Claim a bracket and capture its first stamp on ``stream``; None (counted) when none can be had."""
+        table = self._tables.get(str(device))
+        if table is None:
+            self._wanted.add(str(device))  # captured before its device was prepared: built at the next flush
+            self._health.drop("timing_clock_pending")
+            return None
+        with self._lock:
+            index = table.free.pop() if table.free else None
+        if index is None:
+            self._health.drop("timing_pool_empty")
+            return None
+        try:
+            table.stamp(index, 0, _handle(self.torch, stream, device))
+        except BaseException:
+            self.give_back(Entry(table, index))
+            raise
+        return Entry(table, index)
+
+    def close(self, entry: Entry, stream: Any) -> None:
+        """Capture the bracket's second stamp, after the call's kernels."""
+        entry.table.stamp(entry.index, 1, _handle(self.torch, stream, entry.table.device))
+
+    def hold(self, entry: Entry, slot: int) -> Callable[[], None]:
+        """Read the bracket at each flush while its graph lives; returns the release to run when the graph goes."""
+        table, index = entry.table, entry.index
+        key = (id(table), index)
+        table.host[index] = 0
+        with self._lock:
+            self._held[key] = [table, index, slot, 0]
+
+        def release() -> None:
+            with self._lock:
+                if self._held.pop(key, None) is not None:
+                    table.free.append(index)
+
+        return release
+
+    def give_back(self, entry: Entry) -> None:
+        """A bracket whose stamps will never be read (the call stamped itself, raised, or its graph went)."""
+        with self._lock:
+            entry.table.free.append(entry.index)
+
+    # -- flush ----------------------------------------------------------------------------------
+    def resolve(self, sink: LatencySink, wall_ns: int) -> int:
+        """One sample per held bracket whose latest replay is newer than the last read, on calibrated devices."""
+        done = 0
+        with self._lock:
+            held = list(self._held.values())
+        for entry in held:
+            table, index, slot, last_end = entry
+            constant = table.constant_ns
+            if constant is None:
+                continue
+            start, end = table.span_ns(index)
+            if start > last_end and end >= start and end - start < MAX_PLAUSIBLE_NS:
+                entry[3] = end
+                sink.observe(slot, Clock.BRACKET, end - start - constant, wall_ns)
+                done += 1
+        return done
+
+    def constants(self) -> dict[str, int]:
+        """Each calibrated device's constant (ns taken off a bracket's span)."""
+        return {dev: t.constant_ns for dev, t in list(self._tables.items())
+                if t is not None and t.constant_ns is not None}
+
+    @property
+    def pending(self) -> bool:
+        """Is there work for the flush thread (a table to build, a device to calibrate)?"""
+        return bool(self._wanted) or any(t is not None and t.constant_ns is None for t in list(self._tables.values()))
+
+
+def _handle(torch_mod: Any, stream: Any, device: Any) -> int:
+    """The raw handle of ``stream`` (the device's current stream when None): what the compiled launcher takes."""
+    if stream is None:
+        stream = torch_mod.cuda.current_stream(device)
+    return getattr(stream, "cuda_stream", 0)
+
+
+def triton_stamp_launcher(torch_mod: Any, device: Any, clock: int) -> StampLauncher:
+    """The Triton stamp kernel for ``clock``, launched through its compiled handle after the first launch."""
+    import triton
+    import triton.language as tl
+
+    from dispatcher.kernels.launcher import launch
+    from dispatcher.kernels.stamps import Pointer
+
+    kernel = stamp_kernel(triton, tl)
+    key = ("bracket", str(device), clock)
+    pointers: dict[int, Any] = {}
+    consts = {"CLOCK": clock, "num_warps": 1}
+
+    def launch_stamp(times: Any, offset: int, stream_handle: int) -> None:
+        typed = pointers.get(id(times))
+        if typed is None:
+            typed = pointers[id(times)] = Pointer(times.data_ptr(), torch_mod.int64)
+        launch(kernel, key, (1,), (typed, offset), consts, stream_handle)
+
+    return launch_stamp
+
+
+_KERNEL: Any = None
+
+
+def stamp_kernel(triton: Any, tl: Any) -> Any:
+    """``times[offset] = clock()``: one program, one read of the clock, one store (the offset is not specialised)."""
+    global _KERNEL
+    if _KERNEL is None:
+
+        @triton.jit(do_not_specialize=["offset"])
+        def graph_stamp(times, offset, CLOCK: tl.constexpr):
+            if CLOCK == 1:  # the strings are PTX_GLOBALTIMER and AMDGCN_MEMREALTIME (a kernel reads no globals)
+                t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                              pack=1)
+            else:
+                t = tl.inline_asm_elementwise("s_memrealtime $0\n\ts_waitcnt lgkmcnt(0)", "=s", [], dtype=tl.int64,
+                                              is_pure=False, pack=1)
+            tl.store(times + offset, t)
+
+        _KERNEL = graph_stamp
+    return _KERNEL

@@ -1,0 +1,282 @@
+"""The bracket clock, driven on CPU: graph replays of kernels that write no stamps, timed by stamp kernels captured
+around the call, their constant calibrated once per device by empty brackets, on CUDA and on ROCm.
+
+CUDA, ROCm and the stamp kernel are stand-ins here (tests/telemetry/cuda_double.py: ``FakeTorch``, ``RocmTorch``,
+``FakeStampKernel``, ``FakeKernel``): a graph node takes 5 µs of the double's clock, a ``FakeKernel`` its own time on
+top, so a bracket around a kernel of k µs spans k + 10 µs and reads k + 5 once the empty bracket's 5 µs is off. What
+the real kernel assembles to is checked by compiling it for sm_90, gfx942 and gfx950 (the vendors'
+assemblers run here without a GPU); the proof on a GPU is tests/telemetry/test_gpu_graph_clock.py (marked gpu).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from dispatcher.types import Batch, CallClass
+from dispatcher.validate import validate
+from telemetry import TelemetryConfig
+from telemetry.clocks.bracket import (AMDGCN_MEMREALTIME, CALIBRATION_BRACKETS, GLOBALTIMER, MEMREALTIME,
+                                      NS_PER_TICK, PTX_GLOBALTIMER, clock_for)
+
+from ..conftest import L, args_for, dispatcher, scrape, series, total
+from ..cuda_double import CudaQ, FakeCuda, FakeEvent, FakeGraph, FakeKernel, FakeStampKernel, FakeStream, FakeTorch
+from ..cuda_double import RocmTorch, reset
+
+PREFILL = Batch(CallClass.PREFILL, 0)
+NODE_US = 5  # what the double's graph gives each node
+
+
+@pytest.fixture(autouse=True)
+def _fresh_double():
+    reset()
+    FakeEvent.clock = 0.0
+    yield
+    reset()
+
+
+def bracketed(make_tel, stamps: FakeStampKernel, torch_module: Any = FakeTorch, **cfg: Any):
+    cfg = {"models": ("glm",), "sample_every": 4, "keep_samples": True, "timing_gate": False, **cfg}
+    tel = make_tel(TelemetryConfig(**cfg), torch_module=torch_module, stamp_launcher=stamps.launcher)
+    shape = validate(*args_for(8))
+    return tel, dispatcher().decide(shape, PREFILL), shape
+
+
+def capture(tel, decision, shape, calls: int = 1, kernel_us: float = 20.0, stream: Any = None) -> FakeGraph:
+    """A graph of ``calls`` calls of one slot, each launching one kernel of ``kernel_us`` between start and stop."""
+    g = FakeGraph()
+    g.capture_begin()
+    for _ in range(calls):
+        token = tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), stream)
+        FakeKernel(kernel_us)
+        tel.probe.stop(token, "triton")
+    g.capture_end()
+    return g
+
+
+def readings(tel) -> list[int]:
+    """The bracket samples since the last drain (a drain flushes first)."""
+    return [round(s["seconds"] * 1e9) for s in tel.drain_samples() if s["clock"] == "bracket"]
+
+
+def kept(tel) -> list:
+    """The samples the flushes so far kept, without another flush."""
+    return [s for s in tel._kept if s[1].value == "bracket"]
+
+
+def durations(tel) -> dict:
+    counts = series(scrape(tel.registry), "routescope_call_duration_seconds_count")
+    return {dict(k)["clock"]: v for k, v in counts.items()}
+
+
+def test_the_kernel_is_warmed_before_the_capture_and_the_flush_calibrates_the_device(make_tel):
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps)
+    g = capture(tel, decision, shape)
+    warm = stamps.launches[0]
+    assert warm[0] == "cuda:0" and warm[1] == GLOBALTIMER and not warm[4], "one launch on a side stream, no capture"
+    in_graph = [launch for launch in stamps.launches if launch[4]]
+    assert len(in_graph) == 2, "the call's bracket: two stamps captured into its graph"
+    g.replay()
+    tel.flush()  # starts the calibration: a graph of empty brackets of its own, replayed
+    assert tel.bracket_constants == {} and kept(tel) == [], "no constant yet: no reading"
+    calibration = [launch for launch in stamps.launches[3:] if launch[4]]
+    assert len(calibration) == 2 * CALIBRATION_BRACKETS
+    assert all(launch[3] != 0 and launch[3] == calibration[0][3] for launch in calibration), "all on one side stream"
+    g.replay()
+    assert readings(tel) == [25_000], "the flush reads the calibration, then the bracket, less the constant"
+    assert tel.bracket_constants == {"cuda:0": NODE_US * 1000}, "an empty bracket spans one node step"
+    gauge = series(scrape(tel.registry), "routescope_clock_constant_seconds")
+    assert gauge == {L(clock="bracket", device="cuda:0", rank="0"): pytest.approx(5e-6)}
+
+
+def test_each_flush_reads_the_latest_finished_replay_once(make_tel):
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps)
+    g = capture(tel, decision, shape, kernel_us=30.0)
+    tel.flush()
+    tel.flush()  # calibrated
+    assert readings(tel) == [], "not replayed yet"
+    for _ in range(3):
+        g.replay()
+    tel.flush()
+    tel.flush()
+    assert readings(tel) == [35_000], "three replays between two flushes: the latest, once"
+    table = next(iter(tel._brackets._tables.values()))
+    index = next(iter(tel._brackets._held.values()))[1]
+    g.replay()
+    table.host[index, 1] = table.host[index, 0] - 1  # a replay in flight: its start written, its end not yet
+    tel.flush()
+    assert kept(tel) == [], "an end older than its start is not read"
+    g.replay()
+    assert readings(tel) == [35_000]
+    assert durations(tel) == {"bracket": 2}
+
+
+def test_one_captured_call_in_sample_every_of_a_slot_is_bracketed(make_tel):
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps, sample_every=4)
+    g = capture(tel, decision, shape, calls=8)
+    assert sum(launch[4] for launch in stamps.launches) == 2 * 2, "the first and the fifth captured calls"
+    tel.flush()
+    for _ in range(3):
+        g.replay()
+        tel.flush()
+    s = scrape(tel.registry)
+    assert total(s, "routescope_graph_replayed_calls_total") == 24
+    assert total(s, "routescope_graph_untimed_replayed_calls_total") == 6 * 3, "six captured calls hold no bracket"
+    assert durations(tel) == {"bracket": 3 * 2}, "the three flushes after the calibration began: two brackets each"
+    assert len(tel._brackets._held) == 2
+    g.reset()
+    assert not tel._brackets._held, "the graph's brackets go back to the pool with it"
+
+
+def test_a_stamp_launch_that_raises_in_a_capture_leaves_the_call_untimed_and_the_capture_whole(make_tel):
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps)
+    FakeCuda.name = "stand-in GPU"
+    g = FakeGraph()
+    g.capture_begin()  # the warm launch succeeds
+    stamps.fail = True
+    token = tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), None)
+    tel.probe.stop(token, "triton")
+    g.capture_end()
+    assert g.state == "captured"
+    stamps.fail = False
+    g.replay()
+    tel.flush()
+    tel.flush()
+    s = scrape(tel.registry)
+    assert total(s, "routescope_graph_untimed_replayed_calls_total") == 1
+    assert series(s, "routescope_telemetry_errors_total")[L(stage="timing", rank="0")] == 1
+    free = len(next(iter(tel._brackets._tables.values())).free)
+    assert free == tel.config.graph_timing_pool, "the claimed entry went back at once"
+
+
+def test_a_second_stamp_that_raises_keeps_its_entry_until_the_graph_goes(make_tel):
+    """The first stamp is a node of the graph: its entry may be reused only when the graph is gone."""
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps)
+    g = FakeGraph()
+    g.capture_begin()
+    token = tel.probe.start(decision, shape, PREFILL, "glm", CudaQ(), None)
+    stamps.fail = True
+    tel.probe.stop(token, "triton")
+    stamps.fail = False
+    g.capture_end()
+    table = next(iter(tel._brackets._tables.values()))
+    assert len(table.free) == tel.config.graph_timing_pool - 1 and not tel._brackets._held
+    g.reset()
+    assert len(table.free) == tel.config.graph_timing_pool
+
+
+def test_a_device_where_the_bracket_cannot_be_built_falls_back_to_event_pairs_on_cuda(make_tel, caplog):
+    def broken(torch_module, device, clock):
+        raise RuntimeError("no Triton backend for this device")
+
+    tel = make_tel(TelemetryConfig(models=("glm",), sample_every=4, timing_gate=False), torch_module=FakeTorch,
+                   stamp_launcher=broken)
+    shape = validate(*args_for(8))
+    g = capture(tel, dispatcher().decide(shape, PREFILL), shape)
+    assert len(g.nodes) == 2 + 1, "an external pair around the call's kernel"
+    g.replay()
+    tel.flush()
+    assert durations(tel) == {"graph": 1}
+    assert sum("no graph stamp bracket" in r.message for r in caplog.records) == 1
+
+
+def test_a_capture_on_a_device_not_prepared_is_untimed_and_the_flush_builds_its_table(make_tel):
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps)
+    q = type("OtherQ", (), {"is_cuda": True, "device": "cuda:1"})()
+    g = FakeGraph()
+    g.capture_begin()  # prepares the current device (0), not the call's
+    tel.probe.stop(tel.probe.start(decision, shape, PREFILL, "glm", q, None), "triton")
+    g.capture_end()
+    g.replay()
+    tel.flush()
+    s = scrape(tel.registry)
+    assert series(s, "routescope_telemetry_dropped_total")[L(reason="timing_clock_pending", rank="0")] == 1
+    assert total(s, "routescope_graph_untimed_replayed_calls_total") == 1
+    assert set(tel._brackets._tables) == {"cuda:0", "cuda:1"}, "built outside the capture, for the next ones"
+
+
+def test_on_rocm_graph_replays_are_timed_by_s_memrealtime_in_10_ns_ticks(make_tel):
+    RocmTorch.use()
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps, torch_module=RocmTorch)
+    assert tel._graph_events is None, "HIP takes no external events in a capture"
+    g = capture(tel, decision, shape, kernel_us=12.34)
+    assert {launch[1] for launch in stamps.launches} == {MEMREALTIME}
+    tel.flush()
+    g.replay()
+    tel.flush()
+    table = next(iter(tel._brackets._tables.values()))
+    index = next(iter(tel._brackets._held.values()))[1]
+    start_ticks, end_ticks = (int(v) for v in table.host[index])
+    assert end_ticks - start_ticks == (12_340 + 2 * NODE_US * 1000) // 10, "stored in 100 MHz ticks"
+    assert readings(tel) == [17_340] and tel.bracket_constants == {"cuda:0": 5_000}, "and read in ns"
+    assert total(scrape(tel.registry), "routescope_graph_untimed_replayed_calls_total") == 0
+
+
+def test_the_clock_follows_the_torch_build():
+    assert clock_for(FakeTorch) == GLOBALTIMER and clock_for(RocmTorch) == MEMREALTIME
+    assert NS_PER_TICK == {GLOBALTIMER: 1, MEMREALTIME: 10}
+
+
+def test_the_event_graph_clock_can_still_be_chosen(make_tel):
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps, graph_clock="events")
+    g = capture(tel, decision, shape)
+    g.replay()
+    tel.flush()
+    assert tel._brackets is None and stamps.launches == [] and durations(tel) == {"graph": 1}
+    with pytest.raises(ValueError, match="graph_clock"):
+        TelemetryConfig(graph_clock="cupti")
+    assert TelemetryConfig.from_env({"ROUTESCOPE_TELEMETRY_GRAPH_CLOCK": "events"}).graph_clock == "events"
+
+
+def test_the_asm_strings_are_the_ones_the_kernel_holds_and_follow_the_vendors_syntax():
+    """PTX ISA: ``mov.u64 d, %globaltimer;`` (a 64-bit special register, ns). AMD CDNA3/CDNA4 ISA: ``s_memrealtime
+    SDST[2]`` is an SMEM instruction, so ``s_waitcnt lgkmcnt(0)`` must come before its SGPR pair is read."""
+    import inspect
+
+    from telemetry.clocks import bracket
+
+    source = inspect.getsource(bracket.stamp_kernel)
+    assert '"mov.u64 $0, %globaltimer;"' in source and PTX_GLOBALTIMER == "mov.u64 $0, %globaltimer;"
+    assert '"s_memrealtime $0\\n\\ts_waitcnt lgkmcnt(0)"' in source
+    assert re.fullmatch(r"mov\.u64 \$0, %globaltimer;", PTX_GLOBALTIMER)
+    first, second = AMDGCN_MEMREALTIME.split("\n")
+    assert first == "s_memrealtime $0" and second.strip() == "s_waitcnt lgkmcnt(0)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,arch,warp,clock", [("cuda", 90, 32, GLOBALTIMER), ("hip", "gfx942", 64, MEMREALTIME),
+                                                     ("hip", "gfx950", 64, MEMREALTIME)])
+def test_the_stamp_kernel_assembles_for_each_target(backend, arch, warp, clock):
+    """Compiled ahead of time on CPU: ptxas takes the PTX, LLVM's AMDGPU assembler the AMDGCN; the result holds the
+    clock read, its wait where AMD needs one, and one 64-bit store."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    from telemetry.clocks.bracket import stamp_kernel
+
+    src = triton.compiler.ASTSource(fn=stamp_kernel(triton, tl), signature={"times": "*i64", "offset": "i32",
+                                                                            "CLOCK": "constexpr"},
+                                    constexprs={"CLOCK": clock})
+    compiled = triton.compile(src, target=GPUTarget(backend, arch, warp))
+    if backend == "cuda":
+        ptx = compiled.asm["ptx"]
+        assert re.search(r"mov\.u64 \t?%rd\d+, %globaltimer;", ptx), ptx
+        assert "cubin" in compiled.asm, "ptxas assembled it"
+    else:
+        gcn = compiled.asm["amdgcn"]
+        lines = [line.strip() for line in gcn.splitlines()]
+        at = next(i for i, line in enumerate(lines) if re.fullmatch(r"s_memrealtime s\[\d+:\d+\]", line))
+        assert lines[at + 1] == "s_waitcnt lgkmcnt(0)", lines[at - 2:at + 4]
+        assert any(line.startswith("global_store_dwordx2") for line in lines[at:]), "one 64-bit store after it"
+        assert "hsaco" in compiled.asm, "the AMDGPU assembler and linker took it"
