@@ -3,11 +3,12 @@
 # graphs", "What a gate change saves", "The demo on a GPU") rest on, on the GPU, in one command; each phase under a
 # time limit, its output in $OUT.
 #   bash scripts/gpu/h200_check.sh [phase ...]
-#   phases: host fidelity reroute reroute-d512 foreign foreign-reroute quantiles replay replay-reroute foreign-replay
-#   graphs tests foreign-tests launch split split-ab redo-ab kernels ab demo
+#   phases: host fidelity reroute reroute-d512 foreign foreign-reroute foreign-graphs quantiles replay replay-reroute
+#   foreign-replay graphs tests graph-tests foreign-tests launch split split-ab redo-ab kernels ab demo
 # The GPU test suite is three device calls, each a group that fits one 600 s call with its compiles on a fresh machine
 # (no .tcache carried): `suite-1` (the kernels against the reference: compile-bound, so pytest-xdist runs 8 workers),
-# `suite-2` (launch paths, split-K reduce, NaN), `suite-3` (telemetry on the GPU: timing-sensitive, run alone).
+# `suite-2` (launch paths, split-K reduce, NaN), `suite-3` (telemetry on the GPU, eager and graph clocks:
+# timing-sensitive, run alone).
 # A group name runs its phases: bash scripts/gpu/h200_check.sh suite-1
 # Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
 # image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
@@ -29,7 +30,7 @@ phase() {  # name, seconds, command...: stdout to $OUT/results.txt, stderr to $O
 phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs tests launch split split-ab redo-ab kernels ab demo}
 phases=${phases//suite-1/kernels}
 phases=${phases//suite-2/launch split nan}
-phases=${phases//suite-3/tests}
+phases=${phases//suite-3/tests graph-tests}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 git rev-parse --short HEAD 2>/dev/null || true
 for p in $phases; do
@@ -39,6 +40,7 @@ for p in $phases; do
     reroute) phase reroute 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16,256,1024 --json ;;
     reroute-d512) phase reroute-d512 120 "${RS[@]}" bench fidelity --guard reroute --rows 1,2,16 --layout 512+0 --json ;;
     foreign) phase foreign 420 "${RS[@]}" bench fidelity --no-stamps --json ;;
+    foreign-graphs) phase foreign-graphs 300 "${RS[@]}" bench fidelity --no-stamps --graphs --json ;;
     foreign-reroute) phase foreign-reroute 240 "${RS[@]}" bench fidelity --no-stamps --guard reroute \
                        --rows 1,2,16 --json ;;
     foreign-replay) phase foreign-replay 300 python3 -m telemetry.bench.gpu_replay --no-stamps \
@@ -52,6 +54,8 @@ for p in $phases; do
     graphs) phase graphs 120 "${RS[@]}" bench graphs --json ;;
     tests) phase tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
              tests/dispatcher/test_sweep_cupti.py ;;
+    graph-tests) phase graph-tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider \
+                   tests/telemetry/test_gpu_graph_clock.py tests/vllm_plugin/test_gpu_graph_clock.py ;;
     nan) phase nan 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_nan_propagation.py ;;
     launch) phase launch 240 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/dispatcher/kernels/test_launch_gpu.py ;;
     split) phase split 240 python3 -m pytest -q -m gpu -p no:cacheprovider \

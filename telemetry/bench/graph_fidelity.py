@@ -5,7 +5,9 @@ rows count on the split-K decode or on the prefill kernel) is captured into CUDA
 back, through an instrumented ``Dispatcher`` with every captured call timed (``sample_every=1``), once per graph
 clock in the same run: ``graph`` (an external event pair recorded into the graph, the older clock) and ``bracket``
 (two stamp kernels captured around the call, ``telemetry.clocks.bracket``). Two regimes: ``synced`` (replay, sync,
-flush) and ``back_to_back`` (bursts of replays queued without a sync, a flush after each burst).
+flush; ``replays`` times) and ``back_to_back`` (``replays`` bursts of ``BURST`` replays queued without a sync; after
+each, once the burst before it is done, a flush: it reads each bracket's latest finished replay, which ran queued
+behind the one before it while the next burst waited on the GPU).
 
 Telemetry's readings come from replays with no profiler attached. The reference is CUPTI's span of each call (first
 kernel start to last kernel end, the stamp kernels left out) over replays of the same graph driven the same way, CUDA
@@ -14,7 +16,8 @@ replay runs the same kernels in the same order.
 
 Also per case and graph: the host µs per ``replay()`` and the GPU µs per replay (replays queued behind a sleep
 kernel, so the GPU never waits for the host) of each clock's graph against a bare graph of the same calls captured
-without telemetry: the difference over the graph's calls is each bracket's (or pair's) cost inside a replay.
+without telemetry, in ``COST_ROUNDS`` interleaved rounds: the median difference over the graph's calls is each
+bracket's (or pair's) cost inside a replay.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ CLOCKS = ("graph", "bracket")  # the graph_clock setting of each: events, bracke
 STAMP_KERNEL = "graph_stamp"  # the bracket's kernel: telemetry's, not the call's
 BURST = 8  # replays queued back to back between two flushes
 SLEEP_CYCLES = 40_000_000  # ~20 ms on an H200: every timed replay is queued before the GPU reaches the first
+COST_ROUNDS = 5
 
 
 def drive(graph: Any, regime: str, replays: int, tel: Telemetry | None = None) -> int:
@@ -54,24 +58,30 @@ def drive(graph: Any, regime: str, replays: int, tel: Telemetry | None = None) -
             if tel is not None:
                 tel.flush()
         return replays
-    bursts = max(1, replays // BURST)
+    bursts, before = replays, None
     for _ in range(bursts):
         for _ in range(BURST):
             graph.replay()
+        queued = torch.cuda.Event()
+        queued.record()
+        if before is not None:
+            before.synchronize()  # the bench's wait, one burst behind: the GPU has this burst queued meanwhile
         if tel is not None:
             tel.flush()
+        before = queued
     torch.cuda.synchronize()
     if tel is not None:
         tel.flush()
     return bursts * BURST
 
 
-def cupti_call_us(graph: Any, regime: str, replays: int, calls: int) -> list[float]:
-    """CUPTI's span of every call of every replay (µs): its own kernels, first start to last end."""
+def cupti_call_us(graph: Any, regime: str, replays: int, calls: int, tel: Telemetry | None = None) -> list[float]:
+    """CUPTI's span of every call of every replay (µs): its own kernels, first start to last end; driven as
+    telemetry's readings were (``tel`` flushes between replays alike, its samples unused)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        made = drive(graph, regime, replays)
+        made = drive(graph, regime, replays, tel)
     kernels = sorted((s for s in spans(prof.events()) if s.on_gpu and "Memcpy" not in s.name
                       and "Memset" not in s.name and STAMP_KERNEL not in s.name), key=lambda s: s.start_us)
     n = made * calls
@@ -97,7 +107,7 @@ def capture(d: Dispatcher, sets: list, layout: Layout, calls: int) -> Any:
     return graph
 
 
-def replay_costs(graph: Any, replays: int = 200) -> tuple[float, float]:
+def replay_costs(graph: Any, replays: int = 100) -> tuple[float, float]:
     """(host µs per ``replay()``, GPU µs per replay): the replays queued behind a sleep, timed by one event pair."""
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -110,6 +120,23 @@ def replay_costs(graph: Any, replays: int = 200) -> tuple[float, float]:
     end.record()
     torch.cuda.synchronize()
     return host, start.elapsed_time(end) * 1e3 / replays
+
+
+def interleaved_costs(graph: Any, bare: Any, calls: int, rounds: int = COST_ROUNDS) -> dict[str, float]:
+    """What ``graph`` costs beyond ``bare`` per replay, medians over ``rounds`` rounds taking each in turn."""
+    host, gpu, bare_host, bare_gpu = [], [], [], []
+    for _ in range(rounds):
+        h, g = replay_costs(bare)
+        bare_host.append(h)
+        bare_gpu.append(g)
+        h, g = replay_costs(graph)
+        host.append(h)
+        gpu.append(g)
+    med = statistics.median
+    return {"host_us_per_replay": med(host), "bare_host_us_per_replay": med(bare_host),
+            "gpu_us_per_replay": med(gpu), "bare_gpu_us_per_replay": med(bare_gpu),
+            "gpu_us_per_timed_call": med(g - b for g, b in zip(gpu, bare_gpu)) / calls,
+            "host_us_added_per_replay": med(h - b for h, b in zip(host, bare_host))}
 
 
 def calibrated(tel: Telemetry, tries: int = 50) -> int:
@@ -153,7 +180,7 @@ def run(*, cases: tuple[tuple[str, str, int], ...] = CASES, graph_calls: tuple[i
         sets = make_sets(rows, topk, heads, layout, max(kv_len, rows), dtype=dtype, device=device)
         bare = Dispatcher(platform=platform, policy=policy, registry=unstamped_registry())
         for calls in graph_calls:
-            base_host, base_gpu = replay_costs(capture(bare, sets, layout, calls))
+            bare_graph = capture(bare, sets, layout, calls)
             for clock in clocks:
                 cfg = TelemetryConfig(models=("bench",), sample_first=1 << 30, sample_every=1, keep_samples=True,
                                       decisions_maxlen=0, timing="gpu", timing_gate=False,
@@ -165,17 +192,13 @@ def run(*, cases: tuple[tuple[str, str, int], ...] = CASES, graph_calls: tuple[i
                     constant = calibrated(tel) if clock == "bracket" else None
                     if constant is not None:
                         constants.append(constant)
-                    host, gpu = replay_costs(graph)
                     costs.append({"case": label, "rows": rows, "calls": calls, "clock": clock,
-                                  "host_us_per_replay": host, "bare_host_us_per_replay": base_host,
-                                  "gpu_us_per_replay": gpu, "bare_gpu_us_per_replay": base_gpu,
-                                  "gpu_us_per_timed_call": (gpu - base_gpu) / calls,
-                                  "host_us_added_per_replay": host - base_host})
+                                  **interleaved_costs(graph, bare_graph, calls)})
                     for regime in regimes:
                         tel.drain_samples()
                         drive(graph, regime, replays, tel)
                         got = [s["seconds"] * 1e6 for s in tel.drain_samples() if s["clock"] == clock]
-                        ref = cupti_call_us(graph, regime, replays, calls)
+                        ref = cupti_call_us(graph, regime, replays, calls, tel)
                         points.append({"case": label, "guard": guard, "rows": rows, "calls": calls, "clock": clock,
                                        "regime": regime, "constant_ns": constant, **_stats(got, ref)})
                 finally:

@@ -117,16 +117,17 @@ def test_kernels_that_write_no_stamps_read_within_ten_percent_of_cupti_when_gate
 
 
 def test_graph_replays_of_kernels_that_write_no_stamps_are_timed_by_captured_pairs():
-    """A captured call whose kernels write no stamp: an external pair in the graph times its replays, within 10% of
-    CUPTI's kernel time of a replayed graph of the same call."""
+    """A captured call whose kernels write no stamp, with the event graph clock asked for (``graph_clock="events"``,
+    also where the bracket cannot be built): an external pair in the graph times its replays, within 10% of CUPTI's
+    kernel time of a replayed graph of the same call at 256 rows (the bracket clock: test_gpu_graph_clock.py)."""
     from torch.profiler import ProfilerActivity, profile
 
     from dispatcher.sweep.cupti import spans
     from telemetry.bench.fidelity import unstamped_registry
 
     platform, policy = detect(), Policy()
-    tel = Telemetry(TelemetryConfig(models=("glm",), keep_samples=True, timing_gate=False), platform=platform,
-                    policy=policy)
+    tel = Telemetry(TelemetryConfig(models=("glm",), keep_samples=True, timing_gate=False, graph_clock="events"),
+                    platform=platform, policy=policy)
     try:
         d = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=unstamped_registry()))
         a = make_sets(256, 2048, 16, LAYOUT, 8192, dtype=torch.bfloat16, device=torch.device("cuda"))[0]
