@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     ("sweep", "dispatcher.sweep.cli:sweep_command", "command"),
     ("bench", "telemetry.bench.cli:bench_app", "group"),
     ("advise", "advise.cli:advise_command", "command"),
+    ("experiment", "service.experiment_cli:experiment_app", "group"),
 )
 # Commands other packages add to a group above: (group, name, "module:attribute").
 GROUP_COMMANDS = (("bench", "ab", "advise.ab_cli:ab_command"), ("bench", "serve", "service.bench:serve_bench_command"))

@@ -25,6 +25,10 @@ from telemetry.config import DEFAULT_COUNTERFACTUALS
 from .connections import ConnectionBounds
 from .demo.runner import DemoRunner
 from .errors import unexpected_handler, validation_handler
+from .experiment_metrics import ExperimentCollector
+from .experiment_control import Control, ControlFailed, build_control, experiments_of, start_demo_experiment
+from .experiments import control_failed_handler
+from .experiments import router as experiments_router
 from .docs import docs_router, swagger_ui_dir
 from .metrics import ChainedCollector
 from .middleware import HeadAsGet, TrustedHostMiddleware, UrlTooLong, default_hosts
@@ -54,6 +58,7 @@ class ServiceState:
     started_ts: float = field(default_factory=time.time)
     started: bool = False  # the lifespan has run its startup half
     advice: CachedAdvice = field(default_factory=CachedAdvice)  # /routing's advice section, shared by the gauges
+    experiments: Control | None = None  # GET/POST /experiments, /routing's experiments, the experiment series
 
 
 def demo_counterfactuals(settings: ServiceSettings, platform: Platform, policy: Policy) -> dict[str, Any]:
@@ -104,8 +109,13 @@ def create_app(
     dispatcher: Dispatcher | None = None,
     telemetry: Telemetry | None = None,
     demo: DemoRunner | None = None,
+    experiments: Control | None = None,
 ) -> FastAPI:
-    """Build the app; the lifespan starts telemetry's flush thread and the demo, and stops both."""
+    """Build the app; the lifespan starts telemetry's flush thread and the demo, and stops both.
+
+    With ``settings.experiment`` the demo's dispatcher runs that experiment from the start; a config the
+    experiments package refuses raises ``ControlFailed`` here, before anything is served.
+    """
     settings = settings if settings is not None else ServiceSettings()
     if dispatcher is None:
         platform = detect().with_aiter_status(probe_aiter())
@@ -114,6 +124,10 @@ def create_app(
         telemetry = build_telemetry(settings, dispatcher)
     if demo is None and settings.demo:
         demo = build_demo(settings, dispatcher, telemetry)
+    if experiments is None:
+        experiments = build_control(settings, dispatcher)
+    if demo is not None:
+        start_demo_experiment(settings, experiments)
     http_registry = CollectorRegistry(auto_describe=True)
     state = ServiceState(
         settings=settings,
@@ -129,11 +143,14 @@ def create_app(
                                      max_connections=settings.max_connections),
         # the lambdas read ``state`` when called, after this assignment
         routing=RoutingCache(lambda: routing_of(state), lambda: generation(state), max_age_s=settings.flush_interval_s),
+        experiments=experiments,
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         telemetry.start(flush_interval_s=settings.flush_interval_s)
+        if experiments is not None:
+            experiments.open(settings.flush_interval_s)
         if demo is not None:
             demo.start()
         state.started = True
@@ -142,6 +159,11 @@ def create_app(
         finally:
             if demo is not None and not demo.stop(timeout=15.0):
                 log.warning("demo thread did not stop within 15 s")
+            if experiments is not None:
+                try:
+                    experiments.close()  # a last flush: the experiment's statistics and state file
+                except Exception:  # noqa: BLE001 - the shutdown goes on to flush telemetry
+                    log.exception("experiments did not close cleanly")
             telemetry.close()  # stops the flush thread, flushes once more, releases multiprocess files
             if demo is not None:
                 c = demo.counts
@@ -160,6 +182,7 @@ def create_app(
     )
     app.state.routescope = state
     app.include_router(router)
+    app.include_router(experiments_router)
     app.include_router(docs_router)
     swagger = swagger_ui_dir()
     app.state.swagger_ui = swagger is not None
@@ -170,12 +193,14 @@ def create_app(
                     "endpoint is served")
     app.mount("/static", StaticFiles(directory=static_dir()), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler(ExplainQuery.model_fields))
+    app.add_exception_handler(ControlFailed, control_failed_handler)
     app.add_exception_handler(Exception, unexpected_handler)
     Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(
         app, metric_namespace="routescope"
     )
     # the gauges build their own document (at most once a second): /routing's kept one may predate a scrape
     http_registry.register(AdviceCollector(Cached(lambda: routing_of(state)["advice"])))  # docs/advise.md
+    http_registry.register(ExperimentCollector(lambda: experiments_of(state.experiments)))  # docs/metrics.md
     app.add_middleware(HeadAsGet)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=default_hosts(settings.host, settings.allowed_hosts))
     app.add_middleware(UrlTooLong)  # outermost: before any other work

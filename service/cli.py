@@ -16,6 +16,7 @@ from dispatcher.cli import validation_message
 from dispatcher.types import GuardMode
 
 from .connections import BoundedServer, bounded_h11, raise_nofile
+from .experiment_control import ControlFailed
 from .middleware import MAX_HEAD_BYTES
 from .protocol import quiet_h11
 from .settings import DEFAULT_PORT, ServiceSettings
@@ -103,6 +104,14 @@ def serve_command(
         Optional[int], typer.Option(help="open client connections allowed, at most the open-file limit less 64; "
                                          "one more closes the one waiting longest for a head (default 1000)")
     ] = None,
+    experiment: Annotated[
+        Optional[str], typer.Option(help="with --demo: run this candidate as an experiment on the demo's traffic "
+                                         "(aa, gfx942_N, gfx950_N, split_below_N, decodes_split_k)")
+    ] = None,
+    experiment_fraction: Annotated[
+        Optional[float], typer.Option(help="with --experiment: probability that an eligible call goes to arm B "
+                                           "(default 0.01, at most 0.1)")
+    ] = None,
 ) -> None:
     """Serve /metrics, /routing and the page at /; --demo drives the real dispatcher with model-shaped traffic."""
     flags = dict(
@@ -110,6 +119,7 @@ def serve_command(
         gfx942_min_rows=gfx942_min_rows, gfx950_min_rows=gfx950_min_rows, guard=guard,
         log_level=log_level.lower() if log_level else None, allowed_hosts=allowed_hosts,
         head_timeout_s=head_timeout, max_connections=max_connections,
+        experiment=experiment, experiment_fraction=experiment_fraction,
     )
     if demo or demo_glm_bug:
         flags["demo"] = True
@@ -125,7 +135,7 @@ def serve_command(
         raise typer.Exit(2)
     try:
         run(settings)
-    except BindError as exc:
+    except (BindError, ControlFailed) as exc:
         typer.echo(f"routescope serve: {exc}", err=True)
         raise typer.Exit(2) from None
 

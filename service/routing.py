@@ -15,6 +15,8 @@ from advise.report import AdviceOut
 from advise.service import advice_for_routing
 from dispatcher.types import PREFILL_KERNELS
 
+from .experiment_control import experiments_of
+from .experiment_models import ExperimentOut
 from .models import HealthProblem, PlatformOut, PolicyOut
 from .settings import ServiceSettings
 
@@ -207,6 +209,8 @@ class RoutingOut(_Open):
     advice: AdviceOut | None = Field(
         None, description="what a gate change would cost or save on this traffic: predicted from a latency table, "
                           "never measured (routescope advise; docs/advise.md)")
+    experiments: list[ExperimentOut] = Field(
+        [], description="the experiments measuring a candidate on this traffic: `GET /experiments`'s list")
 
 
 def _dip_summary(snapshot: dict) -> dict:
@@ -243,6 +247,7 @@ def routing_view(
     now: float | None = None,
     problems: list[dict] | None = None,
     advice: Callable[[dict], dict] = advice_for_routing,
+    experiments: list[dict] | None = None,
 ) -> dict:
     """Telemetry's snapshot, trimmed (last N decisions, newest first) and joined with service facts."""
     now = time.time() if now is None else now
@@ -264,6 +269,7 @@ def routing_view(
     }
     out["demo"] = demo
     out["advice"] = advice(out)
+    out["experiments"] = list(experiments or ())
     if problems is not None:
         out["health"] = {**snapshot.get("health", {}), "problems": problems}
     return out
@@ -278,4 +284,5 @@ def routing_of(state: Any) -> dict:
         started_ts=state.started_ts,
         problems=state.telemetry.health_problems(),
         advice=state.advice,
+        experiments=experiments_of(state.experiments),
     )

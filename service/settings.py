@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dispatcher.policy import DEFAULT_GFX942_MIN_ROWS, DEFAULT_GFX950_MIN_ROWS, Policy, policy_from
@@ -32,6 +32,12 @@ class ServiceSettings(BaseSettings):
     demo_warm_up: bool | None = Field(
         None, description="before its traffic, one uncounted call of each kind the demo makes, so that kernels "
         "compiling at first use stay out of the latency histograms (default: on a GPU)")
+    experiment: str | None = Field(
+        None, description="with the demo: run this candidate as an experiment from the start (aa, gfx942_N, "
+        "gfx950_N, split_below_N, decodes_split_k); its id is the candidate's name")
+    experiment_fraction: float | None = Field(
+        None, gt=0.0, le=0.1, description="probability that an eligible call goes to arm B (default the "
+        "experiments package's, 0.01)")
     multiproc_dir: str | None = Field(None, description="PROMETHEUS_MULTIPROC_DIR for multiprocess metrics")
     rank: int = Field(0, ge=0, le=4095, description="tensor-parallel rank label")
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEMO_MODELS), description="bounded model label set")
@@ -92,6 +98,15 @@ class ServiceSettings(BaseSettings):
         if len(v) > 64:
             raise ValueError("at most 64 model names (they are metric label values)")
         return v
+
+    @model_validator(mode="after")
+    def _experiment_in_the_demo(self) -> ServiceSettings:
+        if (self.experiment is not None or self.experiment_fraction is not None) and not self.demo:
+            raise ValueError("--experiment runs an experiment in the demo's traffic: add --demo (for the processes "
+                             "of a multiprocess directory: routescope experiment start --multiproc-dir DIR)")
+        if self.experiment_fraction is not None and self.experiment is None:
+            raise ValueError("--experiment-fraction needs --experiment NAME")
+        return self
 
     def policy(self) -> Policy:
         return policy_from(self)

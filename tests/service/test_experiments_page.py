@@ -1,0 +1,65 @@
+"""service/static/experiments.js in real headless Debian chromium: the seed's table beside advise's, and the charts.
+
+The page (service/static/index.html, app.js) inlines every service/static/*.js and calls
+``window.routescopeExperiments.render`` with /routing's ``experiments``; here a bare page calls it with
+contract-shaped documents, so every branch of the drawing is seen without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.service.experiment_fixture import SEED_RATIOS, experiments
+from tests.service.test_page_browser import CHROMIUM, FLAGS, dump_dom
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) is not installed")]
+SCRIPT = Path(__file__).resolve().parents[2] / "service" / "static" / "experiments.js"
+
+
+def page(tmp_path: Path, body_js: str) -> str:
+    html = tmp_path / "experiments.html"
+    html.write_text(f"""<!doctype html><html><head><meta charset="utf-8"></head><body>
+<section id="experiments"></section><section id="empty"></section><pre id="api"></pre>
+<script>{SCRIPT.read_text()}</script>
+<script>{body_js}</script></body></html>""")
+    return html.as_uri()
+
+
+def test_the_seed_table_beside_the_prediction_and_a_chart_per_cell(tmp_path):
+    docs = experiments()
+    history = {"gate512": docs[0].pop("history")}  # given as the third argument, as the page may pass it
+    js = f"""const docs = {json.dumps(docs)};
+window.routescopeExperiments.render(document.getElementById("experiments"), docs, {json.dumps(history)});
+window.routescopeExperiments.render(document.getElementById("empty"), [], undefined);
+document.getElementById("api").textContent = Object.keys(window.routescopeExperiments).sort().join(",");"""
+    dom = dump_dom(page(tmp_path, js), tmp_path / "profile")
+    boxes = {a["data-experiment"]: a for a in dom.find("div", **{"class": "exp"})}
+    assert set(boxes) == {"gate512", "aa"} and boxes["aa"]["data-state"] == "stopped"
+    measured = [a for a in dom.find("td") if "data-ratio" in a and a.get("title", "").startswith("aiter")]
+    got = {(a["data-rows"], int(a["data-topk"])): float(a["data-ratio"]) for a in measured}
+    assert got == {(rows, k): r for rows, by_k in SEED_RATIOS.items() for k, r in by_k.items()}
+    # B faster where the whole band is under 1, not yet told apart where it straddles 1 (1.04 +- 0.05)
+    classes = {(a["data-rows"], a["data-topk"]): a["class"] for a in measured}
+    assert classes[("512-1023", "128")] == "better" and classes[("256-511", "128")] == "unclear"
+    predicted = [a for a in dom.find("td") if "data-ratio" in a and a.get("title", "").startswith("advise")]
+    assert {(a["data-rows"], int(a["data-topk"])): float(a["data-ratio"]) for a in predicted} == {
+        (rows, k): round(r * 1.05, 4) for rows, by_k in SEED_RATIOS.items() for k, r in by_k.items()}
+    assert dom.find("table", **{"class": "exp-measured", "data-model": "GLM-5.3-Flash"})
+    assert dom.find("table", **{"class": "exp-predicted", "data-model": "GLM-5.3-Flash"})
+    # one chart per cell: the gate experiment's from its six history points, each with a band and the parity line
+    charts = dom.find("svg", **{"class": "exp-chart"})
+    gate = [c for c in charts if c["data-cell"].startswith("GLM-5.3-Flash|")]
+    assert len(gate) == 9 and {c["data-points"] for c in gate} == {"6"}
+    assert len(dom.find("polygon", **{"class": "band"})) >= 9 and len(dom.find("polyline", **{"class": "ratio"})) == 9
+    assert dom.find("line", **{"class": "harm"})  # the harm bound the experiment stops at, dashed
+    # the A/A control has no top-k (one "any" column), no history (its current ratio as one point), one unmeasured cell
+    aa = [c for c in charts if c["data-cell"].startswith("DeepSeek")]
+    assert sorted(c["data-points"] for c in aa) == ["0", "1"]
+    assert dom.find("span", **{"class": "badge self-stop", "data-state": "stopped"})
+    assert "stopped: harm" in dom.text.get("experiments", "")
+    assert "saving over the observed traffic: 420.000 ms" in dom.text.get("experiments", "")
+    assert "No experiment" in dom.text.get("empty", "")
+    assert dom.text.get("api") == "band,grids,render,verdict"
