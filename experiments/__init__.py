@@ -18,9 +18,10 @@ Each item: ``id, candidate, fraction, state`` (running | stopped | finished), ``
 harm, budget, numerics, b_raised, user, or the reason given), ``cells`` ([{model, rows_bucket, kernel_a, kernel_b,
 calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high, shape, call_class, cuped, mean_a_s, mean_b_s,
 prediction: {ratio, reason}, numerics: {checked, mismatched}}]), ``saving`` ({seconds, low, high}: what B would have
-saved over the eligible calls seen; positive is faster), ``history`` ([{t, cells: [{model, rows_bucket, calls_a,
-calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high}]}], at most 60 flushes), ``crossover`` ({rows, rule}),
-``end_reason`` (max_calls | max_seconds when finished), ``never_moved`` ({reason: calls}), ``budget``, ``config``.
+saved over the eligible calls seen; positive is faster), ``history`` ([{t, cells: [{model, rows_bucket, shape,
+call_class, calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high}]}], at most 60 flushes), ``crossover``
+({rows, rule}), ``end_reason`` (max_calls | max_seconds when finished), ``never_moved`` ({reason: calls}),
+``budget``, ``config``.
 
 Attaching to a Dispatcher (the demo)::
 

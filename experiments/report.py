@@ -151,6 +151,7 @@ def view(merged: dict) -> dict:
             c = by_name.get(name)
             r = ratio(Moments.of(a), Moments.of(b))
             entry.append({"model": c["model"] if c else None, "rows_bucket": c["rows_bucket"] if c else None,
+                          "shape": c["shape"] if c else None, "call_class": c["call_class"] if c else None,
                           "calls_a": calls_a, "calls_b": calls_b, "timed_a": int(a[0]), "timed_b": int(b[0]),
                           "ratio": r.ratio, "ratio_low": r.low, "ratio_high": r.high})
         history.append({"t": t, "cells": entry})

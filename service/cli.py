@@ -16,7 +16,7 @@ from dispatcher.cli import validation_message
 from dispatcher.types import GuardMode
 
 from .connections import BoundedServer, bounded_h11, raise_nofile
-from .experiment_control import ControlFailed
+from .experiment_control import ControlFailed, experiments_of
 from .middleware import MAX_HEAD_BYTES
 from .protocol import quiet_h11
 from .settings import DEFAULT_PORT, ServiceSettings
@@ -45,7 +45,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def banner(settings: ServiceSettings, port: int, demo_info: dict | None) -> list[str]:
+def banner(settings: ServiceSettings, port: int, demo_info: dict | None,
+           experiment: dict | None = None) -> list[str]:
     """The lines a new user sees first: where everything is, and what the demo is (and is not)."""
     host = settings.host
     shown = f"[{host}]" if ":" in host else host
@@ -70,6 +71,10 @@ def banner(settings: ServiceSettings, port: int, demo_info: dict | None) -> list
         )
         bug = "ON: GLM decode rows go through the prefill entry" if demo_info["glm_bug"] else "off (--demo-glm-bug turns it on)"
         lines.append(f"demo: {models} traffic on {demo_info['device']}; {scale}; GLM decode bug {bug}")
+    if experiment is not None:
+        lines.append(f"experiment {experiment['id']}: candidate {experiment['candidate']} on "
+                     f"{100 * experiment['fraction']:g}% of the calls it routes differently; {base}/experiments, "
+                     f"`routescope experiment report --url {base}`")
     lines.append("press Ctrl+C to stop")
     return lines
 
@@ -162,10 +167,16 @@ def run(settings: ServiceSettings) -> None:
     raise_nofile()  # before the cap is computed from it (create_app)
     sock = bind(settings.host, settings.port)
     port = sock.getsockname()[1]
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except BaseException:
+        sock.close()  # a refused --experiment: nothing was served
+        raise
     state = app.state.routescope
     bounds = state.connections
-    for line in banner(settings, port, state.demo.info() if state.demo is not None else None):
+    running = [e for e in experiments_of(state.experiments) if e.get("state") == "running"]
+    for line in banner(settings, port, state.demo.info() if state.demo is not None else None,
+                       running[0] if settings.experiment and running else None):
         print(line, flush=True)
     config = uvicorn.Config(
         app,

@@ -97,6 +97,10 @@ class CoreControl:
         model = self.config(config)
         if self.idle is not None:
             raise ControlFailed(409, self.idle)
+        if isinstance(self.target, Path):
+            refused = refusal_on_its_arch(model)
+            if refused is not None:
+                raise ControlFailed(422, refused)
         try:
             return self.api.start(self.target, model)
         except self.api.ExperimentError as exc:
@@ -110,7 +114,7 @@ class CoreControl:
             raise ControlFailed(404, str(exc)) from None
 
     def experiments(self) -> list[dict[str, Any]]:
-        return self.api.experiments(self.target)
+        return [] if self.target is None else self.api.experiments(self.target)
 
     def open(self, flush_interval_s: float) -> None:
         if self.registry is not None:
@@ -119,6 +123,24 @@ class CoreControl:
     def close(self) -> None:
         if self.registry is not None:
             self.registry.close()
+
+
+def refusal_on_its_arch(config: Any) -> str | None:
+    """Why a gate candidate would be refused on the arch it names (decode rows onto a prefill kernel), judged before
+    its config is written into a directory, where each process would otherwise refuse it alone, in its own log."""
+    from dispatcher.platform import what_if
+    from dispatcher.policy import DecisionCache, Policy
+    from experiments.candidates import ArmRouter, StartRefused, refuse_decode_on_prefill
+
+    arch = config.candidate.partition("_")[0]
+    if arch not in ("gfx942", "gfx950"):
+        return None
+    platform, policy = what_if(arch), Policy()
+    try:
+        refuse_decode_on_prefill(ArmRouter(config, platform, policy), DecisionCache(platform, policy))
+    except StartRefused as exc:
+        return f"{exc} (judged on a what-if {arch} with AITER and the default gates)"
+    return None
 
 
 def validate_config(config: Mapping[str, Any]) -> str | None:

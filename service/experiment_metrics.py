@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 from .experiment_models import STATES
 
 log = logging.getLogger("routescope.service")
-CELL_LABELS = ("experiment", "model", "rows_bucket", "topk", "call_class")
+CELL_LABELS = ("experiment", "model", "rows_bucket", "shape", "call_class")
 ESTIMATES = (("mid", "ratio"), ("low", "ratio_low"), ("high", "ratio_high"))
 SAVINGS = (("mid", "seconds"), ("low", "low"), ("high", "high"))
 ARMS = ("a", "b")
@@ -28,13 +28,13 @@ def _label(value: Any) -> str:
 
 
 def cell_key(experiment_id: str, cell: Mapping[str, Any]) -> tuple[str, ...]:
-    """A cell's labels: model, rows bucket and, where the cell has them, its top-k and call class."""
-    return (experiment_id, _label(cell.get("model")), _label(cell.get("rows_bucket")), _label(cell.get("topk")),
+    """A cell's labels: model, rows bucket, the call's shape (heads, dims, top-k, dtypes) and call class."""
+    return (experiment_id, _label(cell.get("model")), _label(cell.get("rows_bucket")), _label(cell.get("shape")),
             _label(cell.get("call_class")))
 
 
 def never_moved(experiment: Mapping[str, Any]) -> dict[str, int]:
-    """Eligible-looking calls the experiment never moves to B, by reason (captured, unavailable, guard, ...)."""
+    """Calls the experiment never moves to B, by reason (experiments.NotMoved: capture, candidate_unavailable, ...)."""
     raw = experiment.get("never_moved") or {}
     if isinstance(raw, Mapping):
         return {str(k): int(v) for k, v in raw.items()}
@@ -48,7 +48,7 @@ def _number(value: Any) -> float | None:
 def families(experiments: Sequence[Mapping[str, Any]]) -> list[Metric]:
     """Every experiment series for ``experiments`` (the contract's list); empty families for an empty list."""
     state = GaugeMetricFamily("routescope_experiment_state", "1 for each experiment's current state: running, "
-                              "stopped (stop_reason says why; manual: a person) or finished.",
+                              "stopped (stop_reason says why; user: a person) or finished.",
                               labels=("experiment", "candidate", "state", "stop_reason"))
     fraction = GaugeMetricFamily("routescope_experiment_fraction", "Probability that an eligible call goes to arm B.",
                                  labels=("experiment", "candidate"))

@@ -7,6 +7,7 @@ time B/A and its anytime-valid 95% band; advise's prediction for the same cell s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 ALL_TOPK = "any"  # the column of cells that carry no top-k
+_TOPK = re.compile(r"\btopk(\d+)\b")
 
 
 def _num(v: Any) -> float | None:
@@ -21,11 +23,13 @@ def _num(v: Any) -> float | None:
 
 
 def band(ratio: Any, low: Any, high: Any) -> str:
-    """`0.64 [0.60, 0.69]`; `-` with no ratio yet; an open end as `?`."""
+    """`0.64 [0.60, 0.69]`; `-` with no ratio yet; `0.64` with no band (a prediction); an open end as `?`."""
     r = _num(ratio)
     if r is None:
         return "-"
     lo, hi = _num(low), _num(high)
+    if lo is None and hi is None:
+        return f"{r:.2f}"
     return f"{r:.2f} [{'?' if lo is None else f'{lo:.2f}'}, {'?' if hi is None else f'{hi:.2f}'}]"
 
 
@@ -43,13 +47,23 @@ def _bucket_order(label: str) -> int:
     return int(head) if head.isdigit() else 1 << 62
 
 
+def topk_of(cell: Mapping[str, Any]) -> str:
+    """The cell's top-k: its own field, else the `topk2048` in its shape (`448+64 h16 topk2048 bfloat16/bfloat16`)."""
+    if cell.get("topk") is not None:
+        return str(cell["topk"])
+    m = _TOPK.search(str(cell.get("shape") or ""))
+    return m[1] if m else ALL_TOPK
+
+
 def grids(experiment: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per model (and call class where the cells have one): rows buckets x top-k, each cell measured and predicted."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
+    """Per model, shape (but its top-k) and call class: rows buckets x top-k, each cell measured and predicted."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for c in experiment.get("cells") or ():
-        key = (str(c.get("model", "")), str(c.get("call_class") or ""))
-        g = out.setdefault(key, {"model": key[0], "call_class": key[1] or None, "rows": [], "topk": [], "cells": {}})
-        topk = str(c["topk"]) if c.get("topk") is not None else ALL_TOPK
+        rest = " ".join(_TOPK.sub("", str(c.get("shape") or "")).split())
+        key = (str(c.get("model", "")), rest, str(c.get("call_class") or ""))
+        g = out.setdefault(key, {"model": key[0], "shape": rest or None, "call_class": key[2] or None, "rows": [],
+                                 "topk": [], "cells": {}})
+        topk = topk_of(c)
         rows = str(c.get("rows_bucket", ""))
         if rows not in g["rows"]:
             g["rows"].append(rows)
@@ -83,10 +97,10 @@ def crossover_line(experiment: Mapping[str, Any]) -> str | None:
     x = experiment.get("crossover")
     if x is None:
         return None
-    if isinstance(x, Mapping):
-        rows = x.get("rows", x.get("gate"))
-        return f"measured crossover: {rows} rows" + (f" ({x['detail']})" if x.get("detail") else "")
-    return f"measured crossover: {x} rows"
+    rows, rule = (x.get("rows"), x.get("rule")) if isinstance(x, Mapping) else (x, None)
+    if rows is None:
+        return "measured crossover: not shown by the bands yet"
+    return f"measured crossover: {rows} rows" + (f" ({rule})" if rule else "")
 
 
 def _state(e: Mapping[str, Any]) -> str:
@@ -100,13 +114,14 @@ def status_table(experiments: Sequence[Mapping[str, Any]], console: Console | No
     if not experiments:
         console.print("no experiment (start one: routescope experiment start CANDIDATE)")
         return
-    t = Table("id", "candidate", "fraction", "state", "calls A", "calls B", "timed A", "timed B", "cells banded")
+    t = Table("id", "candidate", "fraction", "state", "calls A/B", "timed A/B", "cells banded")
     for e in experiments:
         cells = e.get("cells") or []
         total = {k: sum(int(c.get(k) or 0) for c in cells) for k in ("calls_a", "calls_b", "timed_a", "timed_b")}
         banded = sum(1 for c in cells if _num(c.get("ratio_low")) is not None)
         t.add_row(str(e.get("id")), str(e.get("candidate")), f"{e.get('fraction')}", _state(e),
-                  *(str(total[k]) for k in ("calls_a", "calls_b", "timed_a", "timed_b")), f"{banded}/{len(cells)}")
+                  f"{total['calls_a']}/{total['calls_b']}", f"{total['timed_a']}/{total['timed_b']}",
+                  f"{banded}/{len(cells)}")
     console.print(t)
 
 
@@ -120,7 +135,7 @@ def report(experiments: Sequence[Mapping[str, Any]], console: Console | None = N
         console.print(f"[bold]{e.get('id')}[/bold]: candidate {e.get('candidate')} at fraction {e.get('fraction')}, "
                       f"{_state(e)}")
         for g in grids(e):
-            where = g["model"] + (f", {g['call_class']}" if g["call_class"] else "")
+            where = ", ".join(v for v in (g["model"], g["shape"], g["call_class"]) if v)
             t = Table(title=f"B time / A time, {where}: measured [95% band] | predicted (advise)", title_justify="left")
             t.add_column("rows")
             for k in g["topk"]:

@@ -114,7 +114,7 @@ async def start_experiment(request: Request) -> dict[str, Any]:
 @router.post("/experiments/{experiment_id}/stop", response_model=ExperimentOut, dependencies=[Depends(loopback_only)],
              responses=_REFUSED)
 async def stop_experiment(request: Request, experiment_id: str) -> dict[str, Any]:
-    """Stop a running experiment (every call goes back to arm A); stop_reason becomes `manual`. Loopback only."""
+    """Stop a running experiment (every call goes back to arm A); stop_reason becomes `user`. Loopback only."""
     control = _control(request)
     stopped = await to_thread.run_sync(control.stop, experiment_id, MANUAL_REASON)
     log.info("experiment %s stopped over HTTP", experiment_id)

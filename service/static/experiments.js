@@ -9,7 +9,7 @@
   const STYLE_ID = "routescope-experiments-style";
   const CSS = `
 .exp { border: 1px solid #d4d4d8; border-radius: 6px; padding: 8px 12px; margin: 8px 0; }
-.exp h3 { margin: 0 0 4px; font-size: 15px; }
+.exp h3 { margin: 0 0 4px; font-size: 15px; } .exp h4 { margin: 8px 0 2px; font-size: 13px; }
 .exp .badge { display: inline-block; padding: 0 6px; border-radius: 9px; font-size: 12px; margin-left: 6px; }
 .exp .badge.running { background: #dbeafe; color: #1e40af; } .exp .badge.finished { background: #e4e4e7; }
 .exp .badge.stopped { background: #e4e4e7; } .exp .badge.self-stop { background: #fee2e2; color: #991b1b; }
@@ -46,8 +46,9 @@
 
   // "0.64 [0.60, 0.69]": the ratio and its 95% band; "–" before both arms are timed.
   function band(r, lo, hi) {
-    r = num(r);
-    return r === null ? "–" : `${f2(r)} [${f2(num(lo))}, ${f2(num(hi))}]`;
+    r = num(r); lo = num(lo); hi = num(hi);
+    if (r === null) return "–";
+    return lo === null && hi === null ? f2(r) : `${f2(r)} [${f2(lo)}, ${f2(hi)}]`;
   }
 
   // better: the whole band under 1 (B faster); worse: the whole band over 1; otherwise not yet told apart.
@@ -66,16 +67,23 @@
     return [num(p), null, null];
   }
 
-  const topkOf = (c) => (c.topk === null || c.topk === undefined ? "any" : String(c.topk));
-  const cellId = (c) => `${c.model}|${c.rows_bucket}|${topkOf(c)}|${c.call_class || ""}`;
+  // The cell's top-k: its own field, else the "topk2048" in its shape ("448+64 h16 topk2048 bfloat16/bfloat16").
+  function topkOf(c) {
+    if (c.topk !== null && c.topk !== undefined) return String(c.topk);
+    const m = /\btopk(\d+)\b/.exec(c.shape || "");
+    return m ? m[1] : "any";
+  }
+  const restOfShape = (c) => (c.shape || "").replace(/\s*\btopk\d+\b/, "").trim();
+  const cellId = (c) => `${c.model}|${c.rows_bucket}|${c.shape || topkOf(c)}|${c.call_class || ""}`;
+  const looseId = (c) => `${c.model}|${c.rows_bucket}`;
   const bucketLow = (label) => { const n = parseInt(label, 10); return isNaN(n) ? Infinity : n; };
 
-  // Per model (and call class): the rows buckets and top-k columns its cells have, and the cells by (rows, topk).
+  // Per model, shape (but its top-k) and call class: the rows buckets and top-k columns of its cells, by (rows, topk).
   function grids(cells) {
     const out = new Map();
     for (const c of cells || []) {
-      const key = `${c.model}|${c.call_class || ""}`;
-      if (!out.has(key)) out.set(key, { model: c.model, callClass: c.call_class || null, rows: [], topk: [], cells: new Map() });
+      const key = `${c.model}|${restOfShape(c)}|${c.call_class || ""}`;
+      if (!out.has(key)) out.set(key, { model: c.model, shape: restOfShape(c), callClass: c.call_class || null, rows: [], topk: [], cells: new Map() });
       const g = out.get(key);
       if (!g.rows.includes(c.rows_bucket)) g.rows.push(c.rows_bucket);
       if (!g.topk.includes(topkOf(c))) g.topk.push(topkOf(c));
@@ -98,23 +106,24 @@
       const title = measured
         ? `${c.kernel_b} / ${c.kernel_a}: ${c.calls_b} B calls (${c.timed_b} timed), ${c.calls_a} A calls (${c.timed_a} timed)`
         : "advise's prediction from a latency table, never measured on this traffic";
-      return el("td", { class: verdict(lo, hi), "data-rows": rows, "data-topk": k, "data-ratio": num(r),
+      const cls = !measured && num(lo) === null && num(hi) === null ? "predicted" : verdict(lo, hi);
+      return el("td", { class: cls, "data-rows": rows, "data-topk": k, "data-ratio": num(r),
                         "data-low": num(lo), "data-high": num(hi), title, text: band(r, lo, hi) });
     })));
-    const where = g.model + (g.callClass ? `, ${g.callClass}` : "");
-    const caption = measured ? `measured B/A, ${where} [95% band]` : `predicted B/A (advise), ${where}`;
-    return el("table", { class: `exp-${which}`, "data-model": g.model },
+    const caption = measured ? "measured B/A [95% band]" : "predicted B/A (advise, from a latency table)";
+    return el("table", { class: `exp-${which}`, "data-model": g.model, "data-call-class": g.callClass },
       el("caption", { text: caption }), el("thead", {}, head), el("tbody", {}, ...body));
   }
 
-  // Each cell's points over time: [{ts, ratio, low, high}] from history points [{ts, cells: [...]}].
+  // Each cell's points over time: [{ts, ratio, low, high}] from history points [{t, cells: [...]}], keyed by the
+  // cell's full id where the history names its shape and call class, else by model and rows bucket.
   function series(points) {
     const out = new Map();
     for (const p of points || []) {
-      const ts = num(p.ts);
+      const ts = num(p.t ?? p.ts);
       if (ts === null) continue;
       for (const c of p.cells || []) {
-        const id = cellId(c);
+        const id = c.shape !== undefined || c.call_class !== undefined ? cellId(c) : looseId(c);
         if (!out.has(id)) out.set(id, { cell: c, points: [] });
         out.get(id).points.push({ ts, ratio: num(c.ratio), low: num(c.ratio_low), high: num(c.ratio_high) });
       }
@@ -130,8 +139,9 @@
     const c = s.cell;
     const root = svg("svg", { class: "exp-chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
                               "data-cell": cellId(c), "data-points": pts.length });
-    root.append(svg("title", {}, `B/A over time, ${c.model} rows ${c.rows_bucket} top-k ${topkOf(c)}`));
-    root.append(svg("text", { x: L, y: 12, "font-size": 11 }, `${c.model} · rows ${c.rows_bucket} · top-k ${topkOf(c)}`));
+    const name = [`rows ${c.rows_bucket}`, topkOf(c) === "any" ? null : `top-k ${topkOf(c)}`].filter((v) => v).join(" · ");
+    root.append(svg("title", {}, `B/A over time: ${[c.model, name, c.shape, c.call_class].filter((v) => v).join(", ")}`));
+    root.append(svg("text", { x: L, y: 12, "font-size": 11 }, name));
     if (!pts.length) {
       root.append(svg("text", { x: L, y: H / 2, "font-size": 11, fill: "#71717a" }, "no ratio yet"));
       return root;
@@ -169,8 +179,8 @@
   }
 
   function stateBadge(e) {
-    const manual = typeof e.stop_reason === "string" && e.stop_reason.startsWith("manual");
-    const cls = e.state === "stopped" && !manual ? "self-stop" : e.state;
+    const byPerson = e.stop_reason === "user";  // stopped by CLI or HTTP; any other reason is the kill switch
+    const cls = e.state === "stopped" && !byPerson ? "self-stop" : e.state;
     const text = e.state === "stopped" ? `stopped: ${e.stop_reason || "no reason given"}` : e.state;
     return el("span", { class: `badge ${cls}`, "data-state": e.state, text });
   }
@@ -197,19 +207,31 @@
     box.append(el("h3", {}, `${e.id}: candidate ${e.candidate} on ${(100 * (num(e.fraction) || 0)).toFixed(1)}% of eligible calls`, stateBadge(e)));
     box.append(el("p", { class: "note saving", text: savingText(e) }));
     if (e.crossover !== undefined && e.crossover !== null) {
-      const x = typeof e.crossover === "object" ? (e.crossover.rows ?? e.crossover.gate) : e.crossover;
-      box.append(el("p", { class: "note crossover", text: `measured crossover: ${x} rows` }));
+      const x = typeof e.crossover === "object" ? e.crossover.rows : e.crossover;
+      const rule = typeof e.crossover === "object" && e.crossover.rule ? ` (${e.crossover.rule})` : "";
+      box.append(el("p", { class: "note crossover", "data-rows": x ?? null,
+                           text: x === null || x === undefined ? "measured crossover: not shown by the bands yet"
+                                                               : `measured crossover: ${x} rows${rule}` }));
     }
     const gs = grids(e.cells);
     if (!gs.length) box.append(el("p", { class: "note", text: "no eligible call yet" }));
-    for (const g of gs) box.append(el("div", { class: "pair" }, table(g, "measured"), table(g, "predicted")));
-    const charts = el("div", { class: "charts" });
     const byCell = series(pointsOf(e, history));
-    for (const c of e.cells || []) {
-      const s = byCell.get(cellId(c)) || { cell: c, points: num(c.ratio) === null ? [] : [{ ts: 0, ratio: num(c.ratio), low: num(c.ratio_low), high: num(c.ratio_high) }] };
-      charts.append(chart(s, harm));
+    const loose = new Map();
+    for (const c of e.cells || []) loose.set(looseId(c), (loose.get(looseId(c)) || 0) + 1);
+    for (const g of gs) {
+      const where = [g.model, g.shape, g.callClass].filter((v) => v).join(" · ");
+      box.append(el("h4", { class: "where", text: where }));
+      box.append(el("div", { class: "pair" }, table(g, "measured"), table(g, "predicted")));
+      const charts = el("div", { class: "charts" });
+      for (const rows of g.rows) for (const k of g.topk) {
+        const c = g.cells.get(`${rows}|${k}`);
+        if (!c) continue;
+        const found = byCell.get(cellId(c)) || (loose.get(looseId(c)) === 1 ? byCell.get(looseId(c)) : undefined);
+        const now = num(c.ratio) === null ? [] : [{ ts: 0, ratio: num(c.ratio), low: num(c.ratio_low), high: num(c.ratio_high) }];
+        charts.append(chart({ cell: c, points: found ? found.points : now }, harm));
+      }
+      box.append(charts);
     }
-    box.append(charts);
     return box;
   }
 

@@ -46,6 +46,16 @@ def test_routes_on_severity(labels, receiver):
     assert r.returncode == 0 and r.stdout.strip() == receiver, r.stdout + r.stderr
 
 
+def test_an_experiment_kill_switch_has_its_own_route_one_group_per_experiment():
+    r = _amtool("config", "routes", "test", f"--config.file={AM_CONFIG}", "--tree",
+                "alertname=RoutescopeExperimentStopped", "severity=warning", "experiment=gate512")
+    assert r.returncode == 0 and '{alertname="RoutescopeExperimentStopped"}  receiver: routescope-tickets' in r.stdout, \
+        r.stdout + r.stderr
+    (route,) = [x for x in yaml.safe_load(AM_CONFIG.read_text())["route"]["routes"]
+                if x["matchers"] == ['alertname="RoutescopeExperimentStopped"']]
+    assert "experiment" in route["group_by"] and route["group_wait"] == "0s"
+
+
 def test_every_receiver_sends_resolved_notifications():
     for receiver in yaml.safe_load(AM_CONFIG.read_text())["receivers"]:
         assert all(w["send_resolved"] for w in receiver["webhook_configs"]), receiver["name"]

@@ -1,14 +1,15 @@
 """End to end: two `routescope serve --demo` processes, a real Prometheus, the rules, the dashboard.
 
-Instance A runs the demo as it should; instance B runs it with the seed's GLM bug (decode
-rows sent through the prefill entry) and as another rank. Prometheus scrapes both every
+Instance A runs the demo as it should, with an A/A experiment (`--experiment aa`); instance B runs it
+with the seed's GLM bug (decode rows sent through the prefill entry) and as another rank. Prometheus scrapes both every
 second and evaluates the rules every second. Every dashboard query must return data, and
 DecodeInPrefill must fire for B and never for A. `routescope advise --prometheus` over a time
 range reads both through Prometheus's HTTP API (and one of them by a selector): GLM's decode
-rows in B's prefill kernel cost time, decodes to split-K save it.
+rows in B's prefill kernel cost time, decodes to split-K save it. A's experiment follows the GET /experiments
+contract, its series are scraped, the CLI reads and stops it over HTTP, and no page elsewhere can.
 
 What this test assumes about the service CLI (match these, or change them here):
-  routescope serve --demo --host 127.0.0.1 --port N --rank R [--demo-glm-bug]
+  routescope serve --demo --host 127.0.0.1 --port N --rank R [--demo-glm-bug] [--experiment aa --experiment-fraction F]
   (--rank sets the `rank` label; the two instances differ by port and rank)
   GET /readyz answers 200 once the demo runs; GET /metrics serves the metric contract
 """
@@ -27,12 +28,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from advise.report import AdviceOut
 from advise.sources import MIXED_ESTIMATE
 from routescope.cli import build_app
+from service.experiment_models import ExperimentsOut
 from tests.dashboards.e2e import (
     ADVICE_PANELS,
     RULE_FILES,
@@ -56,6 +59,7 @@ FIRING_TIMEOUT = 90.0  # for: 30s, plus the first scrapes and rate windows
 GLM, DSV = "GLM-5.3-Flash", "DeepSeek-V4.1-Flash"
 ADVISE_RANGE_S = 30  # the range advise looks back over; scraped every second
 ADVISE_SCRAPES = 15  # samples of a traffic series in the range before it is asked
+AA_FRACTION = 0.1  # the A/A experiment on A: the most allowed, so its B arm has calls within seconds
 SETTLED_S = 3.0  # how far back the advise queries look from: past any scrape still being ingested (1 s interval)
 
 
@@ -70,7 +74,7 @@ def _routescope() -> list[str]:
 class Service:
     """One `routescope serve --demo` subprocess in its own process group."""
 
-    def __init__(self, workdir: Path, name: str, *, glm_bug: bool, rank: int) -> None:
+    def __init__(self, workdir: Path, name: str, *, glm_bug: bool, rank: int, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.instance = f"127.0.0.1:{self.port}"
         self.log = workdir / f"{name}.log"
@@ -78,6 +82,7 @@ class Service:
                                "--rank", str(rank)]
         if glm_bug:
             cmd.append(GLM_BUG_FLAG)
+        cmd += extra
         env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
         self.cmd = cmd
         with self.log.open("wb") as out:
@@ -121,7 +126,8 @@ def demo_stack(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("e2e")
     services: list[Service] = []
     try:
-        good = Service(workdir, "good", glm_bug=False, rank=0)
+        good = Service(workdir, "good", glm_bug=False, rank=0, extra=("--experiment", "aa", "--experiment-fraction",
+                                                                      str(AA_FRACTION)))
         services.append(good)
         bad = Service(workdir, "glm-bug", glm_bug=True, rank=1)
         services.append(bad)
@@ -219,3 +225,50 @@ def test_advise_over_a_time_range_through_prometheus(demo_stack):
     for model, m in models.items():  # the two halves make the whole (each entry's count is rounded)
         halves = sum(x.calls for out in only.values() for x in out.models if x.model == model)
         assert abs(halves - m.calls) <= 0.02 * m.calls + 5, (model, halves, m.calls)
+
+
+def test_the_demo_experiment_is_read_scraped_and_stopped_over_http(demo_stack):
+    """GET /experiments's contract, the series in Prometheus and through promtool, the CLI over --url, a stop that
+    only a loopback page may ask for, and no kill-switch alert for a person's stop."""
+    prom, good, bad = demo_stack
+    base = f"http://{good.instance}"
+    e = prom.wait_for(lambda: next((x for x in httpx.get(f"{base}/experiments", timeout=10).json()["experiments"]
+                                    if sum(c["calls_b"] for c in x["cells"]) > 0), None),
+                      timeout=DATA_TIMEOUT, interval=1.0, what="calls on the A/A experiment's arm B")
+    ExperimentsOut.model_validate({"experiments": [e]})
+    assert (e["id"], e["candidate"], e["fraction"], e["state"], e["stop_reason"]) == ("aa", "aa", AA_FRACTION,
+                                                                                      "running", None)
+    assert all(c["kernel_a"] == c["kernel_b"] for c in e["cells"]) and set(e["saving"]) >= {"seconds", "low", "high"}
+    assert httpx.get(f"http://{bad.instance}/experiments", timeout=10).json() == {"experiments": []}
+    assert f"experiment aa: candidate aa on 10% of the calls it routes differently; {base}/experiments" in good.log.read_text()
+    routing = good.routing()
+    assert [x["id"] for x in routing["experiments"]] == ["aa"]
+    # the series: scraped by Prometheus from A only, and /metrics as a whole passes promtool
+    prom.wait_for(lambda: prom.query('sum(routescope_experiment_calls_total{arm="b"})')["result"], timeout=30,
+                  interval=1.0, what="routescope_experiment_calls_total scraped")
+    assert set(prom.label_values("instance", "routescope_experiment_state")) == {good.instance}
+    text = httpx.get(f"{base}/metrics", timeout=10).content
+    out = subprocess.run([shutil.which("promtool") or "promtool", "check", "metrics"], input=text, capture_output=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
+    # the CLI reads it over HTTP
+    cli = CliRunner()
+    res = cli.invoke(build_app(), ["experiment", "status", "--url", base, "--json"])
+    assert res.exit_code == 0 and [x["id"] for x in json.loads(res.output)["experiments"]] == ["aa"], res.output
+    res = cli.invoke(build_app(), ["experiment", "report", "aa", "--url", base], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "B time / A time" in res.output, res.output
+    # a page elsewhere cannot stop it: a foreign Host (DNS rebinding) and a foreign Origin are refused
+    r = httpx.post(f"{base}/experiments/aa/stop", headers={"host": "rebound.example"}, timeout=10)
+    assert r.status_code == 400
+    r = httpx.post(f"{base}/experiments/aa/stop", headers={"origin": "http://evil.example"}, timeout=10)
+    assert r.status_code == 403 and "evil.example" in r.json()["message"]
+    assert httpx.get(f"{base}/experiments", timeout=10).json()["experiments"][0]["state"] == "running"
+    res = cli.invoke(build_app(), ["experiment", "stop", "aa", "--url", base])
+    assert res.exit_code == 0 and "experiment aa stopped (user)" in res.output, res.output
+    (after,) = httpx.get(f"{base}/experiments", timeout=10).json()["experiments"]
+    assert after["state"] == "stopped" and after["stop_reason"] == "user"
+    # Prometheus sees the stop; a person's stop is not the kill switch, so the alert stays quiet
+    prom.wait_for(lambda: prom.query('routescope_experiment_state{state="stopped", stop_reason="user"}')["result"],
+                  timeout=30, interval=1.0, what="the stopped state scraped")
+    time.sleep(2.5)  # two evaluations of the rules after it
+    assert not [a for a in prom.alerts() if a["labels"].get("alertname") == "RoutescopeExperimentStopped"]

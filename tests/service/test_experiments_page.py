@@ -55,11 +55,13 @@ document.getElementById("api").textContent = Object.keys(window.routescopeExperi
     assert len(gate) == 9 and {c["data-points"] for c in gate} == {"6"}
     assert len(dom.find("polygon", **{"class": "band"})) >= 9 and len(dom.find("polyline", **{"class": "ratio"})) == 9
     assert dom.find("line", **{"class": "harm"})  # the harm bound the experiment stops at, dashed
-    # the A/A control has no top-k (one "any" column), no history (its current ratio as one point), one unmeasured cell
+    # the A/A control has no history (its current ratio drawn as one point) and one cell not yet timed
     aa = [c for c in charts if c["data-cell"].startswith("DeepSeek")]
     assert sorted(c["data-points"] for c in aa) == ["0", "1"]
     assert dom.find("span", **{"class": "badge self-stop", "data-state": "stopped"})
     assert "stopped: harm" in dom.text.get("experiments", "")
-    assert "saving over the observed traffic: 420.000 ms" in dom.text.get("experiments", "")
+    text = dom.text.get("experiments", "")
+    assert "saving over the observed traffic: 420.000 ms" in text and "measured crossover: 512 rows" in text
+    assert "crossover: not shown by the bands yet" in text  # the A/A control's
     assert "No experiment" in dom.text.get("empty", "")
     assert dom.text.get("api") == "band,grids,render,verdict"
