@@ -240,7 +240,8 @@ def test_the_demo_experiment_is_read_scraped_and_stopped_over_http(demo_stack):
                                                                                       "running", None)
     assert all(c["kernel_a"] == c["kernel_b"] for c in e["cells"]) and set(e["saving"]) >= {"seconds", "low", "high"}
     assert httpx.get(f"http://{bad.instance}/experiments", timeout=10).json() == {"experiments": []}
-    assert f"experiment aa: candidate aa on 10% of the calls it routes differently; {base}/experiments" in good.log.read_text()
+    banner = f"experiment aa: candidate aa on 10% of the calls it routes differently; {base}/experiments"
+    assert banner in good.log.read_text()
     routing = good.routing()
     assert [x["id"] for x in routing["experiments"]] == ["aa"]
     # the series: scraped by Prometheus from A only, and /metrics as a whole passes promtool

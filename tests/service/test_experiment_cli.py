@@ -25,6 +25,7 @@ def run(*args: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
+@pytest.mark.slow
 def test_a_directory_runs_the_experiment_in_every_process_and_the_cli_reads_them_merged(tmp_path):
     d = str(tmp_path)
     code, out = run("start", "aa", "--fraction", "0.1", "--seed", "5", "--multiproc-dir", d)
@@ -100,6 +101,7 @@ def test_bad_input_exits_2_and_an_unreachable_service_1_with_one_message(tmp_pat
     assert got == code and words.format(port=port) in " ".join(out.split()), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     (["--experiment", "aa"], "add --demo"),
     (["--demo", "--experiment-fraction", "0.05"], "--experiment-fraction needs --experiment NAME"),
