@@ -91,8 +91,9 @@ class ArmChooser(Protocol):
 
 def arm_decision(active: Decision, kernel: Kernel, why: str) -> Decision:
     """Arm B's decision for calls the active ``decision`` routes elsewhere: memoisable, labelled ``experiment_b``."""
+    # no rerouted_from: that marks the guard's reroutes, which telemetry exports as routescope_guard_rerouted_*
     decision = Decision(kernel, f"experiment arm B: {why}", ARM_B_REASON, active.gates, "experiment",
-                        active.call_class, rerouted_from=active.kernel)
+                        active.call_class)
     object.__setattr__(decision, "ordinal", next(_ORDINALS))  # fresh, not yet shared: safe to set
     return decision
 

@@ -90,6 +90,8 @@ def test_start_run_read_and_stop_through_http(stack):
     by_arm = {arm: sum(s.value for s in fams["routescope_experiment_calls"].samples
                        if s.labels["arm"] == arm and s.name.endswith("_total")) for arm in "ab"}
     assert by_arm == {"a": 120 - b, "b": b}
+    # arm B's calls are the experiment's, not the guard's: advise reads a guard reroute as guard mode reroute
+    assert not [s for s in fams["routescope_guard_rerouted_calls"].samples if s.value > 0]
     if PROMTOOL:
         out = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
         assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
