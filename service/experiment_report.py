@@ -103,6 +103,21 @@ def crossover_line(experiment: Mapping[str, Any]) -> str | None:
     return f"measured crossover: {rows} rows" + (f" ({rule})" if rule else "")
 
 
+def facts_line(experiment: Mapping[str, Any]) -> str:
+    """Calls never moved by reason, the numerics tally, B's failures and how it ended: what else a reader checks."""
+    cells = experiment.get("cells") or []
+    checked = sum(int((c.get("numerics") or {}).get("checked") or 0) for c in cells)
+    bad = sum(int((c.get("numerics") or {}).get("mismatched") or 0) for c in cells)
+    never = experiment.get("never_moved") or {}
+    parts = ["never moved: " + (", ".join(f"{k} {v}" for k, v in sorted(never.items())) or "none"),
+             f"numerics: {checked} checked, {bad} mismatched"]
+    if experiment.get("b_failures"):
+        parts.append(f"B raised {experiment['b_failures']} times (last: {experiment.get('last_error')})")
+    if experiment.get("end_reason"):
+        parts.append(f"ended by {experiment['end_reason']}")
+    return "; ".join(parts)
+
+
 def _state(e: Mapping[str, Any]) -> str:
     st = str(e.get("state"))
     return f"{st} ({e['stop_reason']})" if st == "stopped" and e.get("stop_reason") else st
@@ -145,5 +160,6 @@ def report(experiments: Sequence[Mapping[str, Any]], console: Console | None = N
                 t.add_row(rows, *("" if c is None else f"{c['measured']} | {c['predicted']}" for c in cells))
             console.print(t)
         console.print(saving_line(e))
+        console.print(facts_line(e))
         if (line := crossover_line(e)) is not None:
             console.print(line)

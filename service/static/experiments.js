@@ -206,6 +206,8 @@
     const box = el("div", { class: "exp", "data-experiment": e.id, "data-state": e.state });
     box.append(el("h3", {}, `${e.id}: candidate ${e.candidate} on ${(100 * (num(e.fraction) || 0)).toFixed(1)}% of eligible calls`, stateBadge(e)));
     box.append(el("p", { class: "note saving", text: savingText(e) }));
+    const never = Object.entries(e.never_moved || {}).map(([k, v]) => `${k} ${v}`).join(", ");
+    box.append(el("p", { class: "note never-moved", text: `calls never moved to B: ${never || "none"}` }));
     if (e.crossover !== undefined && e.crossover !== null) {
       const x = typeof e.crossover === "object" ? e.crossover.rows : e.crossover;
       const rule = typeof e.crossover === "object" && e.crossover.rule ? ` (${e.crossover.rule})` : "";

@@ -132,3 +132,4 @@ def test_the_report_is_the_seeds_table_measured_beside_predicted():
     assert "B time / A time, GLM-5.3-Flash, 512+0 h16 bfloat16/bfloat16, prefill" in text
     assert "0.43 [0.38, 0.48] | 0.45" in text and "measured crossover: 512 rows" in text
     assert "aa: candidate aa at fraction 0.01, stopped (harm)" in text and "not yet measured" in text
+    assert "never moved: candidate_unavailable 3, capture 12; numerics: 9 checked, 0 mismatched" in text

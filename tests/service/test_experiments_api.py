@@ -200,3 +200,21 @@ def test_openapi_documents_the_control_and_other_methods_are_405(stack):
     for method in ("PUT", "DELETE", "PATCH"):
         assert c.request(method, "/experiments").status_code == 405
     assert c.get("/experiments/x/stop").status_code == 405
+
+
+def test_a_kill_switch_stop_is_exported_with_its_reason(stack):
+    """The core's own stop with a kill-switch reason (what its flush does on harm) reaches the state series, which
+    RoutescopeExperimentStopped selects (dashboards/tests.yml evaluates the rule itself)."""
+    app, dispatcher, registry = stack
+    c = client(app)
+    assert c.post("/experiments", json={"id": "g", "candidate": "aa", "fraction": 0.1}).status_code == 201
+    registry.all["g"].stop("harm")
+    registry.flush()
+    assert dispatcher.arms is None
+    (e,) = c.get("/experiments").json()["experiments"]
+    assert (e["state"], e["stop_reason"]) == ("stopped", "harm")
+    (state,) = [f for f in text_string_to_metric_families(c.get("/metrics").text)
+                if f.name == "routescope_experiment_state"][0].samples
+    assert state.labels["state"] == "stopped" and state.labels["stop_reason"] == "harm" and state.value == 1
+    r = c.post("/experiments/g/stop")  # a person's stop afterwards changes nothing: the kill switch's reason stays
+    assert r.status_code == 200 and r.json()["stop_reason"] == "harm"

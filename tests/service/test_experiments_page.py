@@ -63,5 +63,6 @@ document.getElementById("api").textContent = Object.keys(window.routescopeExperi
     text = dom.text.get("experiments", "")
     assert "saving over the observed traffic: 420.000 ms" in text and "measured crossover: 512 rows" in text
     assert "crossover: not shown by the bands yet" in text  # the A/A control's
+    assert "calls never moved to B: capture 12, candidate_unavailable 3" in text
     assert "No experiment" in dom.text.get("empty", "")
     assert dom.text.get("api") == "band,grids,render,verdict"
