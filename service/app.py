@@ -29,6 +29,7 @@ from .experiment_metrics import ExperimentCollector
 from .experiment_control import Control, ControlFailed, build_control, experiments_of, start_demo_experiment
 from .experiments import control_failed_handler
 from .experiments import router as experiments_router
+from .history import RateHistory
 from .docs import docs_router, swagger_ui_dir
 from .metrics import ChainedCollector
 from .middleware import HeadAsGet, TrustedHostMiddleware, UrlTooLong, default_hosts
@@ -59,6 +60,7 @@ class ServiceState:
     started: bool = False  # the lifespan has run its startup half
     advice: CachedAdvice = field(default_factory=CachedAdvice)  # /routing's advice section, shared by the gauges
     experiments: Control | None = None  # GET/POST /experiments, /routing's experiments, the experiment series
+    history: RateHistory = field(default_factory=RateHistory)  # flush-to-flush rates for the page's chart
 
 
 def demo_counterfactuals(settings: ServiceSettings, platform: Platform, policy: Policy) -> dict[str, Any]:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Annotated
 
 from anyio import to_thread
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from dispatcher.explain import explain
 
 from .demo.runner import READY as DEMO_READY
 from .metrics import render
+from .page import page_for
 from .models import ExplainQuery, ExplainResponse, HealthOut, ReadyCheck, ReadyOut, ValidationErrorOut
 from .routing import RoutingOut
 
@@ -32,9 +34,16 @@ def static_dir() -> str:
 
 
 @router.get("/", include_in_schema=False)
-def page() -> FileResponse:
-    """The page for people: static HTML that polls /routing."""
-    return FileResponse(f"{static_dir()}/index.html", media_type="text/html")
+async def page(request: Request) -> HTMLResponse:
+    """The page for people: one self-contained file carrying the current /routing document, then polling it."""
+    cache = _state(request).routing
+    try:
+        built = cache.kept() or await to_thread.run_sync(cache.get)
+        body = built.body
+    except Exception:  # noqa: BLE001 - the page still loads; its script fetches /routing and says what fails
+        body = None
+    html = await to_thread.run_sync(page_for, Path(static_dir()), body)
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
 
 @router.get("/healthz", response_model=HealthOut, tags=["health"])

@@ -37,6 +37,14 @@ class CountRow(_Open):
     rows: int
 
 
+class NativeBucketsOut(BaseModel):
+    """A series' native histogram: bucket ``i`` holds (base**(i-1), base**i] seconds, base = 2**2**-schema."""
+
+    schema_: int = Field(alias="schema")
+    zero: int = Field(description="samples at or under the zero threshold")
+    buckets: list[tuple[int, int]] = Field(description="[index, count] for every non-empty bucket, by index")
+
+
 class LatencyRow(_Open):
     """Quantiles from the call-duration histogram, linear within a bucket as histogram_quantile: its native buckets
     (4.4% wide, ``buckets: native``) where every sample is in them, else the classic ones (``buckets: classic``)."""
@@ -49,6 +57,7 @@ class LatencyRow(_Open):
     p90_s: float | None = None
     p99_s: float | None = None
     buckets: str | None = None
+    native: NativeBucketsOut | None = Field(None, description="the distribution itself, where ``buckets`` is native")
 
 
 class DecisionRow(_Open):
@@ -186,6 +195,20 @@ class ServiceInfo(BaseModel):
     refresh_s: float = Field(2.0, description="how often the page polls this endpoint")
 
 
+class RateOut(BaseModel):
+    ts: float = Field(description="the later flush's wall time")
+    dt_s: float
+    calls_per_s: float = Field(description="prefill-entry calls per second between two flushes")
+    decode_in_prefill_per_s: float
+
+
+class HistoryOut(BaseModel):
+    """Rates between the flushes of the last ``span_s`` seconds that /routing was built on (service/history.py)."""
+
+    span_s: float
+    rates: list[RateOut]
+
+
 class RoutingOut(_Open):
     """Everything the page shows, and what a script needs to read routing without PromQL."""
 
@@ -211,6 +234,7 @@ class RoutingOut(_Open):
                           "never measured (routescope advise; docs/advise.md)")
     experiments: list[ExperimentOut] = Field(
         [], description="the experiments measuring a candidate on this traffic: `GET /experiments`'s list")
+    history: HistoryOut | None = Field(None, description="calls and decode-in-prefill calls per second, flush to flush")
 
 
 def _dip_summary(snapshot: dict) -> dict:
@@ -277,7 +301,7 @@ def routing_view(
 
 def routing_of(state: Any) -> dict:
     """/routing's document for a ServiceState: what the endpoint answers and the advice gauges read."""
-    return routing_view(
+    doc = routing_view(
         state.telemetry.snapshot(),
         demo=state.demo.info() if state.demo is not None else None,
         settings=state.settings,
@@ -286,3 +310,9 @@ def routing_of(state: Any) -> dict:
         advice=state.advice,
         experiments=experiments_of(state.experiments),
     )
+    history = getattr(state, "history", None)
+    if history is not None:
+        calls = sum(r.get("calls", 0) for r in doc.get("counts", []))
+        history.record((doc.get("health") or {}).get("last_flush_ts"), calls, doc["decode_in_prefill"]["calls"])
+        doc["history"] = history.document()
+    return doc

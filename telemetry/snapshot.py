@@ -11,6 +11,7 @@ from dispatcher.policy import Policy
 
 from .aggregates import Aggregates
 from .buckets import quantile
+from .native import SCHEMA
 from .config import TelemetryConfig
 from .spec import DROP_REASONS, STAGES
 from .view import Totals
@@ -87,15 +88,19 @@ def _latency(t: Totals) -> list[dict[str, Any]]:
         k, b, m, clock = key
         n = sum(counts)
         native = t.latency_native.get(key)
+        shape = None
         if native is not None and native.count == n:
             p50, p90, p99 = native.quantile(0.5), native.quantile(0.9), native.quantile(0.99)
             resolution = "native"
+            shape = {"schema": SCHEMA, "zero": native.zero,
+                     "buckets": [[i, c] for i, c in sorted(native.buckets.items()) if c]}
         else:
             p50, p90, p99 = quantile(counts, 0.5), quantile(counts, 0.9), quantile(counts, 0.99)
             resolution = "classic"
         out.append({
             "kernel": k, "rows_bucket": b, "model": m, "clock": clock, "samples": n, "sum_s": total,
             "mean_s": total / n if n else None, "p50_s": p50, "p90_s": p90, "p99_s": p99, "buckets": resolution,
+            "native": shape,
         })
     return out
 

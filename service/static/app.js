@@ -278,8 +278,10 @@ function adviceModel(m, hourly) {
   const table = el("table", { class: "advice-table", "data-advice-model": m.model },
     el("thead", {}, el("tr", {}, el("th", { text: "policy" }), el("th", { text: "what" }), el("th", { text: `prefill-entry kernel time ${per} (band)` }),
       el("th", { text: `against the active policy ${per} (band)` }), el("th", { text: "share of prefill-entry kernel time" }), el("th", { text: "moved calls" }))), body);
-  const node = el("div", { class: "advice-model" }, el("h3", { text: m.model }),
-    el("p", { class: "headline", "data-advice-headline": m.model, text: m.headline }), el("div", { class: "scroll" }, table));
+  // One line per model (its headline); the table and the decode-in-prefill cost fold below it.
+  const node = el("details", { class: "advice-model", "data-advice-model": m.model },
+    el("summary", {}, el("span", { class: "headline" + (m.best ? " has-best" : ""), "data-advice-headline": m.model, text: m.headline })),
+    el("div", { class: "scroll" }, table));
   const d = m.decode_in_prefill;
   if (d.calls) {
     const cost = hourly ? d.cost_per_hour : d.cost;
@@ -300,7 +302,7 @@ function advice(data) {
   if (a.status !== "ok") {
     src.className = "note " + (a.status === "error" ? "bad" : "whatif");
     src.textContent = `No figure: ${a.message}`;
-    document.getElementById("advice-models").replaceChildren();
+    document.getElementById("advice-models").replaceChildren(el("p", { class: "headline", text: `No figure: ${a.message}` }));
     return;
   }
   src.className = "note whatif";
@@ -308,7 +310,10 @@ function advice(data) {
   src.textContent = `Predicted from ${tables}: the calls seen times the table's per-call times, never a measurement. ` +
     [a.target && a.target.note, ...a.notes, a.band].filter(Boolean).map((n) => n[0].toUpperCase() + n.slice(1) + ".").join(" ");
   const hourly = !!a.source.span_s;
-  document.getElementById("advice-models").replaceChildren(...a.models.map((m) => adviceModel(m, hourly)));
+  const box = document.getElementById("advice-models");
+  const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.getAttribute("data-advice-model")));
+  box.replaceChildren(...a.models.map((m) => adviceModel(m, hourly)));
+  for (const d of box.querySelectorAll("details")) if (open.has(d.getAttribute("data-advice-model"))) d.open = true;  // a fold stays open
 }
 
 function render(data) {
@@ -323,10 +328,29 @@ function render(data) {
   const active = all.filter((m) => seen.has(m));
   const models = active.length ? active : all;
   document.getElementById("models").replaceChildren(...models.map((m) => modelPanel(data, m, buckets)));
+  const charts = window.routescopeCharts;
+  if (charts) {
+    charts.rates(document.getElementById("rates-chart"), data.history, data.service.ts);
+    charts.latency(document.getElementById("latency-charts"), data.latency, models, shortKernel);
+  }
+  experiments(data);
   decisions(data);
   const h = data.health, drops = Object.values(h.dropped || {}).reduce((a, b) => a + b, 0);
   document.getElementById("health").textContent = `routescope ${data.service.version} · up ${Math.round(data.service.uptime_s)} s · ` +
     `dropped ${drops} · probe failures ${h.probe_failures}` + (data.demo ? ` · demo launched ${fmtInt(data.demo.prefill_calls)} prefill + ${fmtInt(data.demo.decode_path_calls)} decode calls` : "");
+}
+
+// 57b's part (service/static/experiments.js), when it is there and /routing has an experiments list.
+function experiments(data) {
+  const sec = document.getElementById("experiments");
+  const part = window.routescopeExperiments;
+  if (!part || typeof part.render !== "function" || !Array.isArray(data.experiments)) { sec.hidden = true; return; }
+  sec.hidden = false;
+  try {
+    part.render(sec, data.experiments, undefined);
+  } catch (e) {
+    sec.replaceChildren(el("p", { class: "note bad", text: `experiments: ${e.message}` }));
+  }
 }
 
 async function tick() {
@@ -344,4 +368,24 @@ async function tick() {
   setTimeout(tick, refreshMs);
 }
 
-tick();
+// First paint: the document the server put in the page, then the polling.
+function start() {
+  let initial = null;
+  try {
+    const node = document.getElementById("routing-initial");
+    initial = node ? JSON.parse(node.textContent) : null;
+  } catch (e) {
+    initial = null;
+  }
+  if (initial) {
+    render(initial);
+    const status = document.getElementById("status");
+    status.className = "status live";
+    status.textContent = "as of " + new Date(initial.service.ts * 1000).toLocaleTimeString([], { hour12: false });
+    setTimeout(tick, refreshMs);
+  } else {
+    tick();
+  }
+}
+
+start();

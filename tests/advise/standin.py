@@ -1,7 +1,7 @@
 """Small servers for tests that need a chosen document or series, not a running demo.
 
-``RoutingStandIn`` serves a /routing document (fixture JSON, or routing_view's output) beside the
-page's static files: the CLI and chromium read a known traffic without a demo running for minutes.
+``RoutingStandIn`` serves a /routing document (fixture JSON, or routing_view's output) and the page
+carrying it: the CLI and chromium read a known traffic without a demo running for minutes.
 ``TrafficExporter`` exports the traffic counters as a routescope from before
 ``routescope_traffic_decode_rows_total`` did (calls and rows per entry, decode rows per kernel x
 model only), so the Prometheus route's estimate of mixed batches' decode rows stays tested; the
@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from advise.traffic import TRAFFIC_LABELS
+from service.page import page_for
 
 STATIC = Path(__file__).resolve().parents[2] / "service" / "static"
 
@@ -35,8 +36,8 @@ class RoutingStandIn:
                 path = self.path.split("?")[0]
                 if path == "/routing":
                     self._send(200, "application/json", body)
-                elif path == "/":
-                    self._send(200, "text/html", (STATIC / "index.html").read_bytes())
+                elif path == "/":  # the page as the service assembles it: inlined files, this document in it
+                    self._send(200, "text/html", page_for(STATIC, body).encode())
                 elif path.startswith("/static/") and (STATIC / path[8:]).is_file():
                     kind = "text/css" if path.endswith(".css") else "text/javascript"
                     self._send(200, kind, (STATIC / path[8:]).read_bytes())

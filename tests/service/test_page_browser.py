@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -46,9 +49,9 @@ class Dom(HTMLParser):
         return [a for t, a in self.elements if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in attrs.items())]
 
 
-def dump_dom(url: str, profile) -> Dom:
+def dump_dom(url: str, profile, budget_ms: int = 6000) -> Dom:
     out = subprocess.run(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=6000", "--dump-dom", url],
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -62,12 +65,15 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
     s = Served("--demo", "--demo-glm-bug", log=tmp_path / "serve.log").wait_ready()
     try:
         s.wait_for(
-            lambda b: b["decode_in_prefill"]["calls"] > 0 and len({r["model"] for r in b["counts"]}) == 2 and b["latency"],
-            90, "calls of both models and GLM decode-in-prefill",
+            lambda b: b["decode_in_prefill"]["calls"] > 0 and len({r["model"] for r in b["counts"]}) == 2 and b["latency"]
+            and len(b["history"]["rates"]) >= 2,
+            90, "calls of both models, GLM decode-in-prefill and two rates",
         )
+        page = s.get("/").text
         dom = dump_dom(s.base + "/", tmp_path / "profile")
     finally:
         s.stopped_cleanly()
+    first_paint(page, tmp_path)
     tables = {a["data-model"] for a in dom.find("table", **{"class": "matrix"})}
     assert tables == {"DeepSeek-V4.1-Flash", "GLM-5.3-Flash"}
     cells = [a for a in dom.find("td") if "data-kernel" in a and int(a.get("data-calls") or 0) > 0]
@@ -89,6 +95,63 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
     assert {a["data-policy"] for a in rows} == {"gfx942_512", "gfx942_1024", "no_row_gate"}
     assert "counterfactuals on a what-if gfx942 + AITER" in dom.text.get("models", "")
     assert dom.find("span", **{"class": "wk aiter"})  # some calls would have gone to AITER
+
+
+def first_paint(page: str, tmp_path) -> None:
+    """The page as served, alone: one file (nothing else fetched), with the data in its first paint.
+
+    It is opened from disk after the server has stopped, for less virtual time than the page waits before its
+    first poll, so whatever it shows came inside the file."""
+    refs = set(re.findall(r'\b(?:src|href)="([^"]*)"', page))
+    assert refs <= {"/routing", "/metrics", "/docs"}, refs  # links only: no script, style or image to fetch
+    assert "<style>" in page and "routescopeCharts" in page and 'id="routing-initial"' in page
+    bare = Dom()
+    bare.feed(page)  # the HTML before any script ran
+    calls = bare.text.get("card-calls", "")
+    assert re.match(r"\d", calls) and not calls.startswith("0"), calls
+    saved = tmp_path / "page.html"
+    saved.write_text(page)
+    dom = dump_dom(saved.as_uri(), tmp_path / "profile-file", budget_ms=1000)
+    assert {a["data-model"] for a in dom.find("table", **{"class": "matrix"})} == {"DeepSeek-V4.1-Flash", "GLM-5.3-Flash"}
+    assert [a for a in dom.find("td") if a.get("class") == "dip"]
+    assert dom.text.get("status", "").startswith("as of ")
+    (rates,) = dom.find("svg", **{"class": "rates-svg"})
+    assert int(rates["data-intervals"]) >= 2
+    assert {a["data-series"] for a in dom.find("polyline")} >= {"calls", "dip"}
+    hists = dom.find("svg", **{"class": "hist"})
+    assert hists and {h["data-series"].split("|")[0] for h in hists} == {"DeepSeek-V4.1-Flash", "GLM-5.3-Flash"}
+    for h in hists:  # every timed call is in its picture: the zero bucket plus the bars
+        assert h["data-counted"] == h["data-samples"] and int(h["data-bars"]) >= 1, h
+    order = [t for t, a in dom.elements if a.get("id") in ("models", "charts", "advice", "notes")]
+    assert order and dom.elements.index(next(e for e in dom.elements if e[1].get("id") == "models")) < \
+        dom.elements.index(next(e for e in dom.elements if e[1].get("id") == "advice"))  # the matrices lead
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) is not installed")
+def test_the_experiments_part_is_called_with_routings_list(tmp_path):
+    """An experiments.js (a stand-in for 57b's, same contract) gets the section and /routing's experiments list."""
+    from dispatcher import Policy, what_if
+    from service.page import page_html, static_files
+    from service.routing import routing_view
+    from service.settings import ServiceSettings
+    from telemetry import Telemetry, TelemetryConfig
+
+    template, styles, scripts = static_files(Path(__file__).resolve().parents[2] / "service" / "static")
+    stand_in = ("experiments.js", "window.routescopeExperiments = { render(box, list, history) { "
+                "box.setAttribute('data-rendered', String(list.length)); box.textContent = list.map((e) => e.id).join(','); } };")
+    with Telemetry(TelemetryConfig(models=("glm",)), platform=what_if("gfx942"), policy=Policy()) as tel:
+        doc = routing_view(tel.snapshot(), demo=None, settings=ServiceSettings(), started_ts=0.0, advice=lambda d: None)
+    doc["experiments"] = [{"id": "exp-a"}, {"id": "exp-b"}]
+    body = json.dumps(doc).encode()
+    saved = tmp_path / "page.html"
+    saved.write_text(page_html(template, styles, [s for s in scripts if s[0] != "experiments.js"] + [stand_in], body, doc))
+    dom = dump_dom(saved.as_uri(), tmp_path / "profile", budget_ms=500)
+    (sec,) = dom.find("section", id="experiments")
+    assert "hidden" not in sec and sec["data-rendered"] == "2" and dom.text["experiments"] == "exp-a,exp-b"
+    del doc["experiments"]  # no list in /routing: the section stays hidden
+    saved.write_text(page_html(template, styles, scripts + [stand_in], json.dumps(doc).encode(), doc))
+    (sec,) = dump_dom(saved.as_uri(), tmp_path / "profile2", budget_ms=500).find("section", id="experiments")
+    assert "hidden" in sec
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) is not installed")
