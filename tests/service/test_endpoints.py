@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from service.app import create_app
+from service.routes import static_dir
 from service.settings import ServiceSettings
 
 PATHS = ["/", "/healthz", "/readyz", "/metrics", "/routing", "/routing/explain?rows=1"]
@@ -62,12 +66,16 @@ def test_page_and_its_assets_are_local(client):
     r = client.get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     html = r.text
-    assert "/static/app.js" in html and "/static/style.css" in html
-    assert "http://" not in html and "https://" not in html  # no CDN: these machines have no internet
+    static = Path(static_dir())
+    for f in sorted([*static.glob("*.js"), *static.glob("*.css")]):  # every file inlined: one file, no request
+        assert f.read_text(encoding="utf-8").replace("</script", "<\\/script") in html, f.name
+    refs = set(re.findall(r'\b(?:src|href)="([^"]*)"', html))
+    assert refs <= {"/routing", "/metrics", "/docs"}, refs  # links for people only: no CDN, no other fetch
+    assert "@import" not in html and "url(" not in html
+    assert 'id="routing-initial"' in html and r.headers["cache-control"] == "no-store"
     for asset, kind in (("/static/app.js", "javascript"), ("/static/style.css", "text/css")):
-        a = client.get(asset)
+        a = client.get(asset)  # still served alone, for a reader of the sources
         assert a.status_code == 200 and kind in a.headers["content-type"]
-        assert "https://" not in a.text and "http://" not in a.text
     assert client.get("/static/nope.js").status_code == 404
 
 
