@@ -82,12 +82,18 @@ def _root(
 def _untag(cmd: click.Command, ctx: click.Context) -> None:
     """Drop typer's <str>/<bool>/<int> tags from help; keep choices (observe|reroute) and ranges."""
     for param in cmd.get_params(ctx):
-        if param.metavar is not None or not hasattr(param, "display_type_rich"):
+        shown = getattr(param, "display_type_rich", None)
+        if shown is None or getattr(shown, "untagged", False):
             continue
-        tag = param.display_type_rich(ctx) or ""
-        if tag.startswith("<") and tag.endswith(">"):
-            inner = tag[1:-1]
-            param.metavar = inner if "|" in inner else ""
+        tag = shown(ctx=ctx) or ""
+        inner = tag[1:-1] if tag.startswith("<") and tag.endswith(">") else tag
+        label = inner if "|" in inner or not tag.startswith("<") else None
+
+        def untagged(ctx: click.Context | None = None, _label: str | None = label) -> str | None:
+            return _label
+
+        untagged.untagged = True  # type: ignore[attr-defined]
+        param.display_type_rich = untagged  # this parameter's help only: typer's class is left alone
 
 
 class HelpCommand(TyperCommand):
