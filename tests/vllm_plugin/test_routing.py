@@ -17,7 +17,8 @@ from routescope.vllm import plugin
 from routescope.vllm.experiment import registry_factory
 from routescope.vllm.layout import Layout
 from tests.dispatcher import aiter_double
-from tests.telemetry.cuda_double import FakeCuda, FakeTorch, reset
+from telemetry import Telemetry, TelemetryConfig
+from tests.telemetry.cuda_double import FakeCuda, FakeEvent, FakeTorch, RocmTorch, reset
 
 from .conftest import Meta, prefill_args, samples, telemetry
 from .test_graphs import DeviceLooking
@@ -30,14 +31,16 @@ class Server:
     """The doubles, the plugin installed on a what-if platform, and an experiment directory; flushes by hand."""
 
     def __init__(self, vllm_doubles, tmp_path, arch: str, *, getters: str = "both", env: dict | None = None,
-                 layout: Layout | None = None, factory=None, gfx942_min: int = 512, opus_min: int = 1024) -> None:
+                 layout: Layout | None = None, factory=None, telemetry_factory=None, gfx942_min: int = 512,
+                 opus_min: int = 1024) -> None:
         d = vllm_doubles(getters=getters, gfx942_min=gfx942_min)
         self.ops, self.backend, self.fc = d.ops(), d.backend(), d.fc()
         self.ops._GFX950_AITER_SPARSE_PREFILL_OPUS_MIN_QUERIES = opus_min  # small calls: the torch reference is slow
         self.dir = str(tmp_path / "multiproc")
         self.env = {"ROUTESCOPE_VLLM": "1", "ROUTESCOPE_TELEMETRY_MULTIPROC_DIR": self.dir,
                     "ROUTESCOPE_TELEMETRY_FLUSH_INTERVAL_S": "3600", **(env or {})}
-        state = plugin.install(env=self.env, platform=what_if(arch), layout=layout, experiment_factory=factory)
+        state = plugin.install(env=self.env, platform=what_if(arch), layout=layout, experiment_factory=factory,
+                               telemetry_factory=telemetry_factory)
         assert state == "observing"
         self.obs = plugin.current().observer
 
@@ -189,26 +192,74 @@ def test_a_wrong_b_stops_the_experiment_and_the_caller_only_ever_gets_as_output(
     assert s.entries() == 80
 
 
-def test_captured_calls_are_never_moved(vllm_doubles, tmp_path):
-    """Inside a graph capture (tests/telemetry/cuda_double.py's stand-in for torch.cuda; q a CPU tensor reporting
-    is_cuda) the experiment moves nothing, and counts each call with its reason."""
+@pytest.fixture(params=["cuda", "rocm"])
+def on_device(vllm_doubles, tmp_path, request):
+    """The OPUS server with telemetry and the experiment given tests/telemetry/cuda_double.py's stand-in for
+    torch.cuda (as CUDA, or as torch's ROCm build presents HIP), and q a CPU tensor reporting is_cuda."""
     reset()
+    torch_module = FakeTorch
+    if request.param == "rocm":
+        torch_module = RocmTorch
+        RocmTorch.use()
+    events: list = []
+
+    class Event(FakeEvent):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            events.append(self)
+
+    FakeCuda.Event = Event
+
+    def telemetry_factory(*, platform, policy, model, rank, **_):
+        return Telemetry(TelemetryConfig(models=(model,), rank=rank, timing_gate=False), platform=platform,
+                         policy=policy, torch_module=torch_module)
 
     def factory(*, env):
-        return registry_factory(env=env, torch_mod=FakeTorch)
+        return registry_factory(env=env, torch_mod=torch_module)
 
-    s = _opus_server(vllm_doubles, tmp_path, factory=factory)
+    s = _opus_server(vllm_doubles, tmp_path, factory=factory, telemetry_factory=telemetry_factory)
+    s.events = events
+    yield s
+    FakeCuda.Event = FakeEvent
+    reset()
+
+
+def _device_call(s: Server, i: int) -> None:
+    args, expected = prefill_args(ROWS, seed=i, sink=True, full_lanes=True)
+    s.backend.forward_prefill(args[0].as_subclass(DeviceLooking), *args[1:])
+    assert torch.equal(args[-1], expected)
+
+
+def test_captured_calls_are_never_moved(on_device):
+    """Inside a graph capture the experiment moves nothing, and counts each call with its reason."""
+    s = on_device
     s.start(id="capture", candidate="gfx950_32", fraction=0.1, seed=1)
     FakeCuda.capturing = True
     try:
         for i in range(50):
-            args, expected = prefill_args(ROWS, seed=i, sink=True, full_lanes=True)
-            s.backend.forward_prefill(args[0].as_subclass(DeviceLooking), *args[1:])
-            assert torch.equal(args[-1], expected)
+            _device_call(s, i)
     finally:
-        reset()
+        FakeCuda.capturing = False
     assert s.helpers("opus") == 0 and s.entries() == 50
     assert s.report()["never_moved"]["capture"] == 50
+
+
+def test_on_a_device_both_arms_are_timed_by_event_pairs_read_at_flush(on_device):
+    """Eager calls on a device: every B call and A's timed sample get an event pair around the launch (vLLM's kernels
+    write no stamps), read by query() at flush; nothing synchronises (the double raises if anything does)."""
+    s = on_device
+    s.start(id="events", candidate="gfx950_32", fraction=0.1, seed=2)
+    for i in range(150):
+        _device_call(s, i)
+    routed = s.obs.status()["routing"]["routed"]
+    (cell,) = s.report()["cells"]
+    assert cell["timed_b"] == 0 and cell["timed_a"] == 0  # no event has completed yet: nothing read, nothing waited
+    for e in s.events:
+        e.done = True
+    (cell,) = s.report()["cells"]
+    assert cell["timed_b"] == routed["b"] + routed["b_checked"] == cell["calls_b"] >= 5
+    assert cell["timed_a"] == routed["a_timed"] >= 5
+    assert cell["mean_a_s"] > 0 and cell["mean_b_s"] > 0
 
 
 def test_batch_invariant_mode_moves_nothing(vllm_doubles, tmp_path):
