@@ -81,6 +81,7 @@ def build_telemetry(settings: ServiceSettings, dispatcher: Dispatcher) -> Teleme
         multiproc_dir=settings.multiproc_dir,
         flush_interval_s=settings.flush_interval_s,
         decisions_maxlen=max(settings.decisions, 1),
+        histogram_mode=settings.histogram_mode,
     )
     tel = Telemetry(config, platform=dispatcher.platform, policy=dispatcher.policy)
     tel.instrument(dispatcher)
@@ -138,7 +139,8 @@ def create_app(
         demo=demo,
         http_registry=http_registry,
         metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry), on_error=telemetry.count_error,
-                                 generation=lambda: telemetry.totals, max_age_s=2 * settings.flush_interval_s),
+                                 generation=lambda: telemetry.totals, max_age_s=2 * settings.flush_interval_s,
+                                 histogram_mode=telemetry.config.histogram_mode),
         malformed_requests=Counter("routescope_http_malformed_requests", "Requests the HTTP server could not parse "
                                    "(head or chunked body) and answered 400 before the app.", registry=http_registry),
         connections=ConnectionBounds(http_registry, head_timeout_s=settings.head_timeout_s,

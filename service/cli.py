@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from dispatcher.cli import validation_message
 from dispatcher.types import GuardMode
+from telemetry.config import HistogramMode
 
 from .connections import BoundedServer, bounded_h11, raise_nofile
 from .experiment_control import ControlFailed, experiments_of
@@ -97,6 +98,11 @@ def serve_command(
     gfx950_min_rows: Annotated[Optional[int], typer.Option(help="gfx950 gate in rows (default 1024)")] = None,
     guard: Annotated[Optional[GuardMode], typer.Option(help="decode guard mode (default observe)")] = None,
     log_level: Annotated[Optional[str], typer.Option(help="critical, error, warning, info, debug (default info)")] = None,
+    histogram_mode: Annotated[
+        Optional[HistogramMode], typer.Option(help="latency histogram forms /metrics serves: both, native (a minimal "
+                                              "classic form in text 0.0.4), classic (default: "
+                                              "ROUTESCOPE_TELEMETRY_HISTOGRAM_MODE, else both)")
+    ] = None,
     allowed_hosts: Annotated[
         Optional[str], typer.Option(help="Host header names accepted, comma-separated ('*': any); default: the "
                                          "loopback names when bound to loopback, else any")
@@ -125,6 +131,7 @@ def serve_command(
         log_level=log_level.lower() if log_level else None, allowed_hosts=allowed_hosts,
         head_timeout_s=head_timeout, max_connections=max_connections,
         experiment=experiment, experiment_fraction=experiment_fraction,
+        histogram_mode=histogram_mode.value if histogram_mode else None,
     )
     if demo or demo_glm_bug:
         flags["demo"] = True

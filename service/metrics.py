@@ -4,6 +4,7 @@ The Accept header picks the format (telemetry.exposition.negotiate): Prometheus'
 latency histogram's native buckets, for a scraper that asks for it first (Prometheus with
 ``--enable-feature=native-histograms``); OpenMetrics 2.0 text, native buckets too, where that is negotiated;
 OpenMetrics 1.0 or text 0.0.4, classic buckets only, otherwise. In multiprocess mode every process's files are read.
+The histogram mode (``both``, ``native``, ``classic``; telemetry.exposition.modes) shapes each of those formats.
 
 Telemetry's series change only at a flush, so with a ``generation`` (a token that changes at every flush) the encoded
 bytes of every source but the last are kept per format and served again until a flush other than a render's own (the
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from telemetry.exposition import join, negotiate
+from telemetry.exposition import HistogramMode, join, negotiate
 from telemetry.exposition.text import TextEncoder
 
 log = logging.getLogger("routescope.service")
@@ -74,8 +75,10 @@ class ChainedCollector:
     def __init__(self, sources: Iterable[Callable[[], Collector | None]],
                  on_error: Callable[[str], None] | None = None, *,
                  generation: Callable[[], object] | None = None, max_age_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 histogram_mode: HistogramMode | str = HistogramMode.BOTH) -> None:
         self._sources = tuple(sources)
+        self._mode = HistogramMode(histogram_mode)
         self._on_error = on_error
         self._generation = generation
         self._max_age_s = max_age_s
@@ -104,14 +107,14 @@ class ChainedCollector:
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition for an Accept header, the leading sources' encoding reused where it is still current."""
-        encoder, content_type = negotiate(accept)
+        encoder, content_type = negotiate(accept, mode=self._mode)
         if self._generation is None or len(self._sources) < 2:
             return encoder(self), content_type
         arrived = self._clock()
         kept = self._usable(content_type, arrived)
         if kept is None:
             kept = self._encode_head(encoder, content_type, arrived)
-        tail_encoder, _ = negotiate(accept, lines=self._tail_lines)
+        tail_encoder, _ = negotiate(accept, lines=self._tail_lines, mode=self._mode)
         tail = _Part(self, self._sources[-1:], skip=kept.names)
         return join(content_type, kept.body, tail_encoder(tail)), content_type
 
@@ -169,9 +172,10 @@ class _Families:
         return iter(self._families)
 
 
-def render(collector: Collector, accept: str | None) -> tuple[bytes, str]:
-    """Encode for the client's Accept header: (body, content type)."""
+def render(collector: Collector, accept: str | None,
+           mode: HistogramMode | str = HistogramMode.BOTH) -> tuple[bytes, str]:
+    """Encode for the client's Accept header: (body, content type); a chain renders in its own mode."""
     if isinstance(collector, ChainedCollector):
         return collector.render(accept)
-    encoder, content_type = negotiate(accept)
+    encoder, content_type = negotiate(accept, mode=mode)
     return encoder(collector), content_type

@@ -52,6 +52,9 @@ class ServiceSettings(BaseSettings):
     max_connections: int = Field(1000, ge=1, le=1_000_000, description="open client connections allowed (also "
                                  "capped at the open-file limit less 64); one more closes the one waiting longest "
                                  "for a request head")
+    histogram_mode: Literal["both", "native", "classic"] | None = Field(
+        None, description="latency histogram forms /metrics serves (both, native, classic); default: "
+        "ROUTESCOPE_TELEMETRY_HISTOGRAM_MODE, else both")
     log_level: LogLevel = "info"
     allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
         None, description="Host header names accepted (e.g. metrics.example.com,10.0.0.5; * for any); default: "

@@ -29,6 +29,20 @@ class TimingMode(str, Enum):
 
 
 TIMING_MODES = tuple(m.value for m in TimingMode)
+
+
+class HistogramMode(str, Enum):
+    """Which forms of the latency histogram /metrics serves; telemetry.exposition.modes shapes each format to it."""
+
+    BOTH = "both"  # native where the format carries it, classic everywhere
+    NATIVE = "native"  # native alone; a minimal classic form (+Inf, _count, _sum) in the text formats
+    CLASSIC = "classic"  # classic alone, for stores that take no native histograms
+
+    def __str__(self) -> str:
+        return self.value
+
+
+HISTOGRAM_MODES = tuple(m.value for m in HistogramMode)
 ENV_PREFIX = "ROUTESCOPE_TELEMETRY_"
 GATES = ("gfx942_min_rows", "gfx950_min_rows")
 DEFAULT_COUNTERFACTUALS = ("gfx942_1024", "no_row_gate")
@@ -70,11 +84,15 @@ class TelemetryConfig:
     flush_on_exit: bool = True  # flush at interpreter exit and on SIGTERM (main-thread handler, chained)
     log_first_decode_in_prefill: bool = True
     absent_gates: tuple[str, ...] = ()  # gates the observed router lacks (vLLM without a gfx942 branch): not exported
+    histogram_mode: str = "both"  # a HistogramMode value: the latency histogram forms /metrics serves
 
     def __post_init__(self) -> None:
         if self.timing not in TIMING_MODES:
             raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}; got {self.timing!r}")
         object.__setattr__(self, "timing", TimingMode(self.timing))
+        if str(self.histogram_mode) not in HISTOGRAM_MODES:
+            raise ValueError(f"histogram_mode must be one of {', '.join(HISTOGRAM_MODES)}; got {self.histogram_mode!r}")
+        object.__setattr__(self, "histogram_mode", HistogramMode(str(self.histogram_mode)))
         for name in ("sample_first", "timing_pool", "sample_buffer", "decisions_maxlen", "otel_span_every",
                      "graph_timing_pool"):
             if getattr(self, name) < 0:
@@ -145,6 +163,8 @@ def _parse(name: str, raw: str) -> Any:
         return None if raw.lower() == "none" else raw  # "none": the real platform, over a caller's default
     if name in ("rank", "multiproc_dir", "process_id", "timing", "graph_clock"):
         return raw
+    if name == "histogram_mode":
+        return raw.lower()
     return int(raw)
 
 

@@ -6,6 +6,9 @@
 - ``application/openmetrics-text; version=2.0.0``: OpenMetrics 2.0 text (prometheus_client), native and classic;
 - OpenMetrics 1.0, ``text/plain`` or anything else: OpenMetrics 1.0 or text 0.0.4, classic buckets only.
 
+The histogram mode (``both``, ``native``, ``classic``: telemetry.exposition.modes) then says which of those forms
+each format carries.
+
 Collectors yield prometheus_client families whose histogram series may carry one native sample beside the classic
 ones (telemetry.native.native_histogram); the text formats that cannot carry it never see it (``classic_only``).
 """
@@ -19,13 +22,14 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import parse_version
 
+from .modes import HistogramMode, shaped
 from .text import TextEncoder, text_encoder
 
 Encoder = Callable[[Collector], bytes]
 
 PROTOBUF_CONTENT_TYPE = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
 
-__all__ = ["PROTOBUF_CONTENT_TYPE", "Encoder", "classic_only", "join", "negotiate", "wants_protobuf"]
+__all__ = ["PROTOBUF_CONTENT_TYPE", "Encoder", "HistogramMode", "classic_only", "join", "negotiate", "wants_protobuf"]
 
 _EOF = b"# EOF\n"
 
@@ -82,24 +86,33 @@ def wants_protobuf(accept: str | None) -> bool:
     return False
 
 
-def negotiate(accept: str | None, *, lines: TextEncoder | None = None) -> tuple[Encoder, str]:
+def negotiate(accept: str | None, *, lines: TextEncoder | None = None,
+              mode: HistogramMode | str = HistogramMode.BOTH) -> tuple[Encoder, str]:
     """(encoder, content type) for an Accept header; native histograms only in protobuf and OpenMetrics >= 2.0.
 
     ``lines``: the text encoder whose kept lines serve this collector (default: the process's one); a caller that
-    encodes two collectors in turn gives each its own, so neither drops the other's lines."""
+    encodes two collectors in turn gives each its own, so neither drops the other's lines. ``mode``: the histogram
+    mode (telemetry.exposition.modes) the latency families are shaped to."""
+    mode = HistogramMode(mode)
     if wants_protobuf(accept):
         from .protobuf import generate_delimited  # protobuf is imported only where it is served (never in vLLM)
 
-        return generate_delimited, PROTOBUF_CONTENT_TYPE
+        if mode is HistogramMode.BOTH:
+            return generate_delimited, PROTOBUF_CONTENT_TYPE
+        return (lambda collector: generate_delimited(shaped(collector, mode, native_format=True))), PROTOBUF_CONTENT_TYPE
     encoder, content_type = choose_encoder(accept or "")
     version = ""
     if content_type.startswith("application/openmetrics-text"):
         version = next((t.split("=", 1)[1] for t in content_type.split("; ") if t.startswith("version=")), "")
     if version and parse_version(version) >= (2, 0, 0):
-        return encoder, content_type
+        if mode is HistogramMode.BOTH:
+            return encoder, content_type
+        return (lambda collector: encoder(shaped(collector, mode, native_format=True))), content_type
     if encoder is generate_latest:
         encoder = lines if lines is not None else text_encoder()  # the same bytes; line heads kept between scrapes
-    return (lambda collector: encoder(classic_only(collector))), content_type
+    if mode is HistogramMode.BOTH:
+        return (lambda collector: encoder(classic_only(collector))), content_type
+    return (lambda collector: encoder(shaped(collector, mode, native_format=False))), content_type
 
 
 def join(content_type: str, head: bytes, tail: bytes) -> bytes:
