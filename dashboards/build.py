@@ -32,16 +32,22 @@ UID = "routescope"
 TITLE = "routescope: sparse MLA prefill routing"
 
 # name -> (label_values() series selector, label); chained so choices narrow.
+# cluster and node are the labels a fleet's agents add (dashboards/prometheus-agent.yml); on a single Prometheus they
+# have no values and stay at "All" (.*), which matches series without them.
 VARIABLES: dict[str, tuple[str, str]] = {
-    "model": ("routescope_calls_total", "model"),
-    "instance": ('routescope_calls_total{model=~"$model"}', "instance"),
-    "rank": ('routescope_calls_total{model=~"$model", instance=~"$instance"}', "rank"),
-    "kernel": ('routescope_calls_total{model=~"$model", instance=~"$instance"}', "kernel"),
+    "cluster": ("routescope_calls_total", "cluster"),
+    "node": ('routescope_calls_total{cluster=~"$cluster"}', "node"),
+    "model": ('routescope_calls_total{cluster=~"$cluster", node=~"$node"}', "model"),
+    "instance": ('routescope_calls_total{cluster=~"$cluster", node=~"$node", model=~"$model"}', "instance"),
+    "rank": ('routescope_calls_total{cluster=~"$cluster", node=~"$node", model=~"$model", instance=~"$instance"}',
+             "rank"),
+    "kernel": ('routescope_calls_total{cluster=~"$cluster", node=~"$node", model=~"$model", instance=~"$instance"}',
+               "kernel"),
 }
 
 ANNOTATION_EXPR = (
     'ALERTS{alertname=~"DecodeInPrefill|DecodeRowsInPrefill", alertstate="firing", '
-    'instance=~"$instance"}'
+    'cluster=~"$cluster", node=~"$node", instance=~"$instance"}'
 )
 
 

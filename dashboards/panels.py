@@ -22,9 +22,12 @@ FLUSH_LAG_THRESHOLD_SECONDS = 120  # RoutescopeTelemetryFlushStalled
 FALLBACK = " or on() vector(0)"
 
 # Label matchers per series family (telemetry health series carry only rank).
-SEL = 'model=~"$model", instance=~"$instance", rank=~"$rank", kernel=~"$kernel"'
-SEL_MODEL = 'model=~"$model", instance=~"$instance", rank=~"$rank"'
-SEL_PROC = 'instance=~"$instance", rank=~"$rank"'
+# cluster and node come from a fleet's agents (dashboards/prometheus-agent.yml); "All" (.*) also matches series
+# without them, so the same panels read a single Prometheus.
+FLEET = 'cluster=~"$cluster", node=~"$node"'
+SEL = 'model=~"$model", ' + FLEET + ', instance=~"$instance", rank=~"$rank", kernel=~"$kernel"'
+SEL_MODEL = 'model=~"$model", ' + FLEET + ', instance=~"$instance", rank=~"$rank"'
+SEL_PROC = FLEET + ', instance=~"$instance", rank=~"$rank"'
 
 
 def _q(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False) -> prom.Dataquery:
@@ -218,7 +221,7 @@ def _decode_panels() -> list[Any]:
 
     dip_rows = f"sum by (model) (rate(routescope_decode_in_prefill_rows_total{{{SEL}}}[$__rate_interval]))"
     path_rows = f"sum by (model) (rate(routescope_decode_path_rows_total{{{SEL_MODEL}}}[$__rate_interval]))"
-    guard = f"instance=~\"$instance\", rank=~\"$rank\", model=~\"$model\""
+    guard = f"{FLEET}, instance=~\"$instance\", rank=~\"$rank\", model=~\"$model\""
     return [
         _ts(
             "Decode-in-prefill calls/s by model",
@@ -290,7 +293,7 @@ def _counterfactual_panels() -> list[Any]:
         _table(
             "Active gate thresholds (rows)",
             "routescope_gate_threshold_rows per gate and policy; each is also a rows bucket edge.",
-            [_q('max by (gate, policy) (routescope_gate_threshold_rows{instance=~"$instance"})', instant=True)],
+            [_q('max by (gate, policy) (routescope_gate_threshold_rows{' + FLEET + ', instance=~"$instance"})', instant=True)],
         ),
     ]
 
@@ -337,8 +340,8 @@ def _health_panels() -> list[Any]:
             "s",
             [
                 _q(
-                    f"time() - max by (instance, rank) (routescope_telemetry_last_flush_timestamp_seconds{{{SEL_PROC}}})",
-                    "{{instance}} rank {{rank}}",
+                    f"time() - max by (node, instance, rank) (routescope_telemetry_last_flush_timestamp_seconds{{{SEL_PROC}}})",
+                    "{{node}} {{instance}} rank {{rank}}",
                 )
             ],
             width=8,
@@ -350,7 +353,8 @@ def _health_panels() -> list[Any]:
             "What each scraped process is: version, arch, vendor, AITER, timing mode.",
             [
                 _q(
-                    'max by (instance, version, arch, vendor, aiter, timing) (routescope_build_info{instance=~"$instance"})',
+                    'max by (node, instance, version, arch, vendor, aiter, timing) (routescope_build_info{' + FLEET
+                    + ', instance=~"$instance"})',
                     instant=True,
                 )
             ],
@@ -360,7 +364,7 @@ def _health_panels() -> list[Any]:
 
 
 def _advice_panels() -> list[Any]:
-    sel = 'model=~"$model", instance=~"$instance"'
+    sel = 'model=~"$model", ' + FLEET + ', instance=~"$instance"'
 
     def advice(metric: str, estimate: str, by: str = "model, policy") -> str:
         return f'max by ({by}) (routescope_advice_{metric}_seconds_per_hour{{{sel}, estimate="{estimate}"}})'
@@ -384,7 +388,7 @@ def _advice_panels() -> list[Any]:
         _table(
             "Advice rests on (latency tables)",
             "routescope_advice_table_info: each table's device, date and provenance (measured here, or published).",
-            [_q('max by (table, device, arch, date, provenance) (routescope_advice_table_info{instance=~"$instance"})',
+            [_q('max by (table, device, arch, date, provenance) (routescope_advice_table_info{' + FLEET + ', instance=~"$instance"})',
                 instant=True)],
             width=24,
         ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dashboards.queries import PanelQuery, panel_queries, variable_queries
+from dashboards.queries import PanelQuery, Values, panel_queries, variable_queries
 from tests.promserver import PromServer
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
@@ -23,10 +23,12 @@ def _has_data(result: dict[str, Any]) -> bool:
     return any(v.lower() != "nan" for v in samples)
 
 
-def missing_panel_data(prom: PromServer, *, strict_panels: tuple[str, ...] = DECODE_PANELS) -> list[str]:
-    """Queries that return no data now: any panel query, and the core (without fallback) of strict panels."""
+def missing_panel_data(prom: PromServer, *, strict_panels: tuple[str, ...] = DECODE_PANELS,
+                       values: Values | None = None) -> list[str]:
+    """Queries that return no data now: any panel query, and the core (without fallback) of strict panels; with
+    ``values``, the dashboard's variables set to them (Grafana's substitution), else all at "All"."""
     missing = []
-    for q in panel_queries():
+    for q in panel_queries(values):
         if not _has_data(prom.query(q.expr)):
             missing.append(f"[{q.panel} / {q.ref_id}] {q.expr}")
         elif q.panel in strict_panels and q.has_fallback and not _has_data(prom.query(q.core)):
@@ -34,25 +36,32 @@ def missing_panel_data(prom: PromServer, *, strict_panels: tuple[str, ...] = DEC
     return missing
 
 
-def missing_variable_values(prom: PromServer) -> list[str]:
-    return [f"${name}: label_values({sel}, {label})"
-            for name, sel, label in variable_queries() if not prom.label_values(label, sel)]
+FLEET_VARIABLES = ("cluster", "node")  # labels a fleet's agents add: values only on a fleet's store
 
 
-def wait_panels_have_data(prom: PromServer, timeout: float) -> list[PanelQuery]:
+def missing_variable_values(prom: PromServer, *, fleet: bool = False, values: Values | None = None) -> list[str]:
+    """Variables whose label_values() query has no value; ``cluster`` and ``node`` only count on a fleet's store."""
+    return [f"${name}: label_values({sel}, {label})" for name, sel, label in variable_queries(values)
+            if (fleet or name not in FLEET_VARIABLES) and not prom.label_values(label, sel)]
+
+
+def wait_panels_have_data(prom: PromServer, timeout: float, *, fleet: bool = False,
+                          values: Values | None = None, strict_panels: tuple[str, ...] = DECODE_PANELS,
+                          ) -> list[PanelQuery]:
     """Wait until every panel query (and every variable) returns data; fail listing the rest."""
     last: list[str] = []
 
     def probe() -> bool:
         nonlocal last
-        last = missing_panel_data(prom) + missing_variable_values(prom)
+        last = (missing_panel_data(prom, values=values, strict_panels=strict_panels)
+                + missing_variable_values(prom, fleet=fleet, values=values))
         return not last
 
     try:
         prom.wait_for(probe, timeout=timeout, interval=1.0, what="all panel queries return data")
     except TimeoutError:
         raise AssertionError("panel queries without data after %ss:\n  %s" % (timeout, "\n  ".join(last))) from None
-    return panel_queries()
+    return panel_queries(values)
 
 
 def decode_in_prefill(prom: PromServer, instance: str) -> list[dict[str, Any]]:

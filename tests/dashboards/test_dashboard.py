@@ -16,8 +16,9 @@ from dashboards.queries import annotation_queries, panel_queries, substitute, va
 
 ROOT = Path(__file__).resolve().parents[2]
 DASH = ROOT / "dashboards"
-BUILTIN_SERIES = {"up": {"job", "instance"}, "ALERTS": {"alertname", "alertstate", "severity", "instance", "job"}}
-SCRAPE_LABELS = {"job", "instance"}
+# job and instance come from the scrape; cluster and node from a fleet's agent (dashboards/prometheus-agent.yml)
+SCRAPE_LABELS = {"job", "instance", "cluster", "node"}
+BUILTIN_SERIES = {"up": SCRAPE_LABELS, "ALERTS": {"alertname", "alertstate", "severity"} | SCRAPE_LABELS}
 
 
 def contract() -> dict[str, set[str]]:
@@ -116,12 +117,12 @@ def test_panels_cover_the_issue():
         "routescope_decode_in_prefill_calls_total", "routescope_decode_in_prefill_rows_total",
         "routescope_decisions_total", "routescope_would_route_calls_total",
         "routescope_kernel_errors_total", "routescope_telemetry_errors_total",
-        "routescope_telemetry_dropped_total", "time() - max by (instance, rank) (routescope_telemetry_last_flush",
+        "routescope_telemetry_dropped_total", "time() - max by (node, instance, rank) (routescope_telemetry_last_flush",
     ):
         assert needed in exprs, needed
     d = build.build_dashboard()
     names = [v["name"] for v in d["templating"]["list"]]
-    assert names == ["datasource", "model", "instance", "rank", "kernel"]
+    assert names == ["datasource", "cluster", "node", "model", "instance", "rank", "kernel"]
     for v in d["templating"]["list"][1:]:
         assert v["query"].startswith("label_values(") and v["includeAll"] and v["allValue"] == ".*"
 
