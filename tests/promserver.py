@@ -198,13 +198,19 @@ def start_prometheus(
     attempts: int = 3,
     features: Sequence[str] = (),
     extra_flags: Sequence[str] = (),
+    agent: bool = False,
+    storage: str | os.PathLike[str] | None = None,
 ) -> Iterator[PromServer]:
     """Start Prometheus in workdir (config, TSDB, log), wait for /-/ready, stop it after.
 
     `config` is a full prometheus.yml text; otherwise one is written from `targets`,
     `rule_files` and the intervals. A port taken between choosing and binding is retried.
     `features` go to `--enable-feature=` (e.g. `native-histograms`), `extra_flags` as they are.
+    `agent`: agent mode (`--enable-feature=agent`, a WAL under `--storage.agent.path`; no query API).
+    `storage`: the TSDB (or WAL) directory, kept across a restart; default a fresh one per attempt.
     """
+    if agent and "agent" not in features:
+        features = ("agent", *features)
     binary = prometheus_binary()
     if binary is None:
         import pytest
@@ -222,7 +228,8 @@ def start_prometheus(
         log = workdir / f"prometheus-{attempt}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [binary, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / f'tsdb-{attempt}'}",
+                [binary, f"--config.file={cfg}",
+                 f"--storage.{'agent' if agent else 'tsdb'}.path={storage or workdir / f'tsdb-{attempt}'}",
                  f"--web.listen-address=127.0.0.1:{port}", "--log.level=info"]
                 + ([f"--enable-feature={','.join(features)}"] if features else []) + list(extra_flags),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
