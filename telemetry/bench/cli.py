@@ -259,6 +259,17 @@ def _render(result: dict) -> None:
                   "protocol itself, included in 'instr − bare'. 'probe only': start+stop alone on the same calls.")
 
 
+@bench_app.command("series")
+def series_command(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Series per rank in each histogram mode (both, native, classic), as Prometheus stores them, at a
+    production-like traffic (2 models, 4 kernels, every rows bucket)."""
+    from .series import render, run
+
+    _emit(run(), as_json, render)
+
+
 @bench_app.command("quantiles")
 def quantiles_command(
     calls: Annotated[int, typer.Option(min=10, help="calls per model and rows bucket (rows at random inside it)")] = 150,

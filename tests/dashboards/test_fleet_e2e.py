@@ -242,7 +242,8 @@ def _figures(out: AdviceOut) -> dict[str, float]:
     for m in out.models:
         got[f"{m.model} calls"] = m.calls
         got[f"{m.model} decode-in-prefill calls"] = m.decode_in_prefill.calls
-        got[f"{m.model} decode-in-prefill cost"] = m.decode_in_prefill.cost.mid
+        cost = m.decode_in_prefill.cost
+        got[f"{m.model} decode-in-prefill cost"] = cost.mid if cost is not None else 0.0
         split = next(c for c in m.candidates if c.name == "decodes_split_k")
         got[f"{m.model} decodes to split-K moved calls"] = split.moved_calls
     return got
@@ -347,9 +348,14 @@ def test_remote_write_cost_per_histogram_mode(fleet, capsys):
     assert native["histograms"] > 0 and both["histograms"] > 0 and classic["histograms"] == 0
     assert classic["samples"] > 5 * native["samples"] and classic["bytes"] > native["bytes"]
     assert rows[("native", False)]["histograms"] == 0 and rows[("native", False)]["bytes"] < rows[("both", False)]["bytes"]
+    for (mode, nat), d in rows.items():  # series the central store holds for that rank (routescope's and `up`)
+        node = f"{mode}-{'protobuf' if nat else 'text'}"
+        got = fleet.central.query(f'count({{cluster="cost", node="{node}"}})')["result"]
+        d["series"] = float(got[0]["value"][1]) if got else 0.0
+    assert rows[("native", True)]["series"] < rows[("native", False)]["series"] < rows[("classic", True)]["series"]
     with capsys.disabled():
         print(f"\nremote write per rank per second (demo traffic, 1 s scrape, {span:.1f} s window):")
-        print("  serve --histogram-mode | agent     | bytes/s | samples/s | histograms/s")
+        print("  serve --histogram-mode | agent     | series | bytes/s | samples/s | histograms/s")
         for (mode, nat), d in rows.items():
-            print(f"  {mode:22} | {'protobuf' if nat else 'text':9} | {d['bytes']:7.0f} | {d['samples']:9.1f} | "
-                  f"{d['histograms']:12.1f}")
+            print(f"  {mode:22} | {'protobuf' if nat else 'text':9} | {d['series']:6.0f} | {d['bytes']:7.0f} | "
+                  f"{d['samples']:9.1f} | {d['histograms']:12.1f}")
