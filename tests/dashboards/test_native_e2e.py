@@ -15,18 +15,15 @@ done both servers scrape the final counts, and for every kernel x rows bucket x 
 - the recording rules and the dashboard's latency panels return data on both servers;
 - ``/routing`` (the page's source) gives p50/p90/p99 within 5% too, from the same native buckets.
 
-``SOURCES`` are the ways the series reach Prometheus: ``single``, the service's own process makes the calls;
-``multiprocess``, three rank processes (``native_worker.py``) make three quarters of them into a multiprocess
-directory and exit (their files are compacted into the archive), the service serves the directory
-(`serve --multiproc-dir`), and once both servers hold those a fourth process makes the rest: the native buckets
-merged across processes, ranks and the archive must meet the same bound.
+The service's own process makes the calls. The multiprocess path (rank processes writing a directory that
+`serve --multiproc-dir` serves, one of them exiting into the archive, the native buckets merged across processes,
+ranks, nodes and the archive, /routing's quantiles per node) meets the same 5% bound through a fleet's agents and
+central store in tests/dashboards/test_fleet_e2e.py.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -54,9 +51,6 @@ SYNC_TIMEOUT = 30.0
 HIST = "routescope_call_duration_seconds"
 KEY = ("kernel", "rows_bucket", "model", "clock")
 LATENCY_RULE = "model_kernel_rows_bucket_clock:routescope_call_duration_seconds:p99_rate5m"
-SOURCES = ("single", "multiprocess")
-RANKS = 3
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class InProcessService:
@@ -104,47 +98,17 @@ def single_calls() -> list:
                     dtype=torch.float32, device=torch.device("cpu"), seed=5)
 
 
-def run_ranks(directory: Path, workdir: Path, wave: int, ranks: int) -> dict[tuple[str, ...], list[float]]:
-    """``ranks`` processes make a quarter of the calls each (each its own seed) and exit; their samples, merged."""
-    per_rank = -(-CALLS // (RANKS + 1))
-    procs = []
-    for rank in range(ranks):
-        out = workdir / f"wave{wave}-rank{rank}.json"
-        cmd = [sys.executable, "-m", "tests.dashboards.native_worker", "--dir", str(directory), "--rank", str(rank),
-               "--calls", str(per_rank), "--max-rows", str(MAX_ROWS), "--seed", str(10 * wave + rank), "--out",
-               str(out)]
-        log = (workdir / f"wave{wave}-rank{rank}.log").open("wb")
-        procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), out, log))
-    samples: dict[tuple[str, ...], list[float]] = {}
-    for proc, out, log in procs:
-        try:
-            assert proc.wait(timeout=120) == 0, (workdir / out.name.replace(".json", ".log")).read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            log.close()
-        for key, values in json.loads(out.read_text()).items():
-            samples.setdefault(tuple(key.split("|")), []).extend(values)
-    return samples
-
-
-@pytest.fixture(scope="module", params=SOURCES)
-def stack(request, tmp_path_factory) -> Iterator[tuple[InProcessService, PromServer, PromServer]]:
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[tuple[InProcessService, PromServer, PromServer]]:
     workdir = tmp_path_factory.mktemp("native-e2e")
     with pytest.MonkeyPatch.context() as mp:
         for name in [n for n in __import__("os").environ if n.startswith(("ROUTESCOPE_", "PROMETHEUS_MULTIPROC"))]:
             mp.delenv(name)
         mp.setenv("ROUTESCOPE_TELEMETRY_KEEP_SAMPLES", "1")
         mp.setenv("ROUTESCOPE_TELEMETRY_SAMPLE_EVERY", "1")
-        directory = workdir / "mp"
-        if request.param == "multiprocess":
-            directory.mkdir()
-            service = InProcessService(multiproc_dir=directory)
-            service.samples = run_ranks(directory, workdir, wave=1, ranks=RANKS)
-        else:
-            service = InProcessService()
-            calls = single_calls()
-            service.drive(calls[: len(calls) // 2])
+        service = InProcessService()
+        calls = single_calls()
+        service.drive(calls[: len(calls) // 2])
     service.start()
     targets = {"routescope": [f"127.0.0.1:{service.port}"]}
     try:
@@ -156,14 +120,7 @@ def stack(request, tmp_path_factory) -> Iterator[tuple[InProcessService, PromSer
                               what="routescope scraped")
             # the rest once both servers hold the first part: a rate over the window then has an increase
             _wait_synced(service, native, classic)
-            if request.param == "single":
-                service.drive(calls[len(calls) // 2:])
-            else:
-                for key, values in run_ranks(directory, workdir, wave=2, ranks=1).items():
-                    service.samples.setdefault(key, []).extend(values)
-            if request.param == "multiprocess":  # the first ranks' files were merged into the archive
-                assert sorted(p.name for p in directory.glob("native_routescope-archive*")), sorted(
-                    p.name for p in directory.iterdir())
+            service.drive(calls[len(calls) // 2:])
             full = [k for k, v in service.samples.items() if len(v) >= MIN_SAMPLES]
             assert len(full) >= MIN_SERIES, {k: len(v) for k, v in service.samples.items()}
             _wait_synced(service, native, classic)
@@ -264,7 +221,7 @@ def test_recording_rules_and_latency_panels_answer(stack, server):
 
 
 def test_routing_quantiles_are_within_5_percent(stack):
-    """/routing (what the page shows) reads the same native buckets, merged over every process in multiprocess mode."""
+    """/routing (what the page shows) reads the same native buckets."""
     import urllib.request
 
     service, _native, _classic = stack
