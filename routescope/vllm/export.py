@@ -58,7 +58,8 @@ def make_telemetry(*, platform: Platform, policy: Policy, model: str | None, ran
             server = rank_server.start(port, addr=addr, registry=tel.registry,
                                        head_timeout_s=_number(env, HEAD_TIMEOUT_ENV, rank_server.HEAD_TIMEOUT_S),
                                        max_connections=int(_number(env, MAX_CONNECTIONS_ENV,
-                                                                   rank_server.MAX_CONNECTIONS)))
+                                                                   rank_server.MAX_CONNECTIONS)),
+                                       histogram_mode=cfg.histogram_mode.value)
             _servers.append(server)
             log.info("routescope: rank %s serves /metrics on %s:%d", rank, addr, port)
         except Exception as exc:  # noqa: BLE001 - a taken port loses this exporter, not the worker

@@ -1,4 +1,4 @@
-"""A rank's /metrics server: prometheus_client's WSGI app on its thread-per-connection server, with bounds.
+"""A rank's /metrics server: a WSGI app that negotiates as the service does, on a thread-per-connection server, with bounds.
 
 prometheus_client's ``start_http_server`` reads a request head with no time limit, starts a thread for every
 connection it accepts, and ignores accept errors (its loop then spins on a listener it cannot accept from). Inside
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
@@ -198,8 +198,11 @@ class _Handler(WSGIRequestHandler):
 
 
 def start(port: int, *, addr: str = DEFAULT_ADDR, registry: Collector, head_timeout_s: float = HEAD_TIMEOUT_S,
-          max_connections: int = MAX_CONNECTIONS) -> BoundedMetricsServer:
-    """Serve ``registry`` on ``addr:port`` from a daemon thread; OSError (a taken port) passes."""
+          max_connections: int = MAX_CONNECTIONS, histogram_mode: str = "both") -> BoundedMetricsServer:
+    """Serve ``registry`` on ``addr:port`` from a daemon thread, negotiated as ``routescope serve`` does (protobuf with
+    native histograms, the histogram mode: telemetry.exposition.wsgi); OSError (a taken port) passes."""
+    from telemetry.exposition.wsgi import metrics_app
+
     family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     own = CollectorRegistry()
 
@@ -207,6 +210,7 @@ def start(port: int, *, addr: str = DEFAULT_ADDR, registry: Collector, head_time
         address_family = family
 
     Server.head_timeout_s, Server.max_connections, Server.registry = head_timeout_s, max_connections, own
-    httpd = make_server(addr, port, make_wsgi_app(_Both(registry, own)), Server, handler_class=_Handler)
+    app = metrics_app(_Both(registry, own), mode=histogram_mode)
+    httpd = make_server(addr, port, app, Server, handler_class=_Handler)
     threading.Thread(target=httpd.serve_forever, name=f"routescope-metrics-{port}", daemon=True).start()
     return httpd
