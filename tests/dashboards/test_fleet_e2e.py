@@ -258,10 +258,9 @@ def test_advise_over_the_central_store_is_the_nodes_traffic_summed(fleet):
     assert whole.status == "ok" and whole.tables[0].name == "h200-sweep-cupti"
     halves = [_figures(_advise(fleet, at, range_s, f'cluster="{CLUSTER}", node="{node}"')) for node in NODES]
     fleet_figures = _figures(whole)
-    for name, value in fleet_figures.items():
+    for name, value in fleet_figures.items():  # each traffic entry's increase() is rounded to calls apart per node
         summed = sum(h.get(name, 0.0) for h in halves)
-        assert abs(summed - value) <= 1e-6 * abs(value) + (2 if "calls" in name else 0.01 * abs(value)), (
-            name, value, summed)
+        assert abs(summed - value) <= 0.02 * abs(value) + 2, (name, value, summed)
     assert fleet_figures[f"{GLM} decode-in-prefill calls"] > 0
     assert halves[NODES.index("gpu-a")].get(f"{GLM} decode-in-prefill calls", 0) == 0
     # against the nodes' own counts of the second wave: increase() extrapolates each series to the range's edges
