@@ -1,34 +1,23 @@
-"""`routescope bench serve`: closed-loop HTTP load on a running `routescope serve`, and the latency each path saw.
+"""`routescope bench serve`: closed-loop HTTP load on `routescope serve`, and the latency each endpoint saw.
 
-Each client is a thread with one keep-alive connection that asks for its path again as soon as an
-answer arrives (a poller with no pause), so the server is saturated: the figures are the worst a
-page or a scraper meets, not what one Prometheus scraping once a second sees. Standard library
-only (``http.client``), so the clients cost the machine as little as a Python client can.
+One bench for both cases: a running server (``--url``), or one it starts itself (``service.load.served``): ``serve
+--demo`` over a directory that ``--writers`` real processes flush into (default 8, as vLLM's TP ranks would), or
+over no directory (``--writers 0``). Clients and endpoints: ``service.load``. Prints what it measured; asserts nothing.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import threading
-import time
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Annotated, Optional
 
 import typer
 
-DEFAULT_PATHS = ("/metrics", "/routing")
+from .load import Endpoint, Load, run_clients, scrapers, served
 
-
-@dataclass
-class Load:
-    """What the clients saw: seconds per answered request, per path, and every failure."""
-
-    seconds: float = 0.0
-    latencies: dict[str, list[float]] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
+__all__ = ["Load", "quantile", "render", "run_load", "summary"]
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -52,51 +41,16 @@ def summary(load: Load) -> list[dict]:
     return rows
 
 
-def run_load(base: str, *, clients: int = 8, seconds: float = 20.0, paths: Sequence[str] = DEFAULT_PATHS,
+def run_load(base: str, *, clients: int = 8, seconds: float = 20.0, paths: Sequence[str] | None = None,
              timeout: float = 30.0) -> Load:
-    """``clients`` threads, client i on ``paths[i % len(paths)]``, each asking again at once, for ``seconds``."""
-    if clients < 1 or seconds <= 0 or not paths:
-        raise ValueError("need at least one client, one path and a positive duration")
+    """``clients`` threads for ``seconds``: client i on ``paths[i % len(paths)]``, or (no paths) the scrapers' mix,
+    odd clients on /routing and even ones on /metrics, text and protobuf in turn."""
+    if clients < 1 or (paths is not None and not paths):
+        raise ValueError("need at least one client and one path")
     url = urllib.parse.urlsplit(base)
-    load = Load(latencies={p: [] for p in paths})
-    lock, stop = threading.Lock(), threading.Event()
-
-    def client(path: str) -> None:
-        conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=timeout)
-        mine: list[float] = []
-        try:
-            while not stop.is_set():
-                start = time.perf_counter()
-                try:
-                    conn.request("GET", path)
-                    reply = conn.getresponse()
-                    reply.read()
-                except (OSError, http.client.HTTPException) as exc:
-                    with lock:
-                        load.failures.append(f"{path}: {exc!r}")
-                    conn.close()
-                    stop.wait(0.05)  # a server that is gone is not asked again in a tight loop
-                    continue
-                if reply.status != 200:
-                    with lock:
-                        load.failures.append(f"{path}: HTTP {reply.status}")
-                    continue
-                mine.append(time.perf_counter() - start)
-        finally:
-            conn.close()
-            with lock:
-                load.latencies[path].extend(mine)
-
-    threads = [threading.Thread(target=client, args=(paths[i % len(paths)],), daemon=True) for i in range(clients)]
-    began = time.monotonic()
-    for t in threads:
-        t.start()
-    stop.wait(seconds)
-    stop.set()
-    for t in threads:
-        t.join(timeout + 5)
-    load.seconds = time.monotonic() - began
-    return load
+    plan = (scrapers(clients) if paths is None else
+            [(Endpoint(paths[i % len(paths)], paths[i % len(paths)]),) for i in range(clients)])
+    return run_clients(url.hostname or "127.0.0.1", url.port or 80, plan, seconds=seconds, timeout=timeout)
 
 
 def render(load: Load, clients: int, demo: dict | None = None) -> list[str]:
@@ -106,9 +60,9 @@ def render(load: Load, clients: int, demo: dict | None = None) -> list[str]:
                 f"{demo.get('decode_path_calls', 0)} decode-entry calls so far" if demo else "; no demo")]
     for r in summary(load):
         if not r["requests"]:
-            lines.append(f"  {r['path']:9s}     0 requests")
+            lines.append(f"  {r['path']:17s}     0 requests")
             continue
-        lines.append(f"  {r['path']:9s} {r['requests']:5d} requests  p50 {r['p50_ms']:7.1f} ms  "
+        lines.append(f"  {r['path']:17s} {r['requests']:5d} requests  p50 {r['p50_ms']:7.1f} ms  "
                      f"p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms  {r['per_s']:6.1f} req/s")
     if load.failures:
         lines.append(f"  {len(load.failures)} failed, first: {load.failures[0]}")
@@ -129,22 +83,60 @@ def _demo(base: str) -> dict | None:
 
 
 def serve_bench_command(
-    url: Annotated[str, typer.Option(help="a running `routescope serve` (start it with --demo for the usual figures)")],
+    url: Annotated[Optional[str], typer.Option(help="a running `routescope serve`; without it the bench starts "
+                                                  "`serve --demo` itself over --writers processes' directory")] = None,
+    writers: Annotated[int, typer.Option(min=0, max=64, help="without --url: real writer processes flushing into "
+                                                             "the server's directory (0: no directory)")] = 8,
     clients: Annotated[int, typer.Option(min=1, max=256, help="concurrent keep-alive clients")] = 8,
-    seconds: Annotated[float, typer.Option(min=0.1, help="how long the clients run")] = 20.0,
+    seconds: Annotated[float, typer.Option(min=0.1, help="how long the clients run, per run")] = 20.0,
+    runs: Annotated[int, typer.Option(min=1, max=20, help="runs one after another on the same server")] = 1,
     path: Annotated[Optional[list[str]], typer.Option("--path", help="a path to load (repeat); client i takes path "
-                                                                   "i mod n")] = None,
+                                                                   "i mod n (default: odd clients /routing, even "
+                                                                   "/metrics in text and protobuf by turns)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
 ) -> None:
-    """Closed-loop load on a running server: p50/p99/max per path (default: /metrics and /routing, half each)."""
-    paths = tuple(path) if path else DEFAULT_PATHS
-    load = run_load(url.rstrip("/"), clients=clients, seconds=seconds, paths=paths)
-    demo = _demo(url.rstrip("/"))
-    if as_json:
-        typer.echo(json.dumps({"clients": clients, "seconds": load.seconds, "paths": summary(load),
-                               "failures": load.failures[:20], "demo": demo}))
+    """Closed-loop load: p50/p99/max per endpoint, by default with 8 real writer processes beside the server."""
+    paths = tuple(path) if path else None
+
+    def one_run(base: str) -> tuple[Load, dict | None]:
+        load = run_load(base, clients=clients, seconds=seconds, paths=paths)
+        return load, _demo(base)
+
+    results: list[tuple[Load, dict | None]] = []
+    if url:
+        results = [one_run(url.rstrip("/")) for _ in range(runs)]
+        setting = {"url": url}
     else:
-        for line in render(load, clients, demo):
-            typer.echo(line)
-    if load.failures:
+        progress = (lambda msg: None) if as_json else (lambda msg: typer.echo(f"bench serve: {msg}", err=True))
+        with served(writers, progress=progress) as (port, _path):
+            results = [one_run(f"http://127.0.0.1:{port}") for _ in range(runs)]
+        setting = {"writers": writers, "server": "routescope serve --demo"
+                   + (f" --multiproc-dir (with {writers} writer processes)" if writers else "")}
+    failed = any(load.failures for load, _ in results)
+    if as_json:
+        out = [{"seconds": load.seconds, "paths": summary(load), "failures": load.failures[:20], "demo": demo}
+               for load, demo in results]
+        doc = {"clients": clients, **setting, "runs": out}
+        if len(out) == 1:
+            doc.update(out[0])
+        typer.echo(json.dumps(doc))
+    else:
+        typer.echo(f"{setting.get('server', setting.get('url'))}")
+        for i, (load, demo) in enumerate(results):
+            if runs > 1:
+                typer.echo(f"run {i + 1} of {runs}:")
+            for line in render(load, clients, demo):
+                typer.echo(line)
+        if runs > 1:
+            for name in results[0][0].latencies:
+                p99 = [summary_of(load, name) for load, _ in results]
+                typer.echo(f"  {name:17s} p99 over runs: " + ", ".join(f"{v:.0f}" for v in p99 if v is not None)
+                           + " ms")
+    if failed:
         raise typer.Exit(1)
+
+
+def summary_of(load: Load, name: str) -> float | None:
+    """p99 in ms of one endpoint of a run (None: no answers)."""
+    xs = load.latencies.get(name) or []
+    return quantile(xs, 0.99) * 1e3 if xs else None

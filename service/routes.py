@@ -47,26 +47,29 @@ async def page(request: Request) -> HTMLResponse:
 
 
 @router.get("/healthz", response_model=HealthOut, tags=["health"])
-def healthz() -> HealthOut:
-    """Liveness: the process answers HTTP."""
+async def healthz() -> HealthOut:
+    """Liveness: the process answers HTTP. Answered on the event loop, never behind a scrape's worker thread."""
     return HealthOut()
 
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}}, tags=["health"])
-def readyz(request: Request) -> ReadyOut | JSONResponse:
-    """Readiness: started, telemetry flushing, and the demo running when it was asked for."""
+async def readyz(request: Request) -> ReadyOut | JSONResponse:
+    """Readiness: started, telemetry flushing, and the demo running when it was asked for.
+
+    Answered on the event loop from what the last background flush left (no flush, no read of other processes'
+    files, no lock a scrape holds), so it never waits behind a scrape."""
     st = _state(request)
     checks = [ReadyCheck(name="startup", ok=st.started, detail="lifespan started" if st.started else "starting")]
     try:
-        health = st.telemetry.snapshot(all_processes=False).get("health", {})  # health only: no other files
-        lag = health.get("flush_lag_s")
+        last = st.telemetry.last_background_flush
+        lag = time.time() - last if last else None
         limit = max(10.0, 5 * st.settings.flush_interval_s)
         grace = time.time() - st.started_ts < limit
         ok = (lag is None and grace) or (lag is not None and lag <= limit)
         detail = f"last flush {lag:.1f} s ago" if lag is not None else "no flush yet"
         checks.append(ReadyCheck(name="telemetry", ok=ok, detail=detail))
     except Exception as exc:  # noqa: BLE001 - readiness reports, never raises
-        checks.append(ReadyCheck(name="telemetry", ok=False, detail=f"snapshot failed: {exc.__class__.__name__}"))
+        checks.append(ReadyCheck(name="telemetry", ok=False, detail=f"reading its last flush failed: {exc.__class__.__name__}"))
     if st.telemetry.config.multiproc_dir:
         checks.append(_directory_check(st.telemetry))
     if st.settings.demo:

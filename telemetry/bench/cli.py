@@ -149,25 +149,19 @@ def multiproc_command(
     kills: Annotated[int, typer.Option(min=0, help="workers killed with kill -9 at random instants (0: none)")] = 8,
     repeats: Annotated[int, typer.Option(min=0, help="corrupt-file recoveries timed (0: none)")] = 5,
     scrapes: Annotated[int, typer.Option(min=1, help="scrapes timed per reader and directory (the median)")] = 5,
-    load: Annotated[float, typer.Option(min=0, help="also: seconds of concurrent /metrics and /routing scrapes "
-                                                    "of `serve --demo` over the directory (0: none)")] = 0.0,
-    clients: Annotated[int, typer.Option(min=1, help="concurrent scrapers for --load")] = 8,
-    load_processes: Annotated[int | None, typer.Option(
-        min=0, help="other processes' files beside the demo for --load (default: the fewest of --processes; "
-                    "0: no directory, the demo's own registry)")] = None,
+    load: Annotated[float, typer.Option(hidden=True, help="moved to `routescope bench serve`")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Multiprocess directory: /metrics cost beside prometheus_client's by process count (classic and native files),
-    calls lost per kill -9, time to recover a corrupt file; with --load, latency under concurrent scrapers."""
+    calls lost per kill -9, time to recover a corrupt file. Latency under load: `routescope bench serve`."""
+    if load:
+        typer.echo("routescope bench multiproc: --load is now `routescope bench serve` (it starts `serve --demo` "
+                   "beside --writers real writer processes, 8 by default; --writers 0: no directory)", err=True)
+        raise typer.Exit(2)
     from .reliability import run
 
     counts = tuple(int(p) for p in processes.split(",") if p.strip())
     result = run(kills=kills, repeats=repeats, processes=counts, scrapes=scrapes)
-    if load:
-        from .scrape_load import run as run_load
-
-        others = min(counts or (8,)) if load_processes is None else load_processes
-        result["load"] = run_load(clients=clients, seconds=load, processes=others)
     _emit(result, as_json, _render_multiproc)
 
 
@@ -198,16 +192,6 @@ def _render_multiproc(result: dict) -> None:
     if r:
         console.print(f"corrupt live file to exact totals again: median {r['median_s']:.2f} s, max {r['max_s']:.2f} s "
                       f"({r['repeats']} times)")
-    load = result.get("load")
-    if load:
-        table = Table("endpoint", "requests", "p50", "p99", "max")
-        for name, e in load["endpoints"].items():
-            ms = (lambda v: "n/a" if v is None else f"{v * 1e3:.0f} ms")
-            table.add_row(name, str(e["requests"]), ms(e["p50_s"]), ms(e["p99_s"]), ms(e["max_s"]))
-        beside = f"beside {load['processes']} processes' files" if load["processes"] else "alone (no directory)"
-        console.print(f"{load['clients']} clients for {load['seconds']:.0f} s on `serve --demo` {beside} "
-                      f"({load['failed']} failed requests):")
-        console.print(table)
 
 
 def _diff(r: dict, key: str) -> str:
