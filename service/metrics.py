@@ -9,7 +9,9 @@ The histogram mode (``both``, ``native``, ``classic``; telemetry.exposition.mode
 Telemetry's series change only at a flush, so with a ``generation`` (a token that changes at every flush) the encoded
 bytes of every source but the last are kept per format and served again until a flush other than a render's own (the
 background one, every flush interval; /routing's): a scrape serves the series of the last flush before it arrived.
-One read of a newer flush encodes every format kept so far. One exception keeps concurrent scrapes from queueing:
+The first scrape of a format after a flush reads the sources (or takes the read another format's scrape made since
+that flush) and encodes its own format only, so no scrape waits for another format's encoding. One exception keeps
+concurrent scrapes from queueing:
 while an encoding is being made, the scrapes that arrive meanwhile get the previous bytes (one flush behind). Kept bytes older than ``max_age_s`` (two flush
 intervals) are never served. The last source (the HTTP metrics, which move with every request) is encoded at every
 scrape and appended.
@@ -87,6 +89,8 @@ class ChainedCollector:
         self._stale: set[str] = set()  # formats whose encoding predates a flush other than a render's own
         self._making: set[str] = set()  # formats being encoded now
         self._own: object = None  # the generation the last render's own flush made
+        self._read: tuple[_Families, frozenset[str], float, object] | None = None  # last read: families, names,
+        # when, and the generation after it (another format's scrape encodes from it while that is still current)
         self._lock = threading.Lock()  # the fields above
         self._encoding = threading.Lock()  # one encoding of the leading sources at a time: concurrent scrapes share it
         self._tail_lines = TextEncoder()  # the last source's text lines, kept apart from the leading sources'
@@ -132,34 +136,41 @@ class ChainedCollector:
             return None
 
     def _encode_head(self, encoder: Callable[[Collector], bytes], content_type: str, arrived: float) -> _Kept:
-        """Encode the leading sources (they flush as they are read) unless a current encoding was made while this
-        scrape waited; one read serves every kept format that predates it. Kept unless a source failed."""
+        """Encode the leading sources in this scrape's format, unless a current encoding was made while it waited.
+        The sources are read (they flush as they are read) unless the last read is of the current generation and
+        young enough: another format's scrape made it since the last flush. Kept unless a source failed."""
         with self._encoding:
             with self._lock:
                 kept = self._kept.get(content_type)
                 if kept is not None and arrived - kept.made_at <= self._max_age_s and content_type not in self._stale:
                     return kept  # made while this scrape waited: shared
-                todo = {ct: k.encoder for ct, k in self._kept.items() if ct in self._stale}
-                todo[content_type] = encoder
-                self._making.update(todo)
+                read = self._read
+                if read is not None and (read[3] is not self._generation() or arrived - read[2] > self._max_age_s):
+                    read = None
+                self._making.add(content_type)
+            failed = False
             try:
-                made_at = self._clock()
-                head = _Part(self, self._sources[:-1])
-                families = _Families(list(head.collect()))
-                names = frozenset(head.names)
-                made = {ct: _Kept(enc(families), made_at, names, enc) for ct, enc in todo.items()}
+                if read is None:
+                    made_at = self._clock()
+                    head = _Part(self, self._sources[:-1])
+                    families = _Families(list(head.collect()))
+                    names, failed = frozenset(head.names), head.failed
+                else:
+                    families, names, made_at, _gen = read
+                made = _Kept(encoder(families), made_at, names, encoder)
             finally:
                 with self._lock:
-                    self._making.difference_update(todo)
+                    self._making.discard(content_type)
             with self._lock:
-                self._own = self._generation()  # this render's own flush leaves the other formats current
-                self._stale.difference_update(made)
-                for ct, k in made.items():
-                    if head.failed:
-                        self._kept.pop(ct, None)  # the next scrape tries the failed source again
-                    else:
-                        self._kept[ct] = k
-            return made[content_type]
+                if read is None:
+                    self._own = self._generation()  # this render's own flush leaves the other formats current
+                    self._read = None if failed else (families, names, made_at, self._own)
+                self._stale.discard(content_type)
+                if failed:
+                    self._kept.pop(content_type, None)  # the next scrape tries the failed source again
+                else:
+                    self._kept[content_type] = made
+            return made
 
 
 class _Families:

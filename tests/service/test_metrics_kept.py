@@ -132,11 +132,11 @@ def test_formats_are_kept_apart_and_the_tail_is_encoded_every_scrape():
     hits = Counter("http_hits", "Requests.", registry=tail)
     chain = _chain(source, errors, now, tail)
     text = chain.render(None)[0]
-    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]
-    assert source.collects == 2 and text != om and om.endswith(b"# EOF\n") and om.count(b"# EOF") == 1
+    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # no flush since the text scrape's read: encoded from it
+    assert source.collects == 1 and text != om and om.endswith(b"# EOF\n") and om.count(b"# EOF") == 1
     hits.inc(3)
     again = chain.render(None)[0]
-    assert source.collects == 2 and b"http_hits_total 3.0" in again
+    assert source.collects == 1 and b"http_hits_total 3.0" in again
 
 
 def test_a_failing_leading_source_is_left_out_counted_and_tried_again():
@@ -172,19 +172,42 @@ def test_concurrent_scrapes_of_one_generation_share_one_encoding():
     assert source.collects == 1 and len(set(bodies)) == 1
 
 
-def test_a_renders_own_flush_keeps_the_other_formats_and_after_a_background_flush_one_read_makes_all():
+def test_a_renders_own_flush_keeps_the_other_formats_and_after_a_background_flush_one_read_serves_all():
     source, errors, now = _Source(flushes=True), [], [0.0]
     chain = _chain(source, errors, now)
-    chain.render(None)
-    chain.render(ACCEPTS["protobuf"])  # its read flushed, as telemetry's does: the text encoding stays current
+    chain.render(None)  # its read flushed, as telemetry's does: that flush is this read's own
+    chain.render(ACCEPTS["protobuf"])  # no flush since but that one: encoded from the same read
     chain.render(None)
     chain.render(ACCEPTS["protobuf"])
-    assert source.collects == 2
+    assert source.collects == 1
     source.flush()  # the background flush
     source.calls.inc()
-    assert _calls(chain.render(None)[0]) == 1 and source.collects == 3
-    proto = chain.render(ACCEPTS["protobuf"])[0]  # made by the text scrape's read
+    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
+    proto = chain.render(ACCEPTS["protobuf"])[0]  # encoded now, from the text scrape's read
     calls = {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls_total"]
-    assert source.collects == 3 and calls == 1
-    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # never asked for: made now
-    assert source.collects == 4 and _calls(om) == 1
+    assert source.collects == 2 and calls == 1
+    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # never asked for: made now, from the same read
+    assert source.collects == 2 and _calls(om) == 1
+    source.flush()  # another background flush: that read is no longer current
+    source.calls.inc()
+    assert _calls(chain.render(ACCEPTS["OpenMetrics 1.0"])[0]) == 2 and source.collects == 3
+
+
+def test_after_a_flush_a_scrape_waits_for_its_own_format_only():
+    """The text scrape after a flush encodes text alone: a protobuf scrape meanwhile gets its previous bytes, and
+    the next one encodes protobuf from the text scrape's read."""
+    source, errors, now = _Source(), [], [0.0]
+    chain = _chain(source, errors, now)
+    chain.render(None)
+    chain.render(ACCEPTS["protobuf"])
+    source.calls.inc()
+    source.flush()
+    encoded: list[str] = []
+    for ct, k in list(chain._kept.items()):
+        chain._kept[ct] = type(k)(k.body, k.made_at, k.names, lambda c, enc=k.encoder, ct=ct: encoded.append(ct)
+                                  or enc(c))
+    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
+    assert encoded == []  # the kept protobuf encoder was not run by the text scrape
+    proto = chain.render(ACCEPTS["protobuf"])[0]
+    assert source.collects == 2
+    assert {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls_total"] == 1
