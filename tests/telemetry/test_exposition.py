@@ -190,3 +190,25 @@ def test_a_series_is_one_metric_whatever_its_label_order():
     assert len(message.metric) == 1
     h = message.metric[0].histogram
     assert [b.upper_bound for b in h.bucket] == [0.5, 1.0] and h.sample_count == 2 and h.schema == SCHEMA
+
+
+def test_counters_and_gauges_written_directly_are_the_messages_bytes(tmp_path):
+    """The protobuf encoder writes counter and gauge families without building messages; the bytes must be what
+    serializing ``family_message`` gives, for a real multiprocess directory's families (every type, labels, zeros,
+    empty help) and twice over (the second time from kept label bytes)."""
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.samples import Sample
+
+    from telemetry.exposition.protobuf import encode_families, encode_messages, family_message
+    from tests.reliability.test_liveness import eight_processes
+    from telemetry.multiproc.reader import ReaderCache, multiprocess_registry
+
+    eight_processes(tmp_path)
+    reg = multiprocess_registry(str(tmp_path), cache=ReaderCache())
+    odd = Metric("odd", "", "gauge")
+    odd.samples = [Sample("odd", {"a": "", "ü": "é\n"}, 0.0), Sample("odd", {}, -1.5e300)]
+    for _ in range(2):
+        families = list(reg.collect()) + [odd]
+        assert {f.type for f in families} >= {"counter", "gauge", "histogram"}
+        by_messages = encode_messages(m for m in map(family_message, families) if m is not None and m.metric)
+        assert encode_families(families) == by_messages
