@@ -172,9 +172,6 @@ def run(settings: ServiceSettings) -> None:
     from .app import create_app
 
     raise_nofile()  # before the cap is computed from it (create_app)
-    # a /metrics render holds the GIL in a worker thread for milliseconds at a time: the event loop (every other
-    # path, /healthz and /readyz among them) gets it back within 1 ms instead of the default 5
-    sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
     sock = bind(settings.host, settings.port)
     port = sock.getsockname()[1]
     try:
