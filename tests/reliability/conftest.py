@@ -55,6 +55,24 @@ def latency_in(path: str | Path, **match: str) -> tuple[int, int]:
     return classic, native
 
 
+def contradicting_natives(path: str | Path) -> list[tuple]:
+    """Latency series whose served native part differs from their classic count (none may: a series that lost
+    native data is served classic-only, telemetry.multiproc.families)."""
+    classic: dict[tuple, float] = {}
+    native: dict[tuple, float] = {}
+    for fam in multiprocess_registry(str(path)).collect():
+        if fam.name != "routescope_call_duration_seconds":
+            continue
+        for s in fam.samples:
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            if s.native_histogram is not None:
+                counts = counts_from_native(s.native_histogram)
+                native[key] = counts.count if counts.zero + sum(counts.buckets.values()) == counts.count else -1
+            elif s.name == fam.name + "_count":
+                classic[key] = s.value
+    return [(k, classic.get(k), v) for k, v in native.items() if classic.get(k) != v]
+
+
 def errors(tel: Telemetry) -> dict[str, float]:
     return {dict(k)["stage"]: v for k, v in series(scrape(tel.registry), "routescope_telemetry_errors_total").items()}
 

@@ -21,7 +21,7 @@ import pytest
 import telemetry.multiproc.writer
 from dispatcher.types import Kernel
 
-from .conftest import ROOT, call, calls_in, errors, make_tel, real_dispatcher
+from .conftest import ROOT, call, calls_in, contradicting_natives, errors, latency_in, make_tel, real_dispatcher
 
 
 class FullDisk:
@@ -94,9 +94,12 @@ def test_disk_fills_while_running(tmp_path, full, monkeypatch):
         tel.flush()
         assert "disk full" in blocking(tel)
         assert calls_in(tmp_path) <= made
+        assert contradicting_natives(tmp_path) == []  # a native part a full disk cut short is not served
         monkeypatch.undo()
         tel.flush()
         assert blocking(tel) == [] and calls_in(tmp_path) == made
+        classic, native = latency_in(tmp_path)
+        assert classic == native and contradicting_natives(tmp_path) == []  # native again, whole
         assert errors(tel)["write"] >= 1
     finally:
         tel.close()
