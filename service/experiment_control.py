@@ -54,7 +54,6 @@ def experiments_of(control: Control | None) -> list[dict[str, Any]]:
         return []
 
 
-
 def _api() -> Any:
     """The experiments package, or None where it is not installed (the service then answers 503)."""
     try:
