@@ -14,7 +14,7 @@
 .exp .badge.running { background: #dbeafe; color: #1e40af; } .exp .badge.finished { background: #e4e4e7; }
 .exp .badge.stopped { background: #e4e4e7; } .exp .badge.self-stop { background: #fee2e2; color: #991b1b; }
 .exp .pair { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
-.exp table { border-collapse: collapse; font-size: 12px; font-variant-numeric: tabular-nums; }
+.exp table { border-collapse: collapse; font-size: 12px; font-variant-numeric: tabular-nums; width: auto; margin: 0; }
 .exp th, .exp td { border: 1px solid #e4e4e7; padding: 2px 6px; text-align: right; }
 .exp caption { text-align: left; font-weight: 600; font-size: 12px; padding-bottom: 2px; }
 .exp td.better { background: #dcfce7; } .exp td.worse { background: #fee2e2; } .exp td.none { color: #a1a1aa; }
@@ -52,11 +52,11 @@
   }
 
   // better: the whole band under 1 (B faster); worse: the whole band over 1; otherwise not yet told apart.
-  function verdict(lo, hi) {
+  function verdict(lo, hi, r) {
     lo = num(lo); hi = num(hi);
     if (hi !== null && hi < 1) return "better";
     if (lo !== null && lo > 1) return "worse";
-    return lo === null && hi === null ? "none" : "unclear";
+    return lo === null && hi === null && num(r) === null ? "none" : "unclear";
   }
 
   function prediction(cell) {
@@ -106,7 +106,7 @@
       const title = measured
         ? `${c.kernel_b} / ${c.kernel_a}: ${c.calls_b} B calls (${c.timed_b} timed), ${c.calls_a} A calls (${c.timed_a} timed)`
         : "advise's prediction from a latency table, never measured on this traffic";
-      const cls = !measured && num(lo) === null && num(hi) === null ? "predicted" : verdict(lo, hi);
+      const cls = !measured && num(lo) === null && num(hi) === null ? "predicted" : verdict(lo, hi, r);
       return el("td", { class: cls, "data-rows": rows, "data-topk": k, "data-ratio": num(r),
                         "data-low": num(lo), "data-high": num(hi), title, text: band(r, lo, hi) });
     })));
@@ -168,7 +168,7 @@
     }
     const line = pts.map((p) => `${x(p.ts).toFixed(1)},${y(p.ratio).toFixed(1)}`).join(" ");
     root.append(svg(pts.length > 1 ? "polyline" : "circle", pts.length > 1
-      ? { class: "ratio", points: line, fill: "none", stroke: "#1d4ed8", "stroke-width": 1.5 }
+      ? { class: "ratio", "data-series": `ratio|${cellId(c)}`, points: line, fill: "none", stroke: "#1d4ed8", "stroke-width": 1.5 }
       : { class: "ratio", cx: x(pts[0].ts), cy: y(pts[0].ratio), r: 2.5, fill: "#1d4ed8" }));
     const ticks = [lo, hi, ...(Math.min(Math.abs(y(1) - y(lo)), Math.abs(y(1) - y(hi))) > 10 ? [1] : [])];
     for (const v of ticks) root.append(svg("text", { x: L - 4, y: y(v) + 3, "font-size": 9, "text-anchor": "end" }, v.toFixed(2)));
@@ -225,14 +225,19 @@
       box.append(el("h4", { class: "where", text: where }));
       box.append(el("div", { class: "pair" }, table(g, "measured"), table(g, "predicted")));
       const charts = el("div", { class: "charts" });
+      let waiting = 0;
       for (const rows of g.rows) for (const k of g.topk) {
         const c = g.cells.get(`${rows}|${k}`);
         if (!c) continue;
         const found = byCell.get(cellId(c)) || (loose.get(looseId(c)) === 1 ? byCell.get(looseId(c)) : undefined);
         const now = num(c.ratio) === null ? [] : [{ ts: 0, ratio: num(c.ratio), low: num(c.ratio_low), high: num(c.ratio_high) }];
-        charts.append(chart({ cell: c, points: found ? found.points : now }, harm));
+        const points = found ? found.points : now;
+        if (!points.some((p) => p.ratio !== null)) { waiting += 1; continue; }  // nothing to draw yet
+        charts.append(chart({ cell: c, points }, harm));
       }
       box.append(charts);
+      if (waiting) box.append(el("p", { class: "note waiting", "data-cells": waiting,
+        text: `${waiting} cell${waiting > 1 ? "s" : ""} with no ratio yet (both arms need a timed call); charted once they have one` }));
     }
     return box;
   }

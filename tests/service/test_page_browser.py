@@ -62,12 +62,13 @@ def dump_dom(url: str, profile, budget_ms: int = 6000) -> Dom:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) is not installed")
 def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
-    s = Served("--demo", "--demo-glm-bug", log=tmp_path / "serve.log").wait_ready()
+    s = Served("--demo", "--demo-glm-bug", "--experiment", "aa", "--experiment-fraction", "0.1",
+               log=tmp_path / "serve.log").wait_ready()
     try:
         s.wait_for(
             lambda b: b["decode_in_prefill"]["calls"] > 0 and len({r["model"] for r in b["counts"]}) == 2 and b["latency"]
-            and len(b["history"]["rates"]) >= 2,
-            90, "calls of both models, GLM decode-in-prefill and two rates",
+            and len(b["history"]["rates"]) >= 2 and sum(c["calls_b"] for c in b["experiments"][0]["cells"]) > 0,
+            90, "calls of both models, GLM decode-in-prefill, two rates and arm B calls of the A/A experiment",
         )
         page = s.get("/").text
         dom = dump_dom(s.base + "/", tmp_path / "profile")
@@ -95,6 +96,18 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
     assert {a["data-policy"] for a in rows} == {"gfx942_512", "gfx942_1024", "no_row_gate"}
     assert "counterfactuals on a what-if gfx942 + AITER" in dom.text.get("models", "")
     assert dom.find("span", **{"class": "wk aiter"})  # some calls would have gone to AITER
+    # the experiments part (service/static/experiments.js) on /routing's list: the A/A control's tables and charts
+    (sec,) = dom.find("section", id="experiments")
+    assert "hidden" not in sec
+    (box,) = dom.find("div", **{"class": "exp", "data-experiment": "aa"})
+    assert box["data-state"] == "running"
+    assert {a["data-model"] for a in dom.find("table", **{"class": "exp-measured"})} == {"DeepSeek-V4.1-Flash",
+                                                                                        "GLM-5.3-Flash"}
+    assert len(dom.find("table", **{"class": "exp-predicted"})) == len(dom.find("table", **{"class": "exp-measured"}))
+    measured = [a for a in dom.find("td") if "data-rows" in a and a.get("title", "").startswith("intree")]
+    assert measured and {a["data-topk"] for a in measured} == {"32"}  # the CPU demo's scaled top-k
+    charted = [a for a in measured if "data-ratio" in a]
+    assert charted and len(dom.find("svg", **{"class": "exp-chart"})) == len(charted)  # a chart per cell with a ratio
 
 
 def first_paint(page: str, tmp_path) -> None:
