@@ -18,7 +18,6 @@ reads a device tensor.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -28,8 +27,6 @@ import torch
 from dispatcher.kernels.aiter import AiterSymbol, AiterSymbolMissing, make_adapter
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.types import Kernel
-
-log = logging.getLogger("vllm.routescope")
 
 RAGGED_TRITON = "_rocm_sparse_attn_prefill_ragged_triton"
 DENSE_TRITON = "_rocm_sparse_attn_prefill_triton"
