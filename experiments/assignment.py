@@ -1,9 +1,11 @@
 """Which arm a call goes to: a pure function of (seed, position), the same in every process and on every rank.
 
-A position is the call's place in the traffic: the vLLM plugin passes (step, call in step); the Dispatcher counts
-calls per cell. Both are the same on every tensor-parallel rank, so every rank gives one step one arm. The hash is
-SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014): cheap in Python,
-with no per-process salt (Python's ``hash`` of a string is salted per process, so it is never used here).
+A position is (group, index): the vLLM plugin passes (step, call in step); the Dispatcher uses (its cell, the count
+of the cell's calls so far). Both are the same on every tensor-parallel rank, so every rank gives one step one arm.
+One draw u in [0, 1) per call decides both things: B when u < f, and a timed A call when f <= u < 2f, so timed A
+calls are a random sample of the A calls as many as the B calls in expectation. The hash is SplitMix64's finaliser
+(Steele, Lea and Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014): cheap in Python, with no
+per-process salt (Python's ``hash`` of a string is salted per process, so it is never used here).
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ from enum import Enum
 
 _MASK = (1 << 64) - 1
 _TWO64 = float(1 << 64)
-STREAM_ARM = 0x9E3779B97F4A7C15  # which arm
-STREAM_TIMED_A = 0xD1B54A32D192ED03  # whether an A call is timed (an equal sample of A)
+STREAM = 0x9E3779B97F4A7C15  # the assignment's stream, mixed with the seed
 
 
 class Arm(str, Enum):
-    """Arm A: the active policy; arm B: the candidate."""
+    """Arm A: the active policy; arm B: the candidate; TIMED_A: arm A, timed as B's counterpart."""
 
     A = "a"
     B = "b"
+    TIMED_A = "timed_a"
 
     def __str__(self) -> str:
         return self.value
@@ -40,16 +42,17 @@ def stable_key(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
-def uniform(seed: int, stream: int, key: int, index: int) -> float:
-    """A number in [0, 1) fixed by (seed, stream, key, index)."""
-    return mix64(mix64(mix64(seed ^ stream) ^ key) ^ index) / _TWO64
+def group_base(seed: int, group: int) -> int:
+    """The part of the draw fixed by (seed, group): the call path keeps it per cell and mixes in the index only."""
+    return mix64(mix64((seed ^ STREAM) & _MASK) ^ (group & _MASK))
 
 
-def assign(seed: int, fraction: float, key: int, index: int) -> Arm:
-    """The arm of the ``index``-th call at ``key`` (a cell or a step): B with probability ``fraction``."""
-    return Arm.B if uniform(seed, STREAM_ARM, key, index) < fraction else Arm.A
+def draw(seed: int, group: int, index: int) -> float:
+    """The call's number in [0, 1), fixed by (seed, group, index)."""
+    return mix64(group_base(seed, group) ^ (index & _MASK)) / _TWO64
 
 
-def time_a(seed: int, fraction: float, key: int, index: int) -> bool:
-    """Is this A call timed? Probability f / (1 - f), so timed A calls match B calls in number, in expectation."""
-    return uniform(seed, STREAM_TIMED_A, key, index) < fraction / (1.0 - fraction)
+def assign(seed: int, fraction: float, group: int, index: int) -> Arm:
+    """The arm of call ``index`` of ``group``: B with probability ``fraction``, a timed A call with the same."""
+    u = draw(seed, group, index)
+    return Arm.B if u < fraction else Arm.TIMED_A if u < 2.0 * fraction else Arm.A

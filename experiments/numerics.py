@@ -15,8 +15,9 @@ from dispatcher.sweep.correctness import BOUND
 class Numerics:
     """Queued comparisons and their results."""
 
-    def __init__(self, tolerance: float | None = None) -> None:
+    def __init__(self, tolerance: float | None = None, torch_mod: Any = None) -> None:
         self.tolerance = tolerance
+        self._torch = torch_mod  # torch, or a stand-in for its cuda module in tests
         self._done: list[tuple[Any, bool]] = []
         self._pending: list[tuple[Any, Any, Any, float]] = []
 
@@ -38,8 +39,9 @@ class Numerics:
         if not expected.is_cuda:
             self._done.append((cell, bool(rel <= bound)))
             return
-        event = torch.cuda.Event()
-        event.record()
+        cuda = (self._torch or torch).cuda
+        event = cuda.Event(enable_timing=True)
+        event.record(cuda.current_stream(expected.device))
         self._pending.append((cell, rel, event, bound))
 
     def resolve(self) -> list[tuple[Any, bool]]:

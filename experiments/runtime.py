@@ -19,7 +19,7 @@ from dispatcher.policy import DecisionCache, Policy
 from dispatcher.types import Batch, CallShape, Decision
 from telemetry.buckets import rows_edges, rows_labels
 
-from .assignment import STREAM_ARM, STREAM_TIMED_A, stable_key, uniform
+from .assignment import _TWO64, group_base, mix64, stable_key
 from .candidates import ArmRouter, NotMoved, refuse_decode_on_prefill
 from .clock import Clock, Ticket
 from .config import ExperimentConfig
@@ -42,7 +42,7 @@ class Cell:
     """Model x rows bucket x shape x call class: where A and B are compared."""
 
     __slots__ = ("name", "model", "rows_bucket", "lo", "hi", "shape", "call_class", "kernel_a", "kernel_b",
-                 "decision_b", "key", "seen", "calls_a", "calls_b", "a", "b", "b_since_check", "verified",
+                 "decision_b", "key", "base", "seen", "calls_a", "calls_b", "a", "b", "b_since_check", "verified",
                  "checked", "mismatched", "covariate", "prediction")
 
     def __init__(self, model: str | None, rows_bucket: str, lo: int, hi: int | None, shape: CallShape,
@@ -55,6 +55,7 @@ class Cell:
         self.decision_b = decision_b
         self.name = f"{model}|{rows_bucket}|{self.shape}|{self.call_class}|{self.kernel_a}|{self.kernel_b}"
         self.key = stable_key(self.name)
+        self.base = 0  # assignment.group_base(seed, key), set by the experiment
         self.seen = self.calls_a = self.calls_b = self.b_since_check = 0
         self.a, self.b = Moments(), Moments()
         self.verified = False  # a numerics sample of this cell has passed: B's output may reach the caller
@@ -84,7 +85,7 @@ class Experiment:
         self._labels = rows_labels(self._edges)
         self._predictor = predictor
         self._clock = Clock(torch_mod)
-        self._numerics = Numerics(config.tolerance)
+        self._numerics = Numerics(config.tolerance, torch_mod)
         self._torch = torch_mod
         self._routes: dict[tuple, Any] = {}
         self.cells: dict[str, Cell] = {}
@@ -131,14 +132,14 @@ class Experiment:
             self.never_moved[NotMoved.CAPTURE.value] = self.never_moved.get(NotMoved.CAPTURE.value, 0) + 1
             return None
         cell = route
-        if position is None:
-            group, index = cell.key, cell.seen
-        else:
-            group, index = position
-        cell.seen += 1
         config = self.config
+        if position is None:
+            u = mix64(cell.base ^ cell.seen) / _TWO64  # assignment.draw(seed, cell key, count), its base kept
+        else:
+            u = mix64(group_base(config.seed, position[0]) ^ position[1]) / _TWO64
+        cell.seen += 1
         f = config.fraction
-        if uniform(config.seed, STREAM_ARM, group, index) < f:
+        if u < f:
             cell.calls_b += 1
             self.b_calls += 1
             if config.max_calls is not None and self.b_calls >= config.max_calls:
@@ -148,7 +149,7 @@ class Experiment:
             x = cell.covariate(rows) if cell.covariate is not None else None
             return Arm(cell.decision_b, is_b=True, check=check, ticket=Ticket(cell, True, x))
         cell.calls_a += 1
-        if uniform(config.seed, STREAM_TIMED_A, group, index) < f / (1.0 - f):
+        if u < 2.0 * f:
             x = cell.covariate(rows) if cell.covariate is not None else None
             return Arm(decision, is_b=False, ticket=Ticket(cell, False, x))
         return None
@@ -212,6 +213,7 @@ class Experiment:
             if self._predictor is not None:
                 covariate, prediction = self._predictor.for_cell(decision.kernel, kernel_b, shape, lo, hi)
             cell = Cell(model, label, lo, hi, shape, decision, decision_b, covariate, prediction)
+            cell.base = group_base(self.config.seed, cell.key)
             route = self.cells.setdefault(cell.name, cell)
         if route.__class__ is str:
             self.never_moved.setdefault(route, 0)

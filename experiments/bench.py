@@ -1,0 +1,315 @@
+"""`routescope bench experiment`: split_below_N experiments on the demo's traffic, against a CUPTI ground truth.
+
+One run, one device:
+1. the demo's prefill-entry calls (``workloads.traffic``, GLM's decode rows through prefill, so small calls reach the
+   prefill entry) at full shapes on a GPU, up to ``max_rows`` rows (larger calls are on A under every split_below
+   candidate and would only dilute the cost figure);
+2. each fraction: the stream through the Dispatcher with the experiment attached (flusher thread at 0.5 s; the kill
+   switch set out of the way, since the bench measures cells on both sides of the crossover);
+3. the ground truth: a sample of the same calls of every moved cell replayed under both arms, in interleaved blocks
+   (A then B, then B then A), each call's kernel time from CUPTI (torch.profiler's GPU ranges); the host clock on
+   CPU;
+4. throughput: passes over the stream with no experiment and with A/A at each fraction, interleaved; the median
+   ratio per pair of passes is the machinery's cost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from dispatcher import Dispatcher
+from dispatcher.kernels import default_registry
+from dispatcher.kernels.common import KernelArgs, SparseIndex
+from dispatcher.types import PREFILL_KERNELS, Kernel
+from telemetry.buckets import rows_edges, rows_labels
+from workloads.scale import scaled
+from workloads.traffic import DEMO_MODELS, CallSpec, traffic
+
+from .config import ExperimentConfig
+from .control import Registry, experiments, start
+from .covariate import predictor_for
+from .stats import crossover
+
+
+def typer_option(default: Any, text: str, *names: str) -> Any:
+    """A typer option with its help (typer is imported only when the command is built)."""
+    import typer
+
+    return typer.Option(default, *names, help=text)
+
+
+class Operands:
+    """One model's preallocated operands; a call launches on leading slices."""
+
+    def __init__(self, shape: Any, max_rows: int, device: torch.device, dtype: torch.dtype, seed: int) -> None:
+        from dispatcher.sweep.inputs import topk_indices
+
+        gen = torch.Generator(device=device).manual_seed(seed)
+        h, d = shape.heads, shape.head_dim
+        self.shape = shape
+        self.q = torch.randn((max_rows, h, d), device=device, generator=gen).to(dtype)
+        self.kv = torch.randn((shape.kv_pool, 1, d), device=device, generator=gen).to(dtype)
+        self.indices = topk_indices(max_rows, shape.topk, shape.kv_pool, device, gen)
+        self.out = torch.empty((max_rows, h, shape.nope_head_dim), device=device, dtype=dtype)
+        self.scale = d ** -0.5
+
+    def call(self, spec: CallSpec) -> tuple[tuple, dict]:
+        """Positional and keyword arguments of the Dispatcher call for ``spec``."""
+        r, s = spec.rows, self.shape
+        return ((self.q[:r], self.kv, self.indices[:r], None, self.scale, s.head_dim, s.nope_head_dim,
+                 s.rope_head_dim, None, self.out[:r]), {"query_lens": spec.query_lens, "model": spec.model})
+
+    def args(self, spec: CallSpec) -> KernelArgs:
+        r = spec.rows
+        return KernelArgs(self.q[:r], self.kv, SparseIndex(self.indices[:r], None), self.scale, None, self.out[:r])
+
+
+def stream(calls: int, *, seed: int, max_rows: int) -> list[CallSpec]:
+    """The first ``calls`` prefill-entry calls of the demo's traffic with at most ``max_rows`` rows."""
+    gen = (c for c in traffic(seed, glm_bug=True) if c.entry == "prefill" and c.rows <= max_rows)
+    return list(itertools.islice(gen, calls))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _drive(d: Dispatcher, ops: dict[str, Operands], specs: list[CallSpec]) -> None:
+    for spec in specs:
+        args, kw = ops[spec.model].call(spec)
+        d(*args, **kw)
+
+
+def _experiment(d: Dispatcher, ops: dict, specs: list[CallSpec], config: ExperimentConfig,
+                device: torch.device) -> dict:
+    """One experiment over the stream; its view once every timing is in."""
+    reg = Registry(d.platform, d.policy, torch_mod=torch, predictor=predictor_for(d.platform))
+    reg.attach(d)
+    start(reg, config)
+    reg.start_flusher(0.5)
+    t0 = time.perf_counter()
+    _drive(d, ops, specs)
+    _sync(device)
+    wall = time.perf_counter() - t0
+    reg.close()
+    for _ in range(20):  # the last events and stamps are read at these flushes
+        reg.flush()
+    view = experiments(reg)[0]
+    view["wall_s"] = wall
+    return view
+
+
+def _label_of(edges: tuple[int, ...], labels: tuple[str, ...], rows: int) -> tuple[str, int, int | None]:
+    from bisect import bisect_right
+
+    i = bisect_right(edges, rows) - 1
+    return labels[i], edges[i], edges[i + 1] if i + 1 < len(edges) else None
+
+
+def ground_truth(d: Dispatcher, ops: dict, specs: list[CallSpec], threshold: int, device: torch.device, *,
+                 per_cell: int, block: int = 16) -> dict[tuple, dict]:
+    """(model, rows bucket, call class) -> mean kernel seconds of A and B over the same calls, interleaved."""
+    edges = rows_edges(d.policy.thresholds + (threshold,))
+    labels = rows_labels(edges)
+    cells: dict[tuple, list[CallSpec]] = {}
+    bounds: dict[tuple, tuple] = {}
+    for spec in specs:
+        if spec.rows >= threshold:
+            continue
+        label, lo, hi = _label_of(edges, labels, spec.rows)
+        key = (spec.model, label, spec.kind)
+        cells.setdefault(key, []).append(spec)
+        bounds[key] = (lo, hi)
+    dev = device.type
+    impl_a = {k: d.registry.resolve(k, dev) for k in PREFILL_KERNELS if k is Kernel.INTREE_RAGGED_PREFILL}
+    impl_b = d.registry.resolve(Kernel.INTREE_SPARSE_DECODE, dev)
+    launches: list[tuple[tuple, str, Any]] = []
+    for key, calls in cells.items():
+        step = max(1, len(calls) // per_cell)
+        sample = calls[::step][:per_cell]
+        for i in range(0, len(sample), block):
+            chunk = sample[i:i + block]
+            arms = ("a", "b") if (i // block) % 2 == 0 else ("b", "a")
+            for arm in arms:
+                for spec in chunk:
+                    impl = impl_a[Kernel.INTREE_RAGGED_PREFILL] if arm == "a" else impl_b
+                    launches.append((key, arm, lambda s=spec, im=impl: im.launch(ops[s.model].args(s))))
+    for _, _, launch in launches:  # compiles and warms every variant first
+        launch()
+    _sync(device)
+    seconds = replay_seconds([launch for _, _, launch in launches], device)
+    out: dict[tuple, dict] = {}
+    for (key, arm, _), s in zip(launches, seconds):
+        entry = out.setdefault(key, {"a": [], "b": [], "lo": bounds[key][0], "hi": bounds[key][1]})
+        entry[arm].append(s)
+    for entry in out.values():
+        entry["mean_a"], entry["mean_b"] = statistics.fmean(entry["a"]), statistics.fmean(entry["b"])
+        entry["ratio"] = entry["mean_b"] / entry["mean_a"]
+        entry["calls"] = len(entry["a"])
+        del entry["a"], entry["b"]
+    return out
+
+
+def replay_seconds(calls: list, device: torch.device) -> list[float]:
+    """Kernel seconds of each call launched back to back (the live regime, no L2 flush, no hold): CUPTI's GPU range
+    of the call (torch.profiler, ``dispatcher.sweep.cupti``) on CUDA, the host clock elsewhere."""
+    if device.type != "cuda":
+        out = []
+        for call in calls:
+            t0 = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - t0)
+        return out
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from dispatcher.sweep.cupti import call_name, call_seconds, spans
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i, call in enumerate(calls):
+            with record_function(call_name(i)):
+                call()
+        torch.cuda.synchronize(device)
+    seconds = call_seconds(spans(prof.events()))
+    missing = [i for i in range(len(calls)) if i not in seconds]
+    if missing:
+        raise RuntimeError(f"the profiler recorded no GPU range for {len(missing)} of {len(calls)} calls")
+    return [seconds[i] for i in range(len(calls))]
+
+
+def throughput(d: Dispatcher, ops: dict, specs: list[CallSpec], fractions: tuple[float, ...], device: torch.device,
+               *, repeats: int) -> dict:
+    """Calls per second with no experiment and with A/A at each fraction, interleaved passes; median ratios."""
+    regs = {}
+    for f in fractions:
+        reg = Registry(d.platform, d.policy, torch_mod=torch, predictor=predictor_for(d.platform))
+        regs[f] = reg
+        reg.start(ExperimentConfig(id=f"aa-{f}", candidate="aa", fraction=f, harm_bound=1.0, budget=1.0))
+    rates: dict[str, list[float]] = {"none": []} | {f"aa@{f}": [] for f in fractions}
+    for r in range(repeats):
+        order = [None, *fractions] if r % 2 == 0 else [*fractions, None]
+        for f in order:
+            d.set_arms(None if f is None else regs[f].current)
+            _sync(device)
+            t0 = time.perf_counter()
+            _drive(d, ops, specs)
+            _sync(device)
+            rates["none" if f is None else f"aa@{f}"].append(len(specs) / (time.perf_counter() - t0))
+            if f is not None:
+                regs[f].flush()
+    d.set_arms(None)
+    out = {"calls_per_s": {k: statistics.median(v) for k, v in rates.items()}}
+    out["cost"] = {k: 1.0 - statistics.median(a / b for a, b in zip(v, rates["none"]))
+                   for k, v in rates.items() if k != "none"}
+    return out
+
+
+def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), threshold: int = 256, seed: int = 7,
+        max_rows: int = 1024, per_cell: int = 200, tp_calls: int = 8000, tp_repeats: int = 6,
+        device: str | None = None, progress: Any = None) -> dict:
+    """The whole bench; a JSON-ready result."""
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    say = progress or (lambda text: None)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    full = dev.type == "cuda"
+    specs = stream(calls, seed=seed, max_rows=max_rows)
+    ops = {m.name: Operands(scaled(m, full=full), max_rows, dev, dtype, seed + i) for i, m in enumerate(DEMO_MODELS)}
+    d = Dispatcher(registry=default_registry(triton=dev.type == "cuda"))
+    say(f"warming up on {dev} ({d.platform.arch}, {d.platform.device_name or 'cpu'})")
+    warm = {(s.model, s.rows if s.rows <= 32 else s.rows.bit_length(), s.kind): s for s in specs}
+    impl_b = d.registry.resolve(Kernel.INTREE_SPARSE_DECODE, dev.type)
+    for spec in warm.values():
+        args, kw = ops[spec.model].call(spec)
+        d(*args, **kw)
+        impl_b.launch(ops[spec.model].args(spec))
+    _sync(dev)
+    result: dict[str, Any] = {"device": d.platform.device_name or dev.type, "arch": d.platform.arch,
+                              "calls": len(specs), "threshold": threshold, "seed": seed, "max_rows": max_rows,
+                              "fractions": list(fractions),
+                              "experiments": {}}
+    say("ground truth: interleaved replay of the same calls under both arms")
+    truth = ground_truth(d, ops, specs, threshold, dev, per_cell=per_cell)
+    moved = [(v["lo"], v["hi"], v["ratio"], v["ratio"]) for v in truth.values()]
+    result["ground_truth"] = {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in truth.items()}
+    result["ground_truth_crossover"] = crossover(moved, below=True)
+    for f in fractions:
+        say(f"experiment split_below_{threshold} at fraction {f}")
+        config = ExperimentConfig(id=f"split-{f}", candidate=f"split_below_{threshold}", fraction=f, seed=seed,
+                                  harm_bound=1.0, budget=1.0)
+        view = _experiment(d, ops, specs, config, dev)
+        rows = []
+        for cell in view["cells"]:
+            gt = truth.get((cell["model"], cell["rows_bucket"], cell["call_class"]))
+            ratio, lo, hi = cell["ratio"], cell["ratio_low"], cell["ratio_high"]
+            rows.append({**{k: cell[k] for k in ("model", "rows_bucket", "call_class", "calls_a", "calls_b",
+                                                "timed_a", "timed_b", "ratio", "ratio_low", "ratio_high", "cuped")},
+                         "prediction": cell["prediction"].get("ratio"),
+                         "truth": gt["ratio"] if gt else None,
+                         "off": (ratio / gt["ratio"] - 1.0) if gt and ratio else None,
+                         "inside": (lo <= gt["ratio"] <= hi) if gt and lo is not None else None})
+        result["experiments"][str(f)] = {"cells": rows, "crossover": view["crossover"]["rows"],
+                                         "saving": view["saving"], "state": view["state"],
+                                         "stop_reason": view["stop_reason"], "wall_s": view["wall_s"],
+                                         "clock_dropped": view["clock_dropped"], "never_moved": view["never_moved"]}
+    say("throughput: no experiment against A/A")
+    result["throughput"] = throughput(d, ops, specs[:tp_calls], fractions, dev, repeats=tp_repeats)
+    return result
+
+
+def render(result: dict) -> None:
+    """A table per fraction: measured ratio and band beside the ground truth."""
+    import typer
+
+    typer.echo(f"{result['device']} ({result['arch']}): {result['calls']} prefill-entry calls, "
+               f"split_below_{result['threshold']}; ground-truth crossover {result['ground_truth_crossover']}")
+    for f, e in result["experiments"].items():
+        typer.echo(f"\nfraction {f}: crossover {e['crossover']}, saving {e['saving']['seconds']:.4g} s "
+                   f"[{e['saving']['low']:.4g}, {e['saving']['high']:.4g}], state {e['state']}")
+        typer.echo(f"{'model':<22}{'rows':>10}{'class':>12}{'B':>6}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
+                   f"{'in':>5}")
+        for c in e["cells"]:
+            band = "" if c["ratio_low"] is None else f"[{c['ratio_low']:.3f}, {c['ratio_high']:.3f}]"
+            typer.echo(f"{c['model']:<22}{c['rows_bucket']:>10}{c['call_class']:>12}{c['timed_b']:>6}"
+                       f"{c['ratio'] if c['ratio'] is not None else float('nan'):>8.3f}{band:>18}"
+                       f"{c['truth'] if c['truth'] is not None else float('nan'):>8.3f}"
+                       f"{(c['off'] or 0) * 100:>7.1f}%{str(c['inside']):>5}")
+    tp = result["throughput"]
+    typer.echo("\nthroughput cost against no experiment: " +
+               ", ".join(f"{k} {v * 100:+.2f}%" for k, v in tp["cost"].items()))
+
+
+def experiment_command(
+    calls: int = typer_option(60000, "prefill-entry calls of the demo's traffic per experiment run"),
+    fractions: str = typer_option("0.01,0.05", "comma-separated fractions of eligible calls sent to B"),
+    threshold: int = typer_option(256, "the candidate split_below_N's N (rows)"),
+    max_rows: int = typer_option(1024, "calls with more rows are left out of the stream"),
+    per_cell: int = typer_option(200, "calls per cell replayed under each arm for the ground truth"),
+    tp_calls: int = typer_option(8000, "calls per throughput pass"),
+    tp_repeats: int = typer_option(6, "throughput passes per variant"),
+    seed: int = typer_option(7, "the traffic's and the assignment's seed"),
+    device: str = typer_option("", "cuda or cpu (default: cuda where torch sees one)"),
+    as_json: bool = typer_option(False, "print JSON", "--json"),
+) -> None:
+    """split_below_N experiments on the demo's traffic through the Dispatcher, against an interleaved replay."""
+    import json
+
+    import typer
+
+    try:
+        values = tuple(float(v) for v in fractions.split(",") if v.strip())
+    except ValueError as exc:
+        raise typer.BadParameter(f"{fractions!r}: expected numbers like 0.01,0.05", param_hint="--fractions") from exc
+    for f in values:
+        ExperimentConfig(id="check", candidate=f"split_below_{threshold}", fraction=f)  # the same bounds as a start
+    result = run(calls=calls, fractions=values, threshold=threshold, seed=seed, max_rows=max_rows, per_cell=per_cell,
+                 tp_calls=tp_calls, tp_repeats=tp_repeats, device=device or None,
+                 progress=lambda text: typer.echo(f"bench experiment: {text}", err=True))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        render(result)
