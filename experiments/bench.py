@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from contextlib import nullcontext
 import time
 from typing import Any
 
@@ -112,59 +113,147 @@ def _label_of(edges: tuple[int, ...], labels: tuple[str, ...], rows: int) -> tup
     return labels[i], edges[i], edges[i + 1] if i + 1 < len(edges) else None
 
 
+class _HostSpan:
+    """The host clock around a block (the CPU's ground truth)."""
+
+    seconds = 0.0
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.perf_counter() - self._t0
+
+
+class _Stamps:
+    """Device stamps for the ground truth's stamped launches: one entry each, read after the replay (CUDA only)."""
+
+    def __init__(self, device: torch.device, entries: int) -> None:
+        from telemetry.clocks.frame import AUTO, device_name, frame_ns
+        from telemetry.clocks.stamps import StampTable
+
+        self.table = StampTable(torch, device, eager=max(entries, 1), graph=0,
+                                frame=frame_ns(device_name(torch, device), AUTO))
+
+    def claim(self) -> Any:
+        return self.table.claim()
+
+    def seconds(self, stamp: Any) -> float | None:
+        if stamp is None or not stamp.armed:
+            return None
+        start, end = self.table.read(stamp.index)
+        return (end - start + self.table.frame) * 1e-9 if start > 0 and end >= start else None
+
+
 def ground_truth(d: Dispatcher, ops: dict, specs: list[CallSpec], threshold: int, device: torch.device, *,
                  per_cell: int, block: int = 16) -> dict[tuple, dict]:
-    """(model, rows bucket, call class) -> mean kernel seconds of A and B over the same calls, interleaved."""
+    """(model, rows bucket, call class) -> mean kernel seconds of A and B over the same calls.
+
+    Each sampled call is launched right behind the call that preceded it in the stream (on A, untimed), as it runs
+    in the stream; arms alternate in blocks (A then B, then B then A). Every call runs twice per arm: plain (the
+    truth: CUPTI's kernel time of the kernels as production runs them) and with a device stamp (CUPTI's time of the
+    stamped kernels, and the stamp's own reading: what the experiment's clock adds and how true it reads).
+    """
     edges = rows_edges(d.policy.thresholds + (threshold,))
     labels = rows_labels(edges)
-    cells: dict[tuple, list[CallSpec]] = {}
+    cells: dict[tuple, list[int]] = {}
     bounds: dict[tuple, tuple] = {}
-    for spec in specs:
+    for i, spec in enumerate(specs):
         if spec.rows >= threshold:
             continue
         label, lo, hi = _label_of(edges, labels, spec.rows)
         key = (spec.model, label, spec.kind)
-        cells.setdefault(key, []).append(spec)
+        cells.setdefault(key, []).append(i)
         bounds[key] = (lo, hi)
     dev = device.type
-    impl_a = {k: d.registry.resolve(k, dev) for k in PREFILL_KERNELS if k is Kernel.INTREE_RAGGED_PREFILL}
+    impl_a = d.registry.resolve(Kernel.INTREE_RAGGED_PREFILL, dev)
     impl_b = d.registry.resolve(Kernel.INTREE_SPARSE_DECODE, dev)
-    launches: list[tuple[tuple, str, Any]] = []
-    for key, calls in cells.items():
-        step = max(1, len(calls) // per_cell)
-        sample = calls[::step][:per_cell]
-        for i in range(0, len(sample), block):
-            chunk = sample[i:i + block]
-            arms = ("a", "b") if (i // block) % 2 == 0 else ("b", "a")
-            for arm in arms:
-                for spec in chunk:
-                    impl = impl_a[Kernel.INTREE_RAGGED_PREFILL] if arm == "a" else impl_b
-                    launches.append((key, arm, lambda s=spec, im=impl: im.launch(ops[s.model].args(s))))
-    for _, _, launch in launches:  # compiles and warms every variant first
-        launch()
+    plan: list[tuple[tuple, str, bool, int]] = []  # (cell, arm, stamped, stream index)
+    for key, where in cells.items():
+        step = max(1, len(where) // per_cell)
+        sample = where[::step][:per_cell]
+        for b in range(0, len(sample), block):
+            chunk = sample[b:b + block]
+            arms = ("a", "b") if (b // block) % 2 == 0 else ("b", "a")
+            for stamped in (False, True):
+                for arm in arms:
+                    plan.extend((key, arm, stamped, i) for i in chunk)
+    stamps = _Stamps(device, len(plan)) if device.type == "cuda" else None
+    claimed: list[Any] = [None] * len(plan)
+
+    def launcher(n: int) -> Any:
+        key, arm, stamped, i = plan[n]
+        spec, before = specs[i], specs[i - 1] if i > 0 else None
+        impl = impl_a if arm == "a" else impl_b
+
+        def call(around: Any = nullcontext) -> None:
+            if before is not None:
+                impl_a.launch(ops[before.model].args(before))
+            args = ops[spec.model].args(spec)
+            if stamped and stamps is not None:
+                claimed[n] = stamps.claim()
+                args = args._replace(stamp=claimed[n])
+            with around():
+                impl.launch(args)
+        return call
+
+    calls = [launcher(n) for n in range(len(plan))]
+    for n, (key, arm, stamped, i) in enumerate(plan):  # compiles and warms every variant first (unstamped)
+        if not stamped:
+            impl_a.launch(ops[specs[i].model].args(specs[i]))
+            impl_b.launch(ops[specs[i].model].args(specs[i]))
     _sync(device)
-    seconds = replay_seconds([launch for _, _, launch in launches], device)
+    if stamps is not None:
+        stamps = _Stamps(device, len(plan))  # a fresh table: every entry claimed once below
+    seconds = replay_seconds(calls, device, last_only=True)
     out: dict[tuple, dict] = {}
-    for (key, arm, _), s in zip(launches, seconds):
-        entry = out.setdefault(key, {"a": [], "b": [], "lo": bounds[key][0], "hi": bounds[key][1]})
-        entry[arm].append(s)
+    for n, ((key, arm, stamped, _), t) in enumerate(zip(plan, seconds)):
+        entry = out.setdefault(key, {"lo": bounds[key][0], "hi": bounds[key][1], "stream_calls": len(cells[key]),
+                                     "a": [], "b": [], "a_stamped": [], "b_stamped": [], "a_read": [], "b_read": []})
+        entry[arm + ("_stamped" if stamped else "")].append(t)
+        if stamped and stamps is not None:
+            read = stamps.seconds(claimed[n])
+            if read is not None:
+                entry[arm + "_read"].append(read)
     for entry in out.values():
-        entry["mean_a"], entry["mean_b"] = statistics.fmean(entry["a"]), statistics.fmean(entry["b"])
+        for field in ("a", "b", "a_stamped", "b_stamped", "a_read", "b_read"):
+            values = entry.pop(field)
+            entry["mean_" + field] = statistics.fmean(values) if values else None
         entry["ratio"] = entry["mean_b"] / entry["mean_a"]
-        entry["calls"] = len(entry["a"])
-        del entry["a"], entry["b"]
+        entry["ratio_stamped"] = (entry["mean_b_stamped"] / entry["mean_a_stamped"]
+                                  if entry["mean_a_stamped"] else None)
+        entry["ratio_read"] = entry["mean_b_read"] / entry["mean_a_read"] if entry["mean_a_read"] else None
     return out
 
 
-def replay_seconds(calls: list, device: torch.device) -> list[float]:
+def truth_buckets(truth: dict[tuple, dict]) -> list[dict]:
+    """The ground truth pooled per rows bucket as the experiment pools it: cells weighted by their stream calls."""
+    groups: dict[tuple, list[dict]] = {}
+    for (model, label, kind), v in truth.items():
+        groups.setdefault((v["lo"], v["hi"], label), []).append(v)
+    out = []
+    for (lo, hi, label), members in sorted(groups.items()):
+        total_a = sum(v["stream_calls"] * v["mean_a"] for v in members)
+        total_b = sum(v["stream_calls"] * v["mean_b"] for v in members)
+        out.append({"rows_bucket": label, "lo": lo, "hi": hi, "ratio": total_b / total_a,
+                    "calls": sum(v["stream_calls"] for v in members)})
+    return out
+
+
+def replay_seconds(calls: list, device: torch.device, *, last_only: bool = False) -> list[float]:
     """Kernel seconds of each call launched back to back (the live regime, no L2 flush, no hold): CUPTI's GPU range
-    of the call (torch.profiler, ``dispatcher.sweep.cupti``) on CUDA, the host clock elsewhere."""
+    of the call (torch.profiler, ``dispatcher.sweep.cupti``) on CUDA, the host clock elsewhere. ``last_only``: a call
+    launches context first and then the call timed; only the kernels of its last launch are in the range."""
     if device.type != "cuda":
         out = []
         for call in calls:
-            t0 = time.perf_counter()
-            call()
-            out.append(time.perf_counter() - t0)
+            span = _HostSpan()
+            if last_only:
+                call(lambda span=span: span)
+            else:
+                with span:
+                    call()
+            out.append(span.seconds)
         return out
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -172,8 +261,11 @@ def replay_seconds(calls: list, device: torch.device) -> list[float]:
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i, call in enumerate(calls):
-            with record_function(call_name(i)):
-                call()
+            if last_only:
+                call(lambda i=i: record_function(call_name(i)))
+            else:
+                with record_function(call_name(i)):
+                    call()
         torch.cuda.synchronize(device)
     seconds = call_seconds(spans(prof.events()))
     missing = [i for i in range(len(calls)) if i not in seconds]
@@ -190,6 +282,11 @@ def throughput(d: Dispatcher, ops: dict, specs: list[CallSpec], fractions: tuple
         reg = Registry(d.platform, d.policy, torch_mod=torch, predictor=predictor_for(d.platform))
         regs[f] = reg
         reg.start(ExperimentConfig(id=f"aa-{f}", candidate="aa", fraction=f, harm_bound=1.0, budget=1.0))
+        reg.start_flusher(0.5)
+        d.set_arms(reg.current)
+        _drive(d, ops, specs)  # an untimed pass: cells found and their first numerics samples verified
+        _sync(device)
+        time.sleep(1.2)
     rates: dict[str, list[float]] = {"none": []} | {f"aa@{f}": [] for f in fractions}
     for r in range(repeats):
         order = [None, *fractions] if r % 2 == 0 else [*fractions, None]
@@ -200,9 +297,9 @@ def throughput(d: Dispatcher, ops: dict, specs: list[CallSpec], fractions: tuple
             _drive(d, ops, specs)
             _sync(device)
             rates["none" if f is None else f"aa@{f}"].append(len(specs) / (time.perf_counter() - t0))
-            if f is not None:
-                regs[f].flush()
     d.set_arms(None)
+    for reg in regs.values():
+        reg.close()
     out = {"calls_per_s": {k: statistics.median(v) for k, v in rates.items()}}
     out["cost"] = {k: 1.0 - statistics.median(a / b for a, b in zip(v, rates["none"]))
                    for k, v in rates.items() if k != "none"}
@@ -234,9 +331,12 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
                               "experiments": {}}
     say("ground truth: interleaved replay of the same calls under both arms")
     truth = ground_truth(d, ops, specs, threshold, dev, per_cell=per_cell)
-    moved = [(v["lo"], v["hi"], v["ratio"], v["ratio"]) for v in truth.values()]
+    gt_buckets = truth_buckets(truth)
     result["ground_truth"] = {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in truth.items()}
-    result["ground_truth_crossover"] = crossover(moved, below=True)
+    result["ground_truth_buckets"] = gt_buckets
+    result["ground_truth_crossover"] = crossover([(b["lo"], b["hi"], b["ratio"], b["ratio"]) for b in gt_buckets],
+                                                 below=True)
+    by_label = {b["rows_bucket"]: b for b in gt_buckets}
     for f in fractions:
         say(f"experiment split_below_{threshold} at fraction {f}")
         config = ExperimentConfig(id=f"split-{f}", candidate=f"split_below_{threshold}", fraction=f, seed=seed,
@@ -247,12 +347,21 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
             gt = truth.get((cell["model"], cell["rows_bucket"], cell["call_class"]))
             ratio, lo, hi = cell["ratio"], cell["ratio_low"], cell["ratio_high"]
             rows.append({**{k: cell[k] for k in ("model", "rows_bucket", "call_class", "calls_a", "calls_b",
-                                                "timed_a", "timed_b", "ratio", "ratio_low", "ratio_high", "cuped")},
+                                                "timed_a", "timed_b", "ratio", "ratio_low", "ratio_high", "cuped",
+                                                "mean_a_s", "mean_b_s")},
                          "prediction": cell["prediction"].get("ratio"),
                          "truth": gt["ratio"] if gt else None,
                          "off": (ratio / gt["ratio"] - 1.0) if gt and ratio else None,
                          "inside": (lo <= gt["ratio"] <= hi) if gt and lo is not None else None})
-        result["experiments"][str(f)] = {"cells": rows, "crossover": view["crossover"]["rows"],
+        pooled_rows = []
+        for b in view["buckets"]:
+            gt = by_label.get(b["rows_bucket"])
+            pooled_rows.append({**b, "truth": gt["ratio"] if gt else None,
+                                "off": (b["ratio"] / gt["ratio"] - 1.0) if gt and b["ratio"] else None,
+                                "inside": (b["ratio_low"] <= gt["ratio"] <= b["ratio_high"])
+                                if gt and b["ratio_low"] is not None else None})
+        result["experiments"][str(f)] = {"cells": rows, "buckets": pooled_rows,
+                                         "crossover": view["crossover"]["rows"],
                                          "saving": view["saving"], "state": view["state"],
                                          "stop_reason": view["stop_reason"], "wall_s": view["wall_s"],
                                          "clock_dropped": view["clock_dropped"], "never_moved": view["never_moved"]}
@@ -278,6 +387,14 @@ def render(result: dict) -> None:
                        f"{c['ratio'] if c['ratio'] is not None else float('nan'):>8.3f}{band:>18}"
                        f"{c['truth'] if c['truth'] is not None else float('nan'):>8.3f}"
                        f"{(c['off'] or 0) * 100:>7.1f}%{str(c['inside']):>5}")
+        typer.echo(f"{'rows bucket':>12}{'calls':>8}{'covered':>9}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
+                   f"{'in':>6}")
+        for b in e["buckets"]:
+            band = "" if b["ratio_low"] is None else f"[{b['ratio_low']:.3f}, {b['ratio_high']:.3f}]"
+            typer.echo(f"{b['rows_bucket']:>12}{b['calls']:>8}{b['covered']:>9.2f}"
+                       f"{b['ratio'] if b['ratio'] is not None else float('nan'):>8.3f}{band:>18}"
+                       f"{b['truth'] if b['truth'] is not None else float('nan'):>8.3f}"
+                       f"{(b['off'] or 0) * 100:>7.1f}%{str(b['inside']):>6}")
     tp = result["throughput"]
     typer.echo("\nthroughput cost against no experiment: " +
                ", ".join(f"{k} {v * 100:+.2f}%" for k, v in tp["cost"].items()))

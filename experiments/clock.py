@@ -21,7 +21,7 @@ GIVE_UP_S = 30.0
 class Ticket:
     """One chosen call's state: its cell, arm, covariate and clock handles."""
 
-    __slots__ = ("cell", "is_b", "x", "t0", "stamp", "pair", "claimed")
+    __slots__ = ("cell", "is_b", "x", "t0", "stamp", "pair", "claimed", "on_device")
 
     def __init__(self, cell: Any, is_b: bool, x: float | None) -> None:
         self.cell = cell
@@ -31,6 +31,10 @@ class Ticket:
         self.stamp: Any = None
         self.pair: Any = None
         self.claimed = 0.0
+        self.on_device = False
+
+
+UNLEARNT, BY_STAMP, BY_EVENTS = 0, 1, 2
 
 
 class Clock:
@@ -43,6 +47,9 @@ class Clock:
         self._pending: list[Ticket] = []
         self._done: list[tuple[Ticket, float]] = []
         self._lock = threading.Lock()
+        # per (cell, arm), learnt from its first timed calls as telemetry learns it per slot: do its kernels stamp?
+        # (then no event pair is recorded for it: a stamp costs the host no CUDA call at all)
+        self._how: dict[tuple[Any, bool], int] = {}
         self.dropped = 0  # timed calls whose clock could not be read (pool empty, never written, given up)
 
     def begin(self, ticket: Ticket, q: Any, stream: Any) -> Any:
@@ -50,29 +57,46 @@ class Clock:
         if not q.is_cuda:
             ticket.t0 = time.perf_counter_ns()
             return None
-        torch = self._torch
-        device = q.device
-        table = self._table(device)
-        with self._lock:
-            stamp = table.claim()
-        ticket.stamp = stamp
-        if stream is None:
-            stream = torch.cuda.current_stream(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        ticket.pair = (start, end, stream)
+        ticket.on_device = True
         ticket.claimed = time.monotonic()
+        how = self._how.get((ticket.cell, ticket.is_b), UNLEARNT)
+        stamp = None
+        if how != BY_EVENTS:
+            table = self._table(q.device)
+            with self._lock:
+                stamp = table.claim()
+            ticket.stamp = stamp
+        if how != BY_STAMP or stamp is None:
+            torch = self._torch
+            if stream is None:
+                stream = torch.cuda.current_stream(q.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            ticket.pair = (start, end, stream)
         return stamp
 
     def end(self, ticket: Ticket) -> None:
         """Stop timing (right after the launch returned)."""
-        if ticket.pair is None:
+        if not ticket.on_device:
             dt = time.perf_counter_ns() - ticket.t0
             with self._lock:
                 self._done.append((ticket, dt * 1e-9))
             return
-        start, end, stream = ticket.pair
-        end.record(stream)
+        stamp = ticket.stamp
+        key = (ticket.cell, ticket.is_b)
+        if stamp is not None and key not in self._how:
+            self._how[key] = BY_STAMP if stamp.armed else BY_EVENTS
+        if stamp is not None and not stamp.armed:
+            self.drop(ticket)  # the launch wrote no stamp: its entry goes back at once
+        if ticket.pair is not None:
+            if ticket.stamp is not None:  # stamped: the pair is not needed
+                ticket.pair = None
+            else:
+                start, end, stream = ticket.pair
+                end.record(stream)
+        if ticket.stamp is None and ticket.pair is None:
+            self.dropped += 1
+            return
         with self._lock:
             self._pending.append(ticket)
 
@@ -107,14 +131,14 @@ class Clock:
         return done
 
     def _read(self, ticket: Ticket) -> float | None:
-        start, end, _ = ticket.pair
         stamp = ticket.stamp
-        if stamp is not None and stamp.armed:
+        if stamp is not None:
             s, e = stamp.table.read(stamp.index)
             if s <= 0 or e < s:
                 return None
             self.drop(ticket)
             return (e - s + stamp.table.frame) * 1e-9
+        start, end, _ = ticket.pair
         if not end.query():
             return None
         self.drop(ticket)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .config import ExperimentConfig
-from .stats import ALPHA, Moments, crossover, ratio, saving
+from .stats import ALPHA, Moments, crossover, pooled, ratio, saving
 
 STATE_ORDER = {"running": 0, "finished": 1, "stopped": 2}  # merged state: the most final any process reached
 
@@ -128,8 +128,23 @@ def merge_history(per_process: list[list]) -> list:
     return out
 
 
-def _bounds(cell: dict) -> tuple[int, int | None]:
-    return cell["lo"], cell["hi"]
+def buckets(cells: list[dict]) -> list[dict]:
+    """Moved cells pooled per rows bucket (across models, shapes and call classes, weighted by their calls): B/A of
+    the bucket's kernel time over the traffic seen, with a band. What a gate, which sees only rows, is judged on."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cells:
+        if c["kernel_a"] != c["kernel_b"]:
+            groups.setdefault((c["lo"], c["hi"], c["rows_bucket"]), []).append(c)
+    out = []
+    for (lo, hi, label), members in sorted(groups.items(), key=lambda item: item[0][0]):
+        weighted = [(c["calls_a"] + c["calls_b"], Moments.of(c["a"]), Moments.of(c["b"])) for c in members]
+        r = pooled(weighted)
+        calls = sum(w for w, _, _ in weighted)
+        timed = sum(w for w, a, b in weighted if min(a.n, b.n) >= 2)
+        out.append({"rows_bucket": label, "lo": lo, "hi": hi, "calls": calls, "cells": len(members),
+                    "covered": timed / calls if calls else 0.0, "ratio": r.ratio, "ratio_low": r.low,
+                    "ratio_high": r.high})
+    return out
 
 
 def view(merged: dict) -> dict:
@@ -141,8 +156,8 @@ def view(merged: dict) -> dict:
     extra, total = extra_seconds(merged["cells"])
     elapsed = (merged["ended_at"] or 0.0) - merged["started_at"] if merged["ended_at"] else None
     by_name = {c["name"]: c for c in merged["cells"]}
-    moved = [(by_name[n]["lo"], by_name[n]["hi"], v["ratio_high"], v["ratio"])
-             for n, v in zip(by_name, cells) if v["kernel_a"] != v["kernel_b"]]
+    pooled_buckets = buckets(merged["cells"])
+    moved = [(b["lo"], b["hi"], b["ratio_high"], b["ratio"]) for b in pooled_buckets]
     below = config.candidate.startswith("split_below_")
     history = []
     for t, points in merged.get("history", []):
@@ -163,8 +178,9 @@ def view(merged: dict) -> dict:
         "cells": cells,
         "saving": {"seconds": s.seconds, "low": s.low, "high": s.high},
         "crossover": {"rows": crossover(moved, below=below) if moved else None,
-                      "rule": "largest edge below which every moved cell's band is <= 1" if below else
-                      "smallest edge from which every moved cell's band is <= 1"},
+                      "rule": "largest edge below which every moved rows bucket's band is <= 1" if below else
+                      "smallest edge from which every moved rows bucket's band is <= 1"},
+        "buckets": pooled_buckets,
         "budget": {"extra_s": extra, "eligible_s": total, "share": config.budget, "window_s": config.window_s},
         "never_moved": merged["never_moved"], "ineligible": merged.get("ineligible", 0),
         "b_failures": merged.get("b_failures", 0), "last_error": merged.get("last_error"),

@@ -123,19 +123,51 @@ def _cuped(a: Moments, b: Moments) -> tuple[float, float, float, float] | None:
     return out[0], out[1], var[0], var[1]
 
 
+def _arms(a: Moments, b: Moments, cuped: bool) -> tuple[float, float, float, float, bool]:
+    """(mean A, mean B, variance A, variance B, CUPED used) of one cell."""
+    adjusted = _cuped(a, b) if cuped and a.n > 1 and b.n > 1 else None
+    if adjusted is not None and adjusted[0] > 0.0 and adjusted[1] > 0.0:
+        return (*adjusted, True)
+    var_a = a.m2_y / (a.n - 1) if a.n > 1 else 0.0
+    var_b = b.m2_y / (b.n - 1) if b.n > 1 else 0.0
+    return a.mean_y, b.mean_y, var_a, var_b, False
+
+
+def boundary(t: int, alpha: float = ALPHA, t_opt: int = T_OPT) -> float:
+    """The band's half-width in standard errors at ``t`` terms: ``mixture_halfwidth`` with sigma = sqrt(t)."""
+    return mixture_halfwidth(t, math.sqrt(t), alpha, t_opt)
+
+
+def pooled(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> Ratio:
+    """B/A of total kernel time over (calls, A moments, B moments) cells: the traffic-weighted ratio of one rows
+    bucket across models and call classes, with a band. Cells with fewer than two timed pairs are left out; the band
+    uses the widest boundary of the smallest and the summed pair counts (the boundary is not monotone in t)."""
+    used = [(w, a, b) for w, a, b in cells if min(a.n, b.n) >= 2 and a.mean_y > 0.0 and b.mean_y > 0.0 and w > 0]
+    if not used:
+        return NO_RATIO
+    total_a = total_b = var_a = var_b = 0.0
+    any_cuped = False
+    pairs = []
+    for w, a, b in used:
+        mean_a, mean_b, va, vb, c = _arms(a, b, True)
+        any_cuped |= c
+        total_a += w * mean_a
+        total_b += w * mean_b
+        var_a += w * w * va / a.n
+        var_b += w * w * vb / b.n
+        pairs.append(min(a.n, b.n))
+    r = total_b / total_a
+    se = math.sqrt(var_b / (total_b * total_b) + var_a / (total_a * total_a))
+    z = max(boundary(min(pairs), alpha, t_opt), boundary(sum(pairs), alpha, t_opt))
+    log_r = math.log(r)
+    return Ratio(r, math.exp(log_r - z * se), math.exp(log_r + z * se), total_a, total_b, sum(pairs), any_cuped)
+
+
 def ratio(a: Moments, b: Moments, *, alpha: float = ALPHA, t_opt: int = T_OPT, cuped: bool = True) -> Ratio:
     """The cell's B/A ratio of mean kernel time and its anytime-valid band at level 1 - ``alpha``."""
     if a.n == 0 or b.n == 0 or a.mean_y <= 0.0 or b.mean_y <= 0.0:
         return NO_RATIO
-    adjusted = _cuped(a, b) if cuped and a.n > 1 and b.n > 1 else None
-    if adjusted is not None and adjusted[0] > 0.0 and adjusted[1] > 0.0:
-        mean_a, mean_b, var_a, var_b = adjusted
-        used = True
-    else:
-        mean_a, mean_b = a.mean_y, b.mean_y
-        var_a = a.m2_y / (a.n - 1) if a.n > 1 else 0.0
-        var_b = b.m2_y / (b.n - 1) if b.n > 1 else 0.0
-        used = False
+    mean_a, mean_b, var_a, var_b, used = _arms(a, b, cuped)
     r = mean_b / mean_a
     t = min(a.n, b.n)
     if t < 2:
@@ -181,11 +213,11 @@ def saving(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t
 
 
 def crossover(cells: list[tuple[int, int | None, float | None, float | None]], *, below: bool) -> int | None:
-    """The measured crossover from moved cells given as (lo rows, hi rows exclusive, ratio high, ratio) sorted by lo.
+    """The measured crossover from moved rows buckets given as (lo rows, hi rows exclusive, ratio high, ratio).
 
-    ``below`` False (a gate: B takes calls from the gate up): the smallest lower edge from which every moved cell's
-    band lies at or below 1. ``below`` True (split_below_N: B takes calls under N): the largest upper edge under
-    which every moved cell's band lies at or below 1, counted from the bottom. None: no cell qualifies.
+    ``below`` False (a gate: B takes calls from the gate up): the smallest lower edge from which every moved
+    bucket's band lies at or below 1. ``below`` True (split_below_N: B takes calls under N): the largest upper edge
+    under which every moved bucket's band lies at or below 1, counted from the bottom. None: no bucket qualifies.
     """
     ordered = sorted(cells, key=lambda c: c[0])
     if below:

@@ -34,6 +34,10 @@ def test_clock_reads_an_armed_stamp_and_else_the_event_pair():
     assert ticket is unstamped and abs(seconds - (end.t - start.t) * 1e-3) < 1e-12
     assert not any(table.busy)  # both entries given back
     assert FakeCuda.stream_lookups == 1  # only the call that named no stream looked one up
+    recorded = FakeCuda.recorded
+    again = Ticket("cell", True, None)  # the same cell and arm: its kernels stamp, so no event pair any more
+    assert clock.begin(again, CudaQ(), None) is not None
+    assert again.pair is None and FakeCuda.recorded == recorded and FakeCuda.stream_lookups == 1
 
 
 def test_captured_calls_are_never_moved():
