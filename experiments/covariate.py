@@ -26,9 +26,16 @@ class Predictor:
         if found is not None:
             at = found[0]
             if at(max(lo, 1))[0] is not None and (hi is None or at(hi - 1)[0] is not None):
-                def covariate(rows: int, _at: Any = at) -> float | None:
-                    value = _at(rows)[0]
-                    return None if value is None else float(value[0, 1])
+                seen: dict[int, float | None] = {}  # per rows: the call path pays a dict lookup, not numpy
+
+                def covariate(rows: int, _at: Any = at, _seen: dict = seen) -> float | None:
+                    value = _seen.get(rows, _seen)
+                    if value is _seen:
+                        priced = _at(rows)[0]
+                        value = None if priced is None else float(priced[0, 1])
+                        if len(_seen) < 65536:
+                            _seen[rows] = value
+                    return value  # type: ignore[return-value]
         mean = (max(lo, 1) + (hi - 1 if hi is not None else 2 * max(lo, 1))) / 2
         a = self.model.price(kernel_a.value, key, max(lo, 1), mean, hi)
         b = self.model.price(kernel_b.value, key, max(lo, 1), mean, hi)

@@ -1,7 +1,7 @@
 """The numerics sample: A's output against B's scratch at the sweep's tolerance, compared without a sync.
 
-On a CPU tensor the comparison is made at once. On a GPU it is queued on the stream (a relative error in device
-memory and an event) and read at flush once the event has completed; until a cell's first sample has passed, every
+On a CPU tensor the comparison is made at once. On a GPU it is queued on the stream (two reductions copied into
+pinned host memory, then an event) and read at flush once the event has completed, with no CUDA call; until a cell's first sample has passed, every
 B call of that cell is a sample, so the caller never receives an output of B that was not checked.
 """
 
@@ -46,9 +46,11 @@ class Numerics:
             self._done.append((cell, _within(float(dist), float(norm), bound)))
             return
         cuda = (self._torch or torch).cuda
+        host = torch.empty(2, dtype=torch.float32, pin_memory=True)  # read at flush with plain loads, no CUDA call
+        host.copy_(torch.stack([dist.float(), norm.float()]), non_blocking=True)
         event = cuda.Event(enable_timing=True)
         event.record(cuda.current_stream(expected.device))
-        self._pending.append((cell, (dist, norm), event, bound))
+        self._pending.append((cell, host, event, bound))
 
     def resolve(self) -> list[tuple[Any, bool]]:
         """Comparisons finished since the last call: (cell, passed)."""
@@ -56,7 +58,7 @@ class Numerics:
         keep = []
         for cell, rel, event, bound in self._pending:
             if event.query():
-                done.append((cell, _within(float(rel[0]), float(rel[1]), bound)))  # finished: no wait
+                done.append((cell, _within(float(rel[0]), float(rel[1]), bound)))  # a host tensor, copied
             else:
                 keep.append((cell, rel, event, bound))
         self._pending = keep
