@@ -50,18 +50,20 @@ PROGRAM = textwrap.dedent("""
         seen.append(None if arm is None else ("b" if arm.is_b else "timed_a"))
         return arm
     exp.choose = spy
-    for i in range(1500):
+    for i in range(900):
         d(*call_args([2, 8, 40][i % 3], seed=0), model="m")
     print(json.dumps(seen))
 """)
 
 
 def test_two_processes_with_one_config_assign_identically():
-    runs = [subprocess.run([sys.executable, "-c", PROGRAM], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                           env={"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": str(seed), "PATH": "/usr/bin:/bin"})
-            for seed in (1, 2)]  # different string-hash salts: the assignment must not depend on them
-    for run in runs:
-        assert run.returncode == 0, run.stderr
-    first, second = (json.loads(r.stdout) for r in runs)
+    procs = [subprocess.Popen([sys.executable, "-c", PROGRAM], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": str(seed), "PATH": "/usr/bin:/bin"})
+             for seed in (1, 2)]  # at once, with different string-hash salts: the assignment must not use them
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    first, second = (json.loads(out) for out, _ in outs)
     assert first == second
-    assert 40 < first.count("b") < 120 and first.count("timed_a") > 40  # 5% of 1500 eligible calls each
+    assert 20 < first.count("b") < 75 and first.count("timed_a") > 20  # 5% of 900 eligible calls each
