@@ -126,4 +126,4 @@ def test_arm_decision_is_labelled_and_memoisable():
     base = d._cache.decide(CallShape(8), CallClass.PREFILL)
     b = arm_decision(base, Kernel.INTREE_SPARSE_DECODE, "why")
     assert b.ordinal >= 0 and b.ordinal != base.ordinal
-    assert b.rerouted_from is base.kernel and b.branch == "experiment" and not b.refused
+    assert b.rerouted_from is None and b.branch == "experiment" and not b.refused  # not a guard reroute
