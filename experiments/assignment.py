@@ -16,6 +16,7 @@ from enum import Enum
 _MASK = (1 << 64) - 1
 _TWO64 = float(1 << 64)
 STREAM = 0x9E3779B97F4A7C15  # the assignment's stream, mixed with the seed
+STREAM_ARM = STREAM  # its earlier name: ``uniform(seed, STREAM_ARM, group, index) == draw(seed, group, index)``
 
 
 class Arm(str, Enum):
@@ -45,6 +46,11 @@ def stable_key(text: str) -> int:
 def group_base(seed: int, group: int) -> int:
     """The part of the draw fixed by (seed, group): the call path keeps it per cell and mixes in the index only."""
     return mix64(mix64((seed ^ STREAM) & _MASK) ^ (group & _MASK))
+
+
+def uniform(seed: int, stream: int, key: int, index: int) -> float:
+    """A number in [0, 1) fixed by (seed, stream, key, index); ``draw`` is this on the assignment's stream."""
+    return mix64(mix64(mix64((seed ^ stream) & _MASK) ^ (key & _MASK)) ^ (index & _MASK)) / _TWO64
 
 
 def draw(seed: int, group: int, index: int) -> float:

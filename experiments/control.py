@@ -76,6 +76,8 @@ class Registry:
         self._thread: threading.Thread | None = None
         self._stop_flusher = threading.Event()
         self.flush_errors = 0
+        self._stop_published: set[str] = set()  # experiments whose stop file this process has seen to
+        self._final_written: set[str] = set()  # experiments whose final state file this process has written
 
     def attach(self, dispatcher: Any) -> None:
         """Route ``dispatcher``'s calls through the running experiment (now and whenever one starts)."""
@@ -122,18 +124,26 @@ class Registry:
             if self.directory is not None:
                 self._pick_up()
             for experiment in list(self.all.values()):
-                was = experiment.state_name
                 experiment.flush()
                 if experiment is self.current and not experiment.running:
                     self._set_arms(None)
                 if self.directory is not None:
-                    folder = _dir(self.directory)
-                    if was == State.RUNNING and experiment.state_name == State.STOPPED:
-                        if not (folder / f"{experiment.config.id}.stop.json").exists():
-                            _write_json(folder / f"{experiment.config.id}.stop.json",
-                                        {"reason": experiment.stop_reason, "by": self.process, "at": time.time()})
-                    if was == State.RUNNING or experiment.state_name == State.RUNNING:
-                        _write_json(folder / f"{experiment.config.id}.{self.process}.state.json", experiment.state())
+                    self._publish(experiment)
+
+    def _publish(self, experiment: Experiment) -> None:
+        """This process's state file, until its final state is written; the stop file once it has stopped, whether
+        the stop came in a flush or on the call path (B raised, a numerics mismatch on CPU), so every process stops."""
+        folder = _dir(self.directory)  # type: ignore[arg-type]
+        experiment_id = experiment.config.id
+        if experiment.state_name == State.STOPPED and experiment_id not in self._stop_published:
+            stop_path = folder / f"{experiment_id}.stop.json"
+            if not stop_path.exists():
+                _write_json(stop_path, {"reason": experiment.stop_reason, "by": self.process, "at": time.time()})
+            self._stop_published.add(experiment_id)
+        if experiment_id not in self._final_written:
+            _write_json(folder / f"{experiment_id}.{self.process}.state.json", experiment.state())
+            if experiment.state_name != State.RUNNING:
+                self._final_written.add(experiment_id)
 
     def _pick_up(self) -> None:
         folder = _dir(self.directory)  # type: ignore[arg-type]

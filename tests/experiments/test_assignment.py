@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from experiments.assignment import Arm, assign, draw, group_base, mix64, stable_key
+from experiments.assignment import STREAM_ARM, Arm, assign, draw, group_base, mix64, stable_key, uniform
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,6 +29,7 @@ def test_draw_is_pure_and_seed_sensitive():
     assert [draw(3, key, i) for i in range(50)] == [draw(3, key, i) for i in range(50)]
     assert [draw(3, key, i) for i in range(50)] != [draw(4, key, i) for i in range(50)]
     assert mix64(group_base(3, key) ^ 17) / float(1 << 64) == draw(3, key, 17)  # the call path's shortcut
+    assert uniform(3, STREAM_ARM, key, 17) == draw(3, key, 17)
     import zlib
 
     assert stable_key("cell") == zlib.crc32(b"cell")  # no per-process salt

@@ -421,9 +421,6 @@ def test_an_experiment_refused_here_is_logged_and_nothing_is_moved(vllm_doubles,
     assert s.entries() == 20 and s.obs.status()["routing"]["routed"] == {}
 
 
-@pytest.mark.xfail(strict=True, reason="experiments.control.Registry.flush writes the stop file and the state file "
-                   "only for a stop made during the flush; a kill switch that fires on the call path (B raised, a "
-                   "CPU numerics mismatch) stops this process alone and leaves the directory saying running")
 def test_a_kill_switch_on_the_call_path_stops_every_process(vllm_doubles, tmp_path):
     s = _opus_server(vllm_doubles, tmp_path)
     s.start(id="spread", candidate="gfx950_32", fraction=0.1, seed=5)
