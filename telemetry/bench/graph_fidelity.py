@@ -5,9 +5,10 @@ rows count on the split-K decode or on the prefill kernel) is captured into CUDA
 back, through an instrumented ``Dispatcher`` with every captured call timed (``sample_every=1``), once per graph
 clock in the same run: ``graph`` (an external event pair recorded into the graph, the older clock) and ``bracket``
 (two stamp kernels captured around the call, ``telemetry.clocks.bracket``). Two regimes: ``synced`` (replay, sync,
-flush; ``replays`` times) and ``back_to_back`` (``replays`` bursts of ``BURST`` replays queued without a sync; after
-each, once the burst before it is done, a flush: it reads each bracket's latest finished replay, which ran queued
-behind the one before it while the next burst waited on the GPU).
+flush; ``replays`` times) and ``back_to_back`` (``replays`` bursts of ``BURST`` replays queued without a sync, then a
+sync and a flush: it reads each bracket's latest replay, the burst's last, which ran queued right behind the others).
+A flush made while a replay is between a bracket's two stamps reads nothing for it (its end is older than its start),
+so a graph kept busy without a pause, whose bracket spans most of it, is read rarely: hence the sync.
 
 Telemetry's readings come from replays with no profiler attached. The reference is CUPTI's span of each call (first
 kernel start to last kernel end, the stamp kernels left out) over replays of the same graph driven the same way, CUDA
@@ -58,18 +59,13 @@ def drive(graph: Any, regime: str, replays: int, tel: Telemetry | None = None) -
             if tel is not None:
                 tel.flush()
         return replays
-    bursts, before = replays, None
+    bursts = replays
     for _ in range(bursts):
         for _ in range(BURST):
             graph.replay()
-        queued = torch.cuda.Event()
-        queued.record()
-        if before is not None:
-            before.synchronize()  # the bench's wait, one burst behind: the GPU has this burst queued meanwhile
+        torch.cuda.synchronize()  # the bench's wait: a flush while a replay is between a bracket's stamps reads none
         if tel is not None:
             tel.flush()
-        before = queued
-    torch.cuda.synchronize()
     if tel is not None:
         tel.flush()
     return bursts * BURST
