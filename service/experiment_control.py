@@ -84,6 +84,7 @@ class CoreControl:
 
     def __init__(self, api: Any, target: Any, *, registry: Any = None, idle: str | None = None) -> None:
         self.api, self.target, self.registry, self.idle = api, target, registry, idle
+        self.owned: str | None = None  # the id `serve --experiment` started: it ends with this service
 
     def config(self, config: Mapping[str, Any]) -> Any:
         """The package's config model for ``config``; 422 with its own words when refused."""
@@ -120,8 +121,14 @@ class CoreControl:
             self.registry.start_flusher(flush_interval_s)
 
     def close(self) -> None:
-        if self.registry is not None:
-            self.registry.close()
+        """Stop the experiment this service started in a directory (the other processes there run it too), then
+        flush the registry once more; an in-process experiment ends with the process."""
+        try:
+            if self.owned is not None and isinstance(self.target, Path):
+                self.api.stop(self.target, self.owned, MANUAL_REASON)
+        finally:
+            if self.registry is not None:
+                self.registry.close()
 
 
 def refusal_on_its_arch(config: Any) -> str | None:
@@ -197,6 +204,11 @@ def start_demo_experiment(settings: Any, control: Control | None) -> dict[str, A
     if settings.experiment_fraction is not None:
         config["fraction"] = settings.experiment_fraction
     try:
-        return control.start(config)
+        started = control.start(config)
     except ControlFailed as exc:
-        raise ControlFailed(exc.status, f"--experiment {name}: {exc.message}") from None
+        hint = (f" (routescope experiment status --multiproc-dir {settings.multiproc_dir} lists them; stop one with "
+                "routescope experiment stop ID)") if exc.status == 409 and settings.multiproc_dir else ""
+        raise ControlFailed(exc.status, f"--experiment {name}: {exc.message}{hint}") from None
+    if isinstance(control, CoreControl):
+        control.owned = started["id"]
+    return started
