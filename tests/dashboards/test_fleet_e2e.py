@@ -43,6 +43,7 @@ from typer.testing import CliRunner
 
 from advise.report import AdviceOut
 from dashboards.fleet import CENTRAL, render_central
+from dashboards.queries import panel_queries
 from dashboards.rules import write_rules
 from routescope.cli import build_app
 from telemetry.bench.quantiles import exact_quantile
@@ -278,6 +279,25 @@ def test_advise_over_the_central_store_is_the_nodes_traffic_summed(fleet):
 def test_every_panel_answers_with_cluster_and_node(fleet):
     for values in ({"cluster": CLUSTER}, {"cluster": CLUSTER, "node": GLM_NODE}):
         wait_panels_have_data(fleet.central, timeout=SYNC_TIMEOUT, fleet=True, values=values)
+
+
+def test_latency_panels_answer_in_every_histogram_mode(fleet):
+    """The demo rank of each mode, through the shipped agent: its latency panels answer on the central store."""
+    latency = [q for q in panel_queries() if "call_duration" in q.expr]
+    assert latency
+    for mode in MODES:
+        values = {"cluster": "cost", "node": f"{mode}-protobuf"}
+        empty: list[str] = []
+
+        def answered() -> bool:
+            empty[:] = [q.expr for q in panel_queries(values) if "call_duration" in q.expr
+                        and not [r for r in fleet.central.query(q.expr)["result"] if r["value"][1].lower() != "nan"]]
+            return not empty
+
+        try:
+            fleet.central.wait_for(answered, timeout=SYNC_TIMEOUT, what=f"latency panels in mode {mode}")
+        except TimeoutError:
+            raise AssertionError(f"mode {mode}: latency panels without data:\n  " + "\n  ".join(empty)) from None
 
 
 def test_decode_in_prefill_fires_from_the_central_rules_naming_the_node(fleet):
