@@ -149,8 +149,11 @@ class Telemetry:
             if gpu and cfg.graph_timing_pool and cfg.graph_clock == "bracket" else None
         self._stamps = DeviceStamps(self._torch, health, frame=cfg.device_frame_ns) if gpu else None
         self._graphs = graph_hooks(self._torch) if self._cuda else None
-        if self._graphs is not None and self._brackets is not None:
-            self._graphs.call_before_capture(self._brackets.before_capture)
+        stop = getattr(self, "_stop_before_capture", None)
+        if stop is not None:  # a rebuild (instrument adopting a dispatcher's platform): the old bracket stands down
+            stop()
+        self._stop_before_capture = self._graphs.call_before_capture(self._brackets.before_capture) \
+            if self._graphs is not None and self._brackets is not None else None
         self._decisions: deque | None = deque(maxlen=cfg.decisions_maxlen) if cfg.decisions_maxlen else None
         self._samples: deque | None = deque() if (self._otel_on or cfg.keep_samples) else None
         self._kept: deque = deque(maxlen=cfg.sample_buffer or None)
@@ -488,6 +491,8 @@ class Telemetry:
             self._thread = None
         self.flush()
         self._closed = True
+        if self._stop_before_capture is not None:
+            self._stop_before_capture()
         exithooks.unregister(self)
         writer, self._writer = self._writer, None
         if writer is not None:

@@ -221,6 +221,16 @@ def test_on_rocm_graph_replays_are_timed_by_s_memrealtime_in_10_ns_ticks(make_te
     assert total(scrape(tel.registry), "routescope_graph_untimed_replayed_calls_total") == 0
 
 
+def test_a_closed_telemetry_builds_nothing_before_later_captures(make_tel):
+    stamps = FakeStampKernel()
+    tel, decision, shape = bracketed(make_tel, stamps)
+    tel.close()
+    g = FakeGraph()
+    g.capture_begin()
+    g.capture_end()
+    assert stamps.launches == [] and tel._brackets._tables == {}
+
+
 def test_the_clock_follows_the_torch_build():
     assert clock_for(FakeTorch) == GLOBALTIMER and clock_for(RocmTorch) == MEMREALTIME
     assert NS_PER_TICK == {GLOBALTIMER: 1, MEMREALTIME: 10}
