@@ -106,9 +106,19 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
     device = torch.device("cuda" if cuda else "cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     dtype = torch.bfloat16 if cuda else torch.float32
+    skipped: list[str] = []  # what was asked and not timed, each with why: the table never drops a row silently
     if not cuda:  # the torch kernels on CPU: keep their own time (and the run) small
+        skipped.append(f"shapes: H={heads}, {layout}, top-k {topk}, kv {kv_len} asked; on the CPU H=2, 48+16, top-k 64, "
+                       "kv 256 (torch kernels, float32)")
         heads, topk, kv_len, layout = 2, 64, 256, Layout(48, 16)
-        rows, batch, batches = tuple(r for r in rows if r <= 16) or (2,), min(batch, 5), min(batches, 5)
+        kept = tuple(r for r in rows if r <= 16) or (2,)
+        if kept != tuple(rows):
+            left = [r for r in rows if r not in kept]
+            skipped.append(f"rows {', '.join(map(str, left))}: left out on the CPU (its torch kernels take "
+                           f"milliseconds there, which is not a host cost); timed rows {', '.join(map(str, kept))}")
+        if batch > 5 or batches > 5:
+            skipped.append(f"--batch {batch} --batches {batches}: capped at 5 and 5 on the CPU")
+        rows, batch, batches = kept, min(batch, 5), min(batches, 5)
         torch.set_num_threads(1)  # one thread: no pool hand-offs in a host-cost figure
     out: dict[str, Any] = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
                            "layout": str(layout), "topk": topk, "heads": heads, "kv_len": kv_len,
@@ -120,6 +130,10 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
     tri = _triton_noop() if cuda else None
     if tri is not None:
         items["triton_noop"] = lambda: tri(x)
+    else:
+        skipped.append("triton_noop: not timed (" + ("no CUDA device: a Triton kernel needs one)" if not cuda
+                                                    else "triton is not importable here)"))
+    out["skipped"] = skipped
     platform, policy = detect(), Policy()
     registry = default_registry()
     bare = Dispatcher(platform=platform, policy=policy, registry=registry)
@@ -163,4 +177,7 @@ def render(result: dict[str, Any]) -> None:
     for key, value in result["us_per_call"].items():
         ran = impls.get(key.removeprefix("launch_").removesuffix("_tensor_args").removesuffix("_two_launches"), "")
         table.add_row(key, f"{value:.1f}", ran)
-    Console(width=120).print(table)
+    console = Console(width=120)
+    console.print(table)
+    for line in result.get("skipped", []):
+        console.print(f"not as asked: {line}")

@@ -25,6 +25,17 @@ def test_bench_host_times_what_exists_on_cpu():
     assert out["impls"] == {"prefill_2": "torch", "decode_2": "torch"}
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what the CPU leaves out")
+def test_bench_host_on_cpu_says_what_it_did_not_time():
+    res = runner.invoke(app, ["bench", "host", "--rows", "2,1024", "--batch", "2", "--batches", "3"],
+                        env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "not as asked: rows 1024: left out on the CPU" in text and "timed rows 2" in text
+    assert "not as asked: triton_noop: not timed (no CUDA device" in text
+    assert "launch_prefill_1024" not in text and "triton_noop │" not in text  # and indeed not in the table
+
+
 @pytest.mark.parametrize(("rows", "said"), [
     ("two", "routescope bench: --rows takes comma-separated integers; 'two' is not one"),
     ("0", "routescope bench: --rows values must be between 1 and 1048576; got 0"),
