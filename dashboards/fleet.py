@@ -20,6 +20,8 @@ import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
+from dispatcher.outputs import OutputPathError, check_file, write_or_keep
+
 HERE = Path(__file__).parent
 AGENT = HERE / "prometheus-agent.yml"
 CENTRAL = HERE / "prometheus-central.yml"
@@ -110,16 +112,17 @@ def _finish(text: str, placeholders: Sequence[str], which: str) -> str:
     return f"# Rendered by `python -m dashboards.fleet {which}` from dashboards/prometheus-{which}.yml\n" + text
 
 
-def _write(text: str, out: Path | None) -> None:
+def _write(text: str, out: Path | None, prog: str) -> int:
+    """stdout, or ``out`` (checked before, kept aside in a temporary file if the write fails anyway)."""
     if out is None:
         sys.stdout.write(text)
-        return
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {out}: directory {out.parent} does not exist")
-    out.write_text(text, encoding="utf-8")
-    print(out)
+        return 0
+    where, failed = write_or_keep(out, text, "--out")
+    if failed:
+        print(f"{prog}: {failed}", file=sys.stderr)
+        return 1
+    print(f"wrote {where}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     central.add_argument("--evaluation-interval", help="default 15s")
     central.add_argument("--out", type=Path, metavar="FILE")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        try:
+            check_file(args.out, "--out")
+        except OutputPathError as exc:
+            parser.exit(2, f"{parser.prog}: {exc}\n")
     try:
         if args.which == "agent":
             text = render_agent(AGENT.read_text(encoding="utf-8"), central_url=args.central_url, cluster=args.cluster,
@@ -146,10 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             text = render_central(CENTRAL.read_text(encoding="utf-8"), alertmanager=args.alertmanager,
                                   rules_dir=args.rules_dir, evaluation_interval=args.evaluation_interval)
-        _write(text, args.out)
     except ValueError as exc:
         parser.error(str(exc))
-    return 0
+    return _write(text, args.out, parser.prog)
 
 
 if __name__ == "__main__":

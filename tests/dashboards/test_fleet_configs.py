@@ -100,9 +100,12 @@ def test_the_command_writes_and_explains(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["agent", "--central-url", "nope", "--cluster", "c", "--node", "n", "--target", "localhost:9475"])
     assert exc.value.code == 2 and "remote-write endpoint" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         main(["central", "--alertmanager", "am:9093", "--rules-dir", "/r", "--out", str(tmp_path)])
-    assert "is a directory" in capsys.readouterr().err
+    assert exc.value.code == 2 and "is a folder" in capsys.readouterr().err
+    nested = tmp_path / "new" / "central.yml"  # a missing folder is made, as every writing command does
+    assert main(["central", "--alertmanager", "am:9093", "--rules-dir", "/r", "--out", str(nested)]) == 0
+    assert nested.read_text().startswith("# Rendered by")
     res = subprocess.run([sys.executable, "-m", "dashboards.fleet", "central", "--alertmanager", "am:9093",
                           "--rules-dir", "/etc/prometheus/rules/routescope"], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
