@@ -422,8 +422,13 @@ def test_an_experiment_refused_here_is_logged_and_nothing_is_moved(vllm_doubles,
 
 
 def test_a_kill_switch_on_the_call_path_stops_every_process(vllm_doubles, tmp_path):
+    """A stop that fires inside a call (here the numerics sample) reaches the directory at the next flush: the stop
+    file every other process honours, and this process's final state for the service."""
     s = _opus_server(vllm_doubles, tmp_path)
     s.start(id="spread", candidate="gfx950_32", fraction=0.1, seed=5)
+    other = control.Registry(s.obs.platform, s.obs.policy, torch_mod=torch, directory=s.dir)  # another rank's
+    other.flush()
+    assert other.current is not None and other.current.running
 
     def wrong_opus(*, q, kv, indices, indptr, scale, attn_sink, output):
         output.fill_(3.0)
@@ -435,3 +440,6 @@ def test_a_kill_switch_on_the_call_path_stops_every_process(vllm_doubles, tmp_pa
     assert s.report()["state"] == "stopped"  # this process stopped at the numerics sample
     (shared,) = control.experiments(s.dir)  # what the service and every other process read
     assert shared["state"] == "stopped" and shared["stop_reason"] == "numerics"
+    other.flush()
+    assert not other.current.running and other.current.stop_reason == "numerics"
+    other.close()
