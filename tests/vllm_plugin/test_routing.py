@@ -119,6 +119,32 @@ def test_gfx950_gate_experiment_sends_the_assigned_calls_to_opus_at_their_positi
     assert samples(tel, "routescope_calls_total", kernel=OPUS, impl="aiter") == len(want) - 1
 
 
+def test_routescope_experiment_start_on_the_directory_reaches_the_plugin(vllm_doubles, tmp_path):
+    """The command a user types (``routescope experiment start ... --multiproc-dir DIR``), then the stop: the plugin
+    picks each up at its next flush."""
+    from typer.testing import CliRunner
+
+    from service.experiment_cli import experiment_app
+
+    s = _opus_server(vllm_doubles, tmp_path)
+    assert s.obs.ready(torch.zeros(1))
+    runner = CliRunner()
+    done = runner.invoke(experiment_app, ["start", "gfx950_32", "--fraction", "0.1", "--seed", "7",
+                                          "--multiproc-dir", s.dir])
+    assert done.exit_code == 0, done.output
+    s.flush()
+    for i in range(100):
+        s.call(ROWS, seed=i, sink=True, full_lanes=True)
+    moved = s.helpers("opus")
+    assert moved == sum(1 for i in range(100) if uniform(7, STREAM_ARM, 0, i) < 0.1) > 0
+    done = runner.invoke(experiment_app, ["stop", "gfx950_32", "--multiproc-dir", s.dir])
+    assert done.exit_code == 0, done.output
+    s.flush()
+    for i in range(100):
+        s.call(ROWS, seed=i, sink=True, full_lanes=True)
+    assert s.helpers("opus") == moved and s.obs.router.chooser is None
+
+
 def test_positions_follow_vllms_steps_so_every_rank_assigns_alike(vllm_doubles, tmp_path):
     """The position is (step, call in step): one forward context is one step. Two ranks (the TP rank getter says
     0, then 1, in two fresh installs) running the same steps get the same arms, call for call."""
