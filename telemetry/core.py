@@ -74,11 +74,13 @@ class Telemetry:
         torch_module: Any | None = None,
         gate_launcher: Any | None = None,
         stamp_launcher: Any | None = None,
+        bracket_host_ns: Any | None = None,
     ) -> None:
         if torch_module is None:
             import torch as torch_module  # the real one; tests pass a stand-in to drive the GPU branch on CPU
         self._gate_launcher = gate_launcher  # None: the Triton wait (telemetry.clocks.gate); tests pass a double
         self._stamp_launcher = stamp_launcher  # None: the Triton stamp (telemetry.clocks.bracket); tests pass a double
+        self._bracket_host_ns = bracket_host_ns  # None: time.monotonic_ns, the bracket's tick-rate check's reference
 
         self.config = cfg = config if config is not None else TelemetryConfig()
         self._torch = torch = torch_module
@@ -145,7 +147,9 @@ class Telemetry:
             if gpu else None
         self._graph_events = GraphEvents(self._torch, cfg.graph_timing_pool, frame_ns=cfg.graph_frame_ns) \
             if gpu and cfg.graph_timing_pool and graph_events_supported(self._torch) else None
-        self._brackets = GraphBrackets(self._torch, health, cfg.graph_timing_pool, launcher=self._stamp_launcher) \
+        self._brackets = GraphBrackets(self._torch, health, cfg.graph_timing_pool, launcher=self._stamp_launcher,
+                                       **({"host_ns": self._bracket_host_ns, "rate_interval_ns": 0}
+                                          if self._bracket_host_ns is not None else {})) \
             if gpu and cfg.graph_timing_pool and cfg.graph_clock == "bracket" else None
         self._stamps = DeviceStamps(self._torch, health, frame=cfg.device_frame_ns) if gpu else None
         self._graphs = graph_hooks(self._torch) if self._cuda else None

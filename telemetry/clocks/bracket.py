@@ -14,8 +14,11 @@ Readings wait until then; none is taken before the constant is known.
 
 The clock each stamp reads:
 - NVIDIA: ``%globaltimer`` (PTX ``mov.u64 %rd, %globaltimer;``), nanoseconds, 32 ns steps on an H200;
-- AMD gfx942/gfx950: ``s_memrealtime`` (SMEM: the 64-bit real-time counter, 100 MHz whatever the shader clock),
-  then ``s_waitcnt lgkmcnt(0)`` before its SGPR pair is read: ``NS_PER_TICK`` 10, converted on the host.
+- AMD gfx942/gfx950: ``s_memrealtime`` (SMEM: the 64-bit real-time counter at a constant rate whatever the shader
+  clock, typically 100 MHz), then ``s_waitcnt lgkmcnt(0)`` before its SGPR pair is read: ``NS_PER_TICK`` 10,
+  converted on the host. The rate is a property of the card, so before calibrating, the flush thread checks it: two
+  stamps a second or more apart against the host's monotonic clock; a rate more than ``RATE_TOLERANCE`` off 100 MHz
+  is used as measured (and logged).
 
 HIP refuses external events in a capture but takes kernels, so on ROCm this is the only graph clock. The stamp kernel
 is compiled, loaded and launched once on a side stream before a capture begins (``before_capture``, from the graph
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import statistics
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +47,9 @@ AMDGCN_MEMREALTIME = "s_memrealtime $0\n\ts_waitcnt lgkmcnt(0)"  # CDNA3/CDNA4 I
 NS_PER_TICK = {GLOBALTIMER: 1, MEMREALTIME: 10}  # %globaltimer counts ns; s_memrealtime ticks at 100 MHz
 CALIBRATION_BRACKETS = 32  # empty brackets in the calibration graph: their median span is the constant
 CALIBRATION_REPLAYS = 3
+RATE_ROW = CALIBRATION_BRACKETS  # the table row the tick-rate check stamps
+RATE_INTERVAL_NS = 1_000_000_000  # its two stamps at least this far apart: launch jitter is then well under 1%
+RATE_TOLERANCE = 0.05
 MAX_PLAUSIBLE_NS = 10_000_000_000  # a span past 10 s is a torn or stale read, never a call
 
 # (table's times tensor, offset into it, raw stream handle) -> None: enqueue one stamp on that stream
@@ -69,11 +76,15 @@ class BracketTable:
 
     def __init__(self, torch_mod: Any, device: str, size: int, launch: StampLauncher, clock: int) -> None:
         self.device = device
-        self.times = torch_mod.zeros((CALIBRATION_BRACKETS + size, 2), dtype=torch_mod.int64, pin_memory=True)
+        first = RATE_ROW + 1
+        self.times = torch_mod.zeros((first + size, 2), dtype=torch_mod.int64, pin_memory=True)
         self.host = self.times.numpy()
         self.launch = launch
-        self.ns_per_tick = NS_PER_TICK[clock]
-        self.free = list(range(CALIBRATION_BRACKETS + size - 1, CALIBRATION_BRACKETS - 1, -1))
+        self.ns_per_tick: float = NS_PER_TICK[clock]
+        self.rate_checked = clock != MEMREALTIME  # %globaltimer counts ns by definition
+        self.rate_probe: list | None = None  # [host ns at the first stamp, host ns at the second or None]
+        self.side: Any = None  # the side stream of the warm launch and the rate check
+        self.free = list(range(first + size - 1, first - 1, -1))
         self.constant_ns: int | None = None  # calibrated; None until then
         self.calibrating: Any = None  # the calibration graph, while its replays are read
 
@@ -86,15 +97,17 @@ class BracketTable:
         start = int(self.host[index, 0])
         if int(self.host[index, 1]) != end:
             return 0, 0
-        return start * self.ns_per_tick, end * self.ns_per_tick
+        return round(start * self.ns_per_tick), round(end * self.ns_per_tick)
 
 
 class GraphBrackets:
     """Hands out brackets to captured calls, reads the held ones at flush, calibrates each device once."""
 
     def __init__(self, torch_mod: Any, health: Health, size: int, *,
-                 launcher: Callable[[Any, Any, int], StampLauncher] | None = None) -> None:
+                 launcher: Callable[[Any, Any, int], StampLauncher] | None = None,
+                 host_ns: Callable[[], int] = time.monotonic_ns, rate_interval_ns: int = RATE_INTERVAL_NS) -> None:
         self.torch = torch_mod
+        self._host_ns, self._rate_interval_ns = host_ns, rate_interval_ns
         self._health = health
         self._size = size
         self._launcher = launcher or triton_stamp_launcher
@@ -123,7 +136,7 @@ class GraphBrackets:
                 table = BracketTable(self.torch, dev, self._size, self._launcher(self.torch, dev, self._clock),
                                      self._clock)
                 cuda = self.torch.cuda
-                side = cuda.Stream(dev)
+                side = table.side = cuda.Stream(dev)
                 with cuda.device(dev), cuda.stream(side):  # the JIT's first launch takes both from torch
                     table.stamp(0, 0, side.cuda_stream)
             except Exception:  # noqa: BLE001 - no bracket on this device: its graph replays take the next clock
@@ -141,6 +154,8 @@ class GraphBrackets:
         for table in list(self._tables.values()):
             if table is None or table.constant_ns is not None:
                 continue
+            if not table.rate_checked and not self._check_rate(table):
+                continue
             if table.calibrating is None:
                 table.calibrating = self._calibration_graph(table)
                 continue
@@ -155,6 +170,38 @@ class GraphBrackets:
                 table.calibrating = None
                 done += 1
         return done
+
+    def _check_rate(self, table: BracketTable) -> bool:
+        """The tick-rate check, as far as it goes now: the first stamp, the second once ``rate_interval_ns`` has
+        passed, then the rate from both against the host's clock (the error is a launch's delay to the GPU: µs in a
+        second). True once the rate is known."""
+        row = table.host[RATE_ROW]
+        if table.rate_probe is None:
+            row[:] = 0
+            self._side_stamp(table, 0)
+            table.rate_probe = [self._host_ns(), None]
+        probe = table.rate_probe
+        if probe[1] is None:
+            if int(row[0]) <= 0 or self._host_ns() - probe[0] < self._rate_interval_ns:
+                return False
+            self._side_stamp(table, 1)
+            probe[1] = self._host_ns()
+        ticks = int(row[1]) - int(row[0])
+        if int(row[1]) <= 0 or ticks <= 0:
+            return False  # the second stamp has not run yet
+        measured = (probe[1] - probe[0]) / ticks
+        nominal = NS_PER_TICK[MEMREALTIME]
+        if abs(measured / nominal - 1) > RATE_TOLERANCE:
+            log.warning("routescope telemetry: s_memrealtime on %s ticks every %.2f ns, not %d ns: using that",
+                        table.device, measured, nominal)
+            table.ns_per_tick = measured
+        table.rate_checked = True
+        return True
+
+    def _side_stamp(self, table: BracketTable, side: int) -> None:
+        cuda = self.torch.cuda
+        with cuda.device(table.device), cuda.stream(table.side):
+            table.stamp(RATE_ROW, side, table.side.cuda_stream)
 
     def _calibration_graph(self, table: BracketTable) -> Any:
         """Capture ``CALIBRATION_BRACKETS`` empty brackets on a side stream (this thread's capture only), replay it."""

@@ -138,14 +138,21 @@ class FakeStampKernel:
     double's clock at once; inside one it becomes a node of the graph, which stores the clock at each replay. The
     stored value is in the clock's own ticks: ns for ``%globaltimer``, 10 ns for ``s_memrealtime`` (100 MHz)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ns_per_tick: int | None = None) -> None:
         self.launches: list[tuple[str, int, int, int, bool]] = []  # (device, clock, offset, stream, in a capture)
         self.fail = False  # True: every launch raises (a launch error inside a capture)
+        self.ns_per_tick = ns_per_tick  # a card whose clock ticks at another rate than its clock's usual one
+
+    @staticmethod
+    def host_ns() -> int:
+        """The host's clock for the bracket's tick-rate check: the double's one clock, 1 ms on at each reading."""
+        FakeEvent.clock += 0.001
+        return round(FakeEvent.clock * 1e6)
 
     def launcher(self, torch_mod: Any, device: Any, clock: int) -> Any:
         from telemetry.clocks.bracket import NS_PER_TICK
 
-        per_tick = NS_PER_TICK[clock]
+        per_tick = self.ns_per_tick or NS_PER_TICK[clock]
 
         def launch(times: Any, offset: int, stream: int) -> None:
             if self.fail:
@@ -160,12 +167,15 @@ class FakeStampKernel:
         return launch
 
 
+EPOCH_NS = 1_000_000_000  # a GPU's clock is never 0 (a stamp of 0 reads as not written)
+
+
 class _StampNode:
     def __init__(self, times: Any, offset: int, per_tick: int) -> None:
         self.flat, self.offset, self.per_tick = times.view(-1), offset, per_tick
 
     def run(self) -> None:
-        self.flat[self.offset] = round(FakeEvent.clock * 1e6) // self.per_tick  # the double's clock is in ms
+        self.flat[self.offset] = (round(FakeEvent.clock * 1e6) + EPOCH_NS) // self.per_tick  # the clock is in ms
 
 
 class FakeKernel:

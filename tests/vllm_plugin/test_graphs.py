@@ -53,7 +53,8 @@ def graphed(vllm_doubles, request):
 
     def factory(*, platform, policy, model, rank, **_):
         return Telemetry(TelemetryConfig(models=(model,), rank=rank, timing_gate=False), platform=platform,
-                         policy=policy, torch_module=torch_module, stamp_launcher=FakeStampKernel().launcher)
+                         policy=policy, torch_module=torch_module, stamp_launcher=FakeStampKernel().launcher,
+                         bracket_host_ns=FakeStampKernel.host_ns)
 
     assert plugin.install(env=ON, platform=what_if("gfx942"), telemetry_factory=factory) == "observing"
     yield ops, backend, fc

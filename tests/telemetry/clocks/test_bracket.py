@@ -39,7 +39,8 @@ def _fresh_double():
 
 def bracketed(make_tel, stamps: FakeStampKernel, torch_module: Any = FakeTorch, **cfg: Any):
     cfg = {"models": ("glm",), "sample_every": 4, "keep_samples": True, "timing_gate": False, **cfg}
-    tel = make_tel(TelemetryConfig(**cfg), torch_module=torch_module, stamp_launcher=stamps.launcher)
+    tel = make_tel(TelemetryConfig(**cfg), torch_module=torch_module, stamp_launcher=stamps.launcher,
+                   bracket_host_ns=stamps.host_ns)
     shape = validate(*args_for(8))
     return tel, dispatcher().decide(shape, PREFILL), shape
 
@@ -229,6 +230,41 @@ def test_a_closed_telemetry_builds_nothing_before_later_captures(make_tel):
     g.capture_begin()
     g.capture_end()
     assert stamps.launches == [] and tel._brackets._tables == {}
+
+
+def test_a_card_whose_realtime_counter_ticks_at_another_rate_is_read_at_its_rate(make_tel, caplog):
+    """s_memrealtime's rate is the card's (typically 100 MHz): checked against the host's clock before calibrating."""
+    RocmTorch.use()
+    stamps = FakeStampKernel(ns_per_tick=40)  # a 25 MHz counter
+    tel, decision, shape = bracketed(make_tel, stamps, torch_module=RocmTorch)
+    g = capture(tel, decision, shape, kernel_us=12.0)
+    tel.flush()
+    g.replay()
+    assert readings(tel) == [17_000] and tel.bracket_constants == {"cuda:0": 5_000}
+    assert next(iter(tel._brackets._tables.values())).ns_per_tick == pytest.approx(40)
+    assert sum("ticks every 40.00 ns" in r.message for r in caplog.records) == 1
+
+
+def test_the_rate_check_waits_for_its_interval_and_for_the_gpu(make_tel):
+    """On a GPU the stamps run after the flush that launched them, a second apart: until then nothing is read."""
+    from telemetry.clocks.bracket import RATE_ROW, GraphBrackets
+
+    RocmTorch.use()
+    stamps = FakeStampKernel()
+    now = [0]
+    brackets = GraphBrackets(RocmTorch, None, 4, launcher=stamps.launcher, host_ns=lambda: now[0],
+                             rate_interval_ns=1_000_000_000)
+    brackets.prepare("cuda:0")
+    table = brackets._tables["cuda:0"]
+    assert not table.rate_checked and brackets.calibrate() == 0 and table.rate_probe[1] is None
+    now[0] = 999_999_999
+    brackets.calibrate()
+    assert table.rate_probe[1] is None, "not a second yet"
+    now[0] = 1_000_000_000
+    FakeEvent.clock += 1000.0  # the GPU's clock (in ms), a second on
+    brackets.calibrate()
+    assert table.rate_checked and table.ns_per_tick == 10 and table.calibrating is not None
+    assert int(table.host[RATE_ROW, 1]) - int(table.host[RATE_ROW, 0]) == 100_000_000
 
 
 def test_the_clock_follows_the_torch_build():
