@@ -1,8 +1,11 @@
 """How an experiment times its calls: the production clocks, with no device synchronisation on the call path.
 
-CPU tensors: the host clock around the launch (what telemetry uses for them). GPU tensors: a device stamp where the
-call's kernels write one (the project's own kernels: within 1.5% of CUPTI, docs/timing-fidelity.md), else a plain
-event pair (AITER's and vLLM's kernels), read with ``query()`` at flush. ROCm takes the same path through HIP's
+CPU tensors: the host clock around the launch (what telemetry uses for them). GPU tensors, ``stamp`` (the default):
+a device stamp where the call's kernels write one (the project's own kernels: the reading is within 1.5% of CUPTI,
+docs/timing-fidelity.md, but writing it slows a 7 µs split-K kernel by 9%, docs/experiments.md), else a plain event
+pair (AITER's and vLLM's kernels), read with ``query()`` at flush. ``gated``: every timed call by an event pair behind
+telemetry's stream gate (``telemetry.clocks.gate``: the kernels alone, unstamped); readings taken before the device's
+gate is built, or whose wait ran out, are dropped and counted, never mixed in as plain pairs. ROCm takes the same path through HIP's
 torch.cuda API; the stamps' ``%globaltimer`` has its ROCm form in the kernels (``s_memrealtime``), not run on AMD.
 """
 
@@ -40,8 +43,14 @@ UNLEARNT, BY_STAMP, BY_EVENTS = 0, 1, 2
 class Clock:
     """Hands out a clock per timed call and turns finished ones into (ticket, seconds) at flush."""
 
-    def __init__(self, torch_mod: Any = None, *, entries: int = 2048) -> None:
+    def __init__(self, torch_mod: Any = None, *, entries: int = 2048, gated: bool = False,
+                 gate_launcher: Any = None) -> None:
         self._torch = torch_mod
+        self._gated = gated
+        self._gate_launcher = gate_launcher  # tests: the wait kernel's stand-in
+        self._events: Any = None  # telemetry.clocks.events.GpuEvents, built at the first gated call
+        self._by_slot: dict[int, Ticket] = {}
+        self._slots = 0
         self._entries = entries
         self._tables: dict[str, StampTable] = {}
         self._pending: list[Ticket] = []
@@ -59,6 +68,11 @@ class Clock:
             return None
         ticket.on_device = True
         ticket.claimed = time.monotonic()
+        if self._gated:
+            got = self._gpu_events().begin(stream, q.device)  # closes the device's gate (once built)
+            # None: the pool is empty; a 1-tuple (CLOCK_PENDING): the device's gate is still being built
+            ticket.pair = ("gated", got[0], got[1]) if got is not None and len(got) == 2 else None
+            return None
         how = self._how.get((ticket.cell, ticket.is_b), UNLEARNT)
         stamp = None
         if how != BY_EVENTS:
@@ -82,6 +96,17 @@ class Clock:
             with self._lock:
                 self._done.append((ticket, dt * 1e-9))
             return
+        if self._gated:
+            if ticket.pair is None:
+                self.dropped += 1
+                return
+            _, pair, stream = ticket.pair
+            with self._lock:
+                self._slots += 1
+                slot = self._slots
+                self._by_slot[slot] = ticket
+            self._events.end(slot, pair, stream, 0)  # records the end event, then opens the gate
+            return
         stamp = ticket.stamp
         key = (ticket.cell, ticket.is_b)
         if stamp is not None and key not in self._how:
@@ -102,6 +127,10 @@ class Clock:
 
     def drop(self, ticket: Ticket) -> None:
         """A timed launch that did not run as timed: free its clock."""
+        if self._gated and ticket.pair is not None and ticket.pair[0] == "gated":
+            self._events.release(ticket.pair[1])  # opens its gate first
+            ticket.pair = None
+            return
         stamp = ticket.stamp
         if stamp is not None:
             with self._lock:
@@ -113,6 +142,9 @@ class Clock:
         with self._lock:
             done, self._done = self._done, []
             pending, self._pending = self._pending, []
+        if self._events is not None:
+            self._events.prepare()  # builds the gates asked for: off the call path
+            self._events.resolve(_Sink(self, done), _Health(self))
         keep = []
         now = time.monotonic()
         for ticket in pending:
@@ -144,6 +176,15 @@ class Clock:
         self.drop(ticket)
         return start.elapsed_time(end) * 1e-3
 
+    def _gpu_events(self) -> Any:
+        if self._events is None:
+            from telemetry.clocks.events import GpuEvents
+            from telemetry.clocks.gate import GateFactory
+
+            kw = {} if self._gate_launcher is None else {"launcher": self._gate_launcher}
+            self._events = GpuEvents(self._torch, self._entries, gates=GateFactory(self._torch, self._entries, **kw))
+        return self._events
+
     def _table(self, device: Any) -> StampTable:
         key = str(device)
         table = self._tables.get(key)
@@ -155,3 +196,32 @@ class Clock:
                     table = self._tables[key] = StampTable(self._torch, device, eager=self._entries, graph=0,
                                                            frame=frame)
         return table
+
+
+class _Sink:
+    """Where ``GpuEvents.resolve`` hands its readings: gated ones become samples, plain ones are dropped."""
+
+    def __init__(self, clock: Clock, done: list) -> None:
+        self._clock, self._done = clock, done
+
+    def observe(self, slot: int, kind: Any, dt_ns: int, wall_ns: int) -> None:
+        ticket = self._clock._by_slot.pop(slot, None)
+        if ticket is None:
+            return
+        if str(kind) == "gated":
+            self._done.append((ticket, max(dt_ns, 0) * 1e-9))
+        else:  # a plain pair (no gate on this device yet): it times the host's launch too
+            self._clock.dropped += 1
+
+
+class _Health:
+    """``GpuEvents``' drop and error reports, counted as readings lost."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self._clock.dropped += n
+
+    def error(self, stage: str) -> None:
+        self._clock.dropped += 1

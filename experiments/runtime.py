@@ -76,7 +76,7 @@ class Experiment:
 
     def __init__(self, config: ExperimentConfig, platform: Platform, policy: Policy, *, torch_mod: Any = None,
                  predictor: Predictor | None = None, batch_invariant: bool = False,
-                 started_at: float | None = None) -> None:
+                 started_at: float | None = None, gate_launcher: Any = None) -> None:
         self.config = config
         self.router = ArmRouter(config, platform, policy)
         refuse_decode_on_prefill(self.router, DecisionCache(platform, policy))
@@ -84,7 +84,7 @@ class Experiment:
         self._edges = rows_edges(policy.thresholds + ((threshold,) if threshold else ()))
         self._labels = rows_labels(self._edges)
         self._predictor = predictor
-        self._clock = Clock(torch_mod)
+        self._clock = Clock(torch_mod, gated=config.clock == "gated", gate_launcher=gate_launcher)
         self._numerics = Numerics(config.tolerance, torch_mod)
         self._torch = torch_mod
         self._routes: dict[tuple, Any] = {}

@@ -57,3 +57,29 @@ def test_captured_calls_are_never_moved():
     arms = [exp.choose(decision, shape, Batch(CallClass.PREFILL), "m", CudaQ()) for _ in range(2000)]
     assert sum(a is not None and a.is_b for a in arms) > 100  # outside the capture the same calls do move
     reset()
+
+
+def test_gated_clock_times_unstamped_kernels_and_drops_plain_readings():
+    from ..telemetry.cuda_double import FakeStream, FakeWait
+
+    reset()
+    wait = FakeWait()
+    clock = Clock(FakeTorch, gated=True, gate_launcher=wait.launcher)
+    stream = FakeStream(name="s")
+
+    def timed(ticket):
+        assert clock.begin(ticket, CudaQ(), stream) is None  # no stamp: the kernels run as production runs them
+        clock.end(ticket)
+        wait.run()
+        if ticket.pair is not None:
+            _, pair, _ = ticket.pair
+            pair[0].done = pair[1].done = True
+        return clock.resolve()
+
+    first = Ticket("cell", True, None)
+    assert timed(first) == [] and clock.dropped == 1  # no gate yet: not timed, counted; the flush builds the gate
+    second = Ticket("cell", True, None)
+    (ticket, seconds), = timed(second)
+    assert ticket is second and seconds >= 0
+    assert wait.launches[-1][2] == stream.cuda_stream  # the second call waited behind the gate, on its stream
+    reset()
