@@ -20,8 +20,17 @@ calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high, shape, call_cl
 prediction: {ratio, reason}, numerics: {checked, mismatched}}]), ``saving`` ({seconds, low, high}: what B would have
 saved over the eligible calls seen; positive is faster), ``history`` ([{t, cells: [{model, rows_bucket, shape,
 call_class, calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high}]}], at most 60 flushes), ``crossover``
-({rows, rule}), ``end_reason`` (max_calls | max_seconds when finished), ``never_moved`` ({reason: calls}),
-``budget``, ``config``.
+({rows, rule}: judged on ``buckets``), ``buckets`` ([{rows_bucket, lo, hi, calls, cells, covered, ratio, ratio_low,
+ratio_high}]: the moved cells of each rows bucket pooled across models, shapes and call classes), ``end_reason``
+(max_calls | max_seconds when finished), ``never_moved`` ({reason: calls}: capture, candidate_unavailable,
+guard_refusal, batch_invariant, decode_on_prefill, not_running), ``ineligible``, ``b_failures``, ``last_error``,
+``clock_dropped``, ``budget`` ({extra_s, eligible_s, share, window_s}), ``processes``, ``started_at``,
+``ended_at``, ``elapsed_s``, ``alpha``, ``config``.
+
+``ExperimentConfig`` fields: id, candidate (gfx942_N | gfx950_N | split_below_N | decodes_split_k | aa), fraction
+(0.01, at most 0.1), seed, harm_bound (0.05), budget (0.005), window_s (3600), numerics_every (64), max_calls,
+max_seconds, allow_decode_on_prefill (False), cells (aa only: [{model, rows_bucket}]), min_samples (30), clock
+(stamp | gated), tolerance (None: the sweep's bound by dtype).
 
 Attaching to a Dispatcher (the demo)::
 

@@ -202,3 +202,15 @@ def test_arm_b_calls_carry_the_experiment_label_in_telemetry():
         assert sum(decisions.values()) == 300
     finally:
         tel.close()
+
+
+def test_max_seconds_finishes_the_experiment_at_a_flush():
+    import time
+
+    d = cpu_dispatcher()
+    reg = _start(d, max_seconds=0.05, harm_bound=1.0, budget=1.0)
+    d(*call_args(8), model="m")
+    time.sleep(0.1)
+    reg.flush()
+    (view,) = experiments(reg)
+    assert view["state"] == "finished" and view["end_reason"] == "max_seconds" and d.arms is None
