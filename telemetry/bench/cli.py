@@ -160,7 +160,13 @@ def multiproc_command(
         raise typer.Exit(2)
     from .reliability import run
 
-    counts = tuple(int(p) for p in processes.split(",") if p.strip())
+    from dispatcher.inputs import InputError, parse_rows_list
+
+    try:
+        counts = parse_rows_list(processes, "--processes", maximum=4096)
+    except InputError as exc:
+        typer.echo(f"routescope bench: {exc}", err=True)
+        raise typer.Exit(2) from None
     result = run(kills=kills, repeats=repeats, processes=counts, scrapes=scrapes)
     _emit(result, as_json, _render_multiproc)
 
@@ -263,6 +269,15 @@ def quantiles_command(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Exact latency quantiles against histogram_quantile on the classic and the native buckets; scrape sizes."""
+    import torch
+
     from .quantiles import render, run
+
+    if device not in ("", "cpu", "cuda"):
+        typer.echo(f"routescope bench: --device must be cuda or cpu (or empty: cuda if present); got {device!r}", err=True)
+        raise typer.Exit(2)
+    if device == "cuda" and not torch.cuda.is_available():
+        typer.echo("routescope bench: --device cuda: no CUDA/ROCm device is visible to torch", err=True)
+        raise typer.Exit(2)
 
     _emit(run(calls=calls, max_rows=max_rows, device=device or None, min_samples=min_samples), as_json, render)

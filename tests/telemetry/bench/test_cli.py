@@ -150,3 +150,13 @@ def test_bench_fidelity_graphs_renders_each_clock_and_the_costs(capsys):
     out = capsys.readouterr().out
     assert "+1.5%" in out and "+97.6%" in out and "NO" in out and "+1.62" in out
     assert "736-800 ns over 3 calibrations, median 768 ns" in out
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["multiproc", "--processes", "x"], "routescope bench: --processes takes comma-separated integers; 'x' is not one"),
+    (["multiproc", "--processes", "0"], "routescope bench: --processes values must be between 1 and 4096; got 0"),
+    (["quantiles", "--device", "tpu"], "routescope bench: --device must be cuda or cpu (or empty: cuda if present); got 'tpu'"),
+])
+def test_bad_bench_options_are_one_line_before_any_work(args, said):
+    res = runner.invoke(app, ["bench", *args])
+    assert res.exit_code == 2 and res.output.strip() == said
