@@ -106,8 +106,10 @@ def test_page_renders_the_matrix_from_a_running_demo(tmp_path):
     assert len(dom.find("table", **{"class": "exp-predicted"})) == len(dom.find("table", **{"class": "exp-measured"}))
     measured = [a for a in dom.find("td") if "data-rows" in a and a.get("title", "").startswith("intree")]
     assert measured and {a["data-topk"] for a in measured} == {"32"}  # the CPU demo's scaled top-k
-    charted = [a for a in measured if "data-ratio" in a]
-    assert charted and len(dom.find("svg", **{"class": "exp-chart"})) == len(charted)  # a chart per cell with a ratio
+    charted = [a for a in measured if "data-ratio" in a]  # a chart per cell with a ratio, a count of the others
+    assert len(dom.find("svg", **{"class": "exp-chart"})) == len(charted)
+    waiting = sum(int(a["data-cells"]) for a in dom.find("p", **{"class": "note waiting"}))
+    assert waiting == len(measured) - len(charted)
 
 
 def first_paint(page: str, tmp_path) -> None:
