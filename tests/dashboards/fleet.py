@@ -53,9 +53,10 @@ class Rank:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                self.proc.stdin.write("stop\n")
-                self.proc.stdin.close()
+            if not self.proc.stdin.closed:
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    self.proc.stdin.write("stop\n")
+                    self.proc.stdin.close()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -104,6 +105,17 @@ class Agent:
             if name in out:
                 out[name] += float(line.rsplit(" ", 1)[1])
         return out
+
+
+def stop_ranks(ranks: list[Rank]) -> None:
+    """End every rank's input at once (each closes its telemetry), then wait for each."""
+    for r in ranks:
+        if r.proc.poll() is None and not r.proc.stdin.closed:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                r.proc.stdin.write("stop\n")
+                r.proc.stdin.close()
+    for r in ranks:
+        r.stop()
 
 
 @contextlib.contextmanager

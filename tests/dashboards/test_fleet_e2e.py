@@ -35,6 +35,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import signal
+import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,7 +53,7 @@ from telemetry.bench.quantiles import exact_quantile
 from tests.amserver import WebhookReceiver, start_alertmanager
 from tests.dashboards.alerting import RUNBOOK, am_config
 from tests.dashboards.e2e import wait_panels_have_data
-from tests.dashboards.fleet import SENT, Agent, Rank, agents, merge
+from tests.dashboards.fleet import SENT, Agent, Rank, agents, merge, stop_ranks
 from tests.promserver import config_text, start_prometheus
 from tests.service.live import Served
 
@@ -81,12 +83,24 @@ def _serve(workdir: Path, name: str, *args: str) -> Served:
     return Served(*args, log=workdir / f"{name}.log", env={"ROUTESCOPE_ADVISE_TABLES": "h200"})
 
 
+def _stop_all(served: list[Served]) -> None:
+    """SIGTERM every service at once, then wait for each (each shuts its demo and telemetry down in parallel)."""
+    for s in served:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30.0
+    for s in served:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            s.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        s.stop()  # SIGKILL if it ignored the first signal
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("fleet")
     with contextlib.ExitStack() as stack:
         served: list[Served] = []
-        stack.callback(lambda: [s.stop() for s in served])
+        stack.callback(_stop_all, served)
         # the cost measurement's demo services start first: they import torch while the rest starts
         demos = {mode: _serve(workdir, f"demo-{mode}", "--demo", "--histogram-mode", mode) for mode in MODES}
         served += demos.values()
@@ -108,7 +122,7 @@ def fleet(tmp_path_factory):
             served.append(serve)
             ranks = [Rank(directory, workdir, node=node, rank=r, calls=CALLS, max_rows=MAX_ROWS,
                           glm_decodes=GLM_DECODES if node == GLM_NODE else 0, seed=10 * i + r) for r in range(RANKS)]
-            stack.callback(lambda rs=ranks: [r.stop() for r in rs])
+            stack.callback(stop_ranks, ranks)
             nodes[node] = SimpleNamespace(serve=serve, ranks=ranks, samples={}, directory=directory, index=i)
         for n in nodes.values():
             n.serve.wait_ready(READY_TIMEOUT)
