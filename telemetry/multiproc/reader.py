@@ -15,8 +15,9 @@ accepted read, or ``mpfile.load``'s.
 
 A process's files are read as one snapshot: its native file's generation (``mpfile.generation``, odd while its
 writer is in a flush) is read before and after them, and only the same even generation both times accepts the
-read. Otherwise they are read again a few times within milliseconds (a flush writes in well under one); past that
-the last accepted snapshot of that process is served again, or, for a process that died inside a flush, the files
+read. Otherwise they are read again, twice at once and once half a millisecond later (a flush writes its files in
+about a tenth of a millisecond, unless its process is descheduled in between); past that the last accepted
+snapshot of that process is served again (one of its flushes older; a scrape never waits for another process), or, for a process that died inside a flush, the files
 as they are, where the merge's own check (``families``: native parts that contradict the classic ones are
 withheld) keeps every series valid.
 """
@@ -77,7 +78,7 @@ class Layout:
 
 
 _USED_ONLY = np.uint64(0xFFFFFFFF)  # a header word without bytes 4-7 (little-endian: the used length)
-SNAPSHOT_WAITS_S = (0.0, 0.0002, 0.0005, 0.001, 0.002, 0.004)  # before each read of a process's files (~8 ms in all)
+SNAPSHOT_WAITS_S = (0.0, 0.0, 0.0005)  # before each read of a process's files: then its last accepted read serves
 
 
 class ReaderCache:
