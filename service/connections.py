@@ -9,7 +9,7 @@ first response; ``h11_max_incomplete_event_size`` bounds a head's bytes, not its
 protocol:
 
 - a connection waiting for a request head (just opened, or after a response) is closed ``head_timeout_s`` later
-  unless a whole head has arrived (counted: ``head_timeout``);
+  (within ``SWEEP_S``) unless a whole head has arrived (counted: ``head_timeout``);
 - at most ``cap`` connections are open, below the file limit (``connection_cap``; the soft limit is raised to the
   hard one first, ``raise_nofile``); one more closes the connection that has waited longest for a head (counted:
   ``over_capacity``), so idle sockets cannot lock out a probe that sends its request at once; with none waiting,
@@ -38,6 +38,7 @@ DEFAULT_HEAD_TIMEOUT_S = 5.0  # uvicorn's keep-alive default: a scraper or a bro
 DEFAULT_MAX_CONNECTIONS = 1000
 FD_RESERVE = 64  # descriptors kept for everything but client sockets (directory files, logs, the listener)
 LOG_EVERY_S = 60.0
+SWEEP_S = 0.25  # how often waiting connections are checked against the head timeout (its precision)
 _ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -91,7 +92,9 @@ class ConnectionBounds:
         self.head_timeout_s = head_timeout_s
         self.cap = connection_cap(max_connections, soft)
         self.open = 0
-        self.waiting: OrderedDict[Any, asyncio.TimerHandle] = OrderedDict()  # waiting for a head, oldest first
+        self.waiting: OrderedDict[Any, float] = OrderedDict()  # waiting for a head since (clock), oldest first
+        self._clock = clock
+        self._sweeping = False
         self.closed = Counter("routescope_http_connections_closed", "Connections the server closed itself: a request "
                               "head not in within the head timeout, or one connection past the cap.",
                               ["reason"], registry=registry)
@@ -141,12 +144,27 @@ class ConnectionBounds:
     def wait_for_head(self, protocol: Any, loop: asyncio.AbstractEventLoop) -> None:
         """The connection waits for a request head from now on (opened, or its last response sent)."""
         if protocol not in self.waiting:
-            self.waiting[protocol] = loop.call_later(self.head_timeout_s, self._close, protocol, "head_timeout")
+            self.waiting[protocol] = self._clock()
+            if not self._sweeping:
+                self._sweeping = True
+                loop.call_later(SWEEP_S, self._sweep, loop)
 
     def stop_waiting(self, protocol: Any) -> None:
-        timer = self.waiting.pop(protocol, None)
-        if timer is not None:
-            timer.cancel()
+        self.waiting.pop(protocol, None)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the connections waiting for a head longer than the timeout (oldest first: stop at the first
+        younger one); one timer for them all, not one per request."""
+        limit = self._clock() - self.head_timeout_s
+        while self.waiting:
+            protocol, since = next(iter(self.waiting.items()))
+            if since > limit:
+                break
+            self._close(protocol, "head_timeout")
+        if self.waiting:
+            loop.call_later(SWEEP_S, self._sweep, loop)
+        else:
+            self._sweeping = False
 
     def accept_error_handler(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """The event loop's exception handler: accept failures counted and logged once a minute; others as before."""
