@@ -44,14 +44,29 @@ class Control(Protocol):
 
 
 def experiments_of(control: Control | None) -> list[dict[str, Any]]:
-    """The experiments list for /routing and /metrics: empty (never raising) when there is none or it fails."""
+    """The experiments list for /routing and /metrics: empty (never raising) when there is none or it fails; a
+    failure is logged when it starts (each scrape and page poll would repeat it), and once more when it ends."""
     if control is None:
         return []
     try:
-        return list(control.experiments())
+        items = list(control.experiments())
     except Exception as exc:  # noqa: BLE001 - /routing and /metrics always answer
-        log.warning("experiments read failed: %s: %s", exc.__class__.__name__, exc)
+        if not getattr(control, "read_failing", False):
+            log.warning("experiments read failed: %s: %s (logged again only once it recovers)",
+                        exc.__class__.__name__, exc)
+            _mark(control, True)
         return []
+    if getattr(control, "read_failing", False):
+        log.warning("experiments read recovered")
+        _mark(control, False)
+    return items
+
+
+def _mark(control: Any, failing: bool) -> None:
+    try:
+        control.read_failing = failing
+    except AttributeError:  # a control that takes no attribute: it logs every failure
+        pass
 
 
 def _api() -> Any:

@@ -175,19 +175,29 @@ def test_without_a_demo_or_a_directory_a_start_is_refused_not_left_idle():
     assert r.status_code == 409 and "no process would run" in r.json()["message"]
 
 
-def test_a_failing_core_costs_the_series_and_the_section_never_the_endpoints(stack):
+def test_a_failing_core_costs_the_series_and_the_section_never_the_endpoints(stack, caplog):
     app, _, _ = stack
 
     class Broken:
-        def experiments(self):
-            raise RuntimeError("boom")
+        fail = True
 
-    app.state.routescope.experiments = Broken()
+        def experiments(self):
+            if self.fail:
+                raise RuntimeError("boom")
+            return []
+
+    broken = app.state.routescope.experiments = Broken()
     c = client(app)
-    assert c.get("/metrics").status_code == 200 and "routescope_experiment_state" in c.get("/metrics").text
+    for _ in range(3):
+        assert c.get("/metrics").status_code == 200 and "routescope_experiment_state" in c.get("/metrics").text
     assert c.get("/routing").json()["experiments"] == []
     r = c.get("/experiments")
     assert r.status_code == 500 and "boom" not in r.text  # the house's 500: class name only
+    assert [m for m in caplog.messages if m.startswith("experiments read failed")] == [
+        "experiments read failed: RuntimeError: boom (logged again only once it recovers)"]  # once, not per scrape
+    broken.fail = False
+    c.get("/metrics")
+    assert "experiments read recovered" in caplog.messages
 
 
 def test_openapi_documents_the_control_and_other_methods_are_405(stack):
