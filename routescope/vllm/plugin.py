@@ -190,12 +190,14 @@ class Plugin:
         """The experiment router (routing.py) over this module; None when no experiment can run here (logged)."""
         try:
             from .arms import VllmArms
-            from .experiment import flush_interval, registry_factory
+            from .experiment import SWITCH_ENV, flush_interval, registry_factory
             from .routing import Router
 
             make = (self.experiment_factory or registry_factory)(env=self.env)
             if make is None:
                 return None
+            log.info("routescope: an experiment started in the multiprocess directory routes its arm-B calls in this "
+                     "process (%s=0 keeps the plugin to observing)", SWITCH_ENV)
             return Router(arms=VllmArms(module, aiter_module=self.layout.aiter_module), make_registry=make,
                           batch_invariant=self._batch_invariant(), flush_interval_s=flush_interval(self.env))
         except Exception as exc:  # noqa: BLE001 - without a router the plugin observes, as before experiments
