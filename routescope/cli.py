@@ -61,10 +61,26 @@ def version_text(root: Path = CHECKOUT) -> str:
             version = "unknown (not installed)"
     if not (root / ".git").exists():
         return f"routescope {version}"
-    from dispatcher.sweep.provenance import git_commit
-
-    commit = git_commit(root)
+    commit = checkout_commit(root)
     return f"routescope {version}" + (f" (commit {commit})" if commit else "")
+
+
+def checkout_commit(root: Path) -> str | None:
+    """The checkout's short commit, "-dirty" when tracked files differ; None if git cannot say (no torch imported,
+    unlike dispatcher.sweep.provenance, which a sweep uses the same way)."""
+    import subprocess
+
+    def git(*args: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    head = git("rev-parse", "--short=7", "HEAD")
+    if head is None or head.returncode != 0 or not head.stdout.strip():
+        return None
+    diff = git("diff", "--quiet", "HEAD", "--")
+    return head.stdout.strip() + ("-dirty" if diff is not None and diff.returncode == 1 else "")
 
 
 def _show_version(value: bool) -> None:
@@ -161,6 +177,9 @@ def help_width(stdout: Any = None, env: Any = None) -> int | None:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--version"]:  # answered before the subcommands (and torch) are imported
+        print(version_text())
+        return
     width = help_width()
     if width is not None:
         rich_utils.MAX_WIDTH = width  # what TERMINAL_WIDTH sets; only for a pipe or a file

@@ -80,3 +80,12 @@ def test_piped_help_is_not_cut():
     assert r.returncode == 0, r.stderr
     assert "…" not in r.stdout and "ROUTESCOPE_GFX942_MIN_ROWS" in r.stdout and "--allow-unknown-arch" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) == PIPED_HELP_WIDTH
+
+
+def test_the_console_scripts_version_needs_no_subcommand():
+    r = subprocess.run([sys.executable, "-c", "import sys; from routescope.cli import main; main(); "
+                        "print('torch' in sys.modules)", "--version"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    version, loaded = r.stdout.splitlines()
+    assert version == version_text() and loaded == "False"  # nothing heavy imported to answer it
