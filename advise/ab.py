@@ -26,6 +26,7 @@ import torch
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.kernels.registry import default_registry
 from dispatcher.policy import Policy
+from dispatcher.pools import pool_bucket, pool_bytes
 from dispatcher.sweep.inputs import topk_indices
 from dispatcher.types import CallClass, Kernel
 from workloads.scale import ScaledShape, scaled
@@ -76,19 +77,24 @@ def route(spec: CallSpec, shape: ScaledShape, arm: Arm, target: Target) -> str:
     return decided_kernel(_entry_like(shape), spec.rows, CallClass(spec.kind), arm.policy, target, arm.split_below)
 
 
-def observed(specs: Sequence[CallSpec], shapes: dict[str, ScaledShape], arm: Arm, target: Target) -> list[ObservedCall]:
-    """The calls as telemetry would see them under ``arm`` (the traffic advise is given)."""
+def observed(specs: Sequence[CallSpec], shapes: dict[str, ScaledShape], arm: Arm, target: Target,
+             kv_slots: int | None = None) -> list[ObservedCall]:
+    """The calls as telemetry would see them under ``arm`` (the traffic advise is given); with ``kv_slots``, each
+    labelled with its model's pool of that many slots, as telemetry labels it (``kv_pool_bytes``)."""
     out = []
     for s in specs:
         sh = shapes[s.model]
+        d = sh.nope_head_dim + sh.rope_head_dim
+        pool = pool_bucket(pool_bytes(kv_slots, d, 2)) if kv_slots else None  # the replay's pools are bf16
         out.append(ObservedCall(s.model, route(s, sh, arm, target), s.rows, s.kind, s.decode_rows, sh.topk,
-                                f"{sh.nope_head_dim}+{sh.rope_head_dim}"))
+                                f"{sh.nope_head_dim}+{sh.rope_head_dim}", kv_pool_bytes=pool))
     return out
 
 
-def replay_traffic(specs: Sequence[CallSpec], shapes: dict[str, ScaledShape], arm: Arm, target: Target) -> Traffic:
+def replay_traffic(specs: Sequence[CallSpec], shapes: dict[str, ScaledShape], arm: Arm, target: Target,
+                   kv_slots: int | None = None) -> Traffic:
     thresholds = (arm.policy.gfx942_min_rows, arm.policy.gfx950_min_rows)
-    entries = aggregate(observed(specs, shapes, arm, target), thresholds)
+    entries = aggregate(observed(specs, shapes, arm, target, kv_slots), thresholds)
     return Traffic(entries, target.arch, arm.policy, source="the replayed calls", span_note="a replay: no span")
 
 

@@ -102,7 +102,7 @@ def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_
     loaded = [fresh_table(device, shapes, biggest, pool, 10 if device.type == "cuda" else 3) if t == "fresh"
               else load_table(t) for t in tables]
     arm_a = Arm("active", Policy())
-    traffic = replay_traffic(specs, shapes, arm_a, target)
+    traffic = replay_traffic(specs, shapes, arm_a, target, pool)
     scans = [advise(traffic, [t], gates=DEFAULT_GATES if gate is None else (gate,), source_kind="replay") for t in loaded]
     gate = gate if gate is not None else pick_gate(scans)
     if gate is None:
@@ -132,8 +132,9 @@ def run_ab(*, calls: int, gate: int | None, tables: list[str], repeats: int, kv_
         "device": str(device), "target": target.arch, "clock": clock, "seed": seed, "calls": len(specs),
         "repeats": repeats, "kv_pool": pool, "gate": gate, "arms": {arm_a.name: "every call as the active policy "
         "routes it", arm_b.name: f"prefill-entry calls under {gate} rows to intree.sparse_decode"},
-        "tables": [{"name": t.meta.name, "device": t.meta.device, "date": t.meta.date, "provenance": t.meta.provenance}
-                   for t in loaded],
+        "tables": [{"name": t.meta.name, "device": t.meta.device, "date": t.meta.date, "provenance": t.meta.provenance,
+                    "commit": t.meta.commit, "kv_pools": list(t.meta.pools)} for t in loaded],
+        "kv_pool_bytes": {m: pool * (sh.nope_head_dim + sh.rope_head_dim) * 2 for m, sh in shapes.items()},
         "models": models,
         "measured_saving_s": sum(m["measured_saving_s"] for m in models.values()),
         "predicted_saving_s": {t.meta.name: _sum_bands([m["predicted_saving_s"][t.meta.name] for m in models.values()])
@@ -188,7 +189,8 @@ def ab_command(
     gate: Annotated[Optional[int], typer.Option(min=1, help="arm B's gate in rows (default: advise's best)")] = None,
     table: Annotated[Optional[list[str]], typer.Option(help="h200, gfx942, a sweep JSON, or fresh (repeatable)")] = None,
     repeats: Annotated[int, typer.Option(min=1, max=50, help="timed passes per arm")] = 3,
-    kv_pool: Annotated[Optional[int], typer.Option(min=64, help="kv slots (default 16384 on a GPU, as the sweep's largest)")] = None,
+    kv_pool: Annotated[Optional[int], typer.Option(min=64, help="kv slots (default 16384 on a GPU: 16 MiB at D = 512, "
+                                                                "inside an H200's L2); advise prices at that pool")] = None,
     max_rows: Annotated[int, typer.Option(min=1, help="leave out calls of more rows (a CPU run stays short)")] = 16384,
     seed: Annotated[int, typer.Option(help="seed of the demo traffic")] = 7,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",

@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dispatcher.pools import format_bytes, parse_bytes
+
 from .choose import choose_tables
 from .policies import DEFAULT_GATES
 from .report import AdviceOut, BandOut, advise, fmt_seconds, fmt_share
@@ -22,7 +24,7 @@ from .sources import (
     from_routing,
 )
 from .tables import TableError
-from .traffic import Traffic
+from .traffic import Traffic, with_pool
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -155,11 +157,15 @@ def advise_command(
     gates: Annotated[str, typer.Option(help="gates to scan, in rows")] = ",".join(map(str, DEFAULT_GATES)),
     model: Annotated[Optional[list[str]], typer.Option(help="only these models (repeatable)")] = None,
     every: Annotated[bool, typer.Option("--all", help="show every gate scanned, not only the best")] = False,
+    kv_pool_bytes: Annotated[Optional[str], typer.Option(
+        help="price every call at this kv pool size (bytes, or 256MiB, 4GiB): for sources without the kv_pool_bytes "
+             "label (older series), or a what-if; default: each entry's own label")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Predict what each gate (and decodes to split-K) would cost or save on the traffic a source saw."""
     try:
         scan = parse_gates(gates)
+        pool = None if kv_pool_bytes is None else parse_bytes(kv_pool_bytes)
         traffic = read_traffic(url, multiproc_dir, prometheus, range_, at, selector, span, demo_traffic, demo_glm_bug,
                                demo_shapes)
     except ValueError as exc:
@@ -168,6 +174,9 @@ def advise_command(
         raise _fail(str(exc), 1) from None
     if model:
         traffic = replace(traffic, entries=tuple(e for e in traffic.entries if e.model in set(model)))
+    if pool is not None:
+        traffic = replace(traffic, entries=with_pool(traffic.entries, pool)).with_notes(
+            f"every call priced at a kv pool of {format_bytes(pool)} (--kv-pool-bytes)")
     try:
         tables, note = choose_tables(table or [], traffic)
         kind = "prometheus" if prometheus else "multiproc" if multiproc_dir else "demo" if demo_traffic else "routing"

@@ -9,6 +9,15 @@ p80; a published figure has one value for all three). ``at(rows)`` answers a 2 x
   there and part between points as far as the table leaves the curve open;
 - axis 1, the spread: low, middle, high.
 
+Between two timed rows more than ``MAX_STEP`` (2x) apart, the two interpolants say little: a kernel
+can stay flat over most of such a gap (a fixed cost dominates) and rise only near its top, as the
+H200's no-split prefill does from 16 to 128 rows, where a power law through 16 and 256 reads it up to
+45% high. There two more rows of axis 0, ``flat`` and ``steep``, widen the band to every curve that
+never falls with rows and never more than doubles when rows double: from ``max(t0, t1 * r / r1)``
+(flat, then proportional to rows) to ``min(t1, t0 * r / r0)`` (proportional, then flat). Within a
+step of 2x or less both repeat the power law, so the band is the two interpolants' alone. ``gap``
+names the step a row count falls in when it is wider than that.
+
 Outside the timed rows it answers None: a curve is never extrapolated.
 """
 
@@ -21,8 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-INTERPS = ("loglog", "linear")
+INTERPS = ("loglog", "linear", "flat", "steep")
 SPREADS = ("low", "mid", "high")
+MAX_STEP = 2.0  # timed rows further apart than this factor: the band holds every plausible curve between them
 _EPS = 1e-9
 
 
@@ -53,20 +63,35 @@ class Curve:
     def covers(self, rows: float) -> bool:
         return self.first * (1 - _EPS) <= rows <= self.last * (1 + _EPS)
 
+    def gap(self, rows: float) -> tuple[float, float] | None:
+        """The timed rows around ``rows`` when they are more than ``MAX_STEP`` apart; None otherwise."""
+        if not self.covers(rows):
+            return None
+        i = bisect_left(self.rows, rows * (1 - _EPS))
+        if i < len(self.rows) and abs(self.rows[i] - rows) <= _EPS * rows:
+            return None
+        r0, r1 = self.rows[i - 1], self.rows[i]
+        return (r0, r1) if r1 > r0 * MAX_STEP * (1 + _EPS) else None
+
     def at(self, rows: float) -> np.ndarray | None:
         """[interp][spread] at ``rows``; None outside the timed rows."""
         if not self.covers(rows):
             return None
         i = bisect_left(self.rows, rows * (1 - _EPS))
         if i < len(self.rows) and abs(self.rows[i] - rows) <= _EPS * rows:
-            return np.array([self.values[i], self.values[i]], dtype=float)
+            return np.array([self.values[i]] * len(INTERPS), dtype=float)
         r0, r1 = self.rows[i - 1], self.rows[i]
         v0, v1 = np.array(self.values[i - 1]), np.array(self.values[i])
         u_log = (math.log(rows) - math.log(r0)) / (math.log(r1) - math.log(r0))
         u_lin = (rows - r0) / (r1 - r0)
         loglog = np.exp(np.log(v0) + (np.log(v1) - np.log(v0)) * u_log)
         linear = v0 + (v1 - v0) * u_lin
-        return np.stack([loglog, linear])
+        if r1 <= r0 * MAX_STEP * (1 + _EPS):
+            return np.stack([loglog, linear, loglog, loglog])
+        rising = v1 >= v0
+        flat = np.where(rising, np.maximum(v0, v1 * rows / r1), v1)
+        steep = np.where(rising, np.minimum(v1, v0 * rows / r0), v0)
+        return np.stack([loglog, linear, flat, steep])
 
 
 def bucket_values(curve_at: Callable[[float], np.ndarray | None], lo: float, mean: float,

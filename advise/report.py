@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from dispatcher.pools import format_bytes
+
 from .latency import LatencyModel
 from .policies import DEFAULT_GATES, Candidate, Target, candidates, launches, target_for
 from .scan import Band, Priced, price_model
@@ -22,9 +24,10 @@ from .traffic import Traffic, demo_shapes
 
 PREDICTION = ("predicted: the observed calls (calls and mean rows per rows bucket) times a latency table; "
               "nothing here was measured on this traffic")
-BAND = ("band: lowest to highest over the power-law and linear interpolants between timed rows, each kernel's "
-        "timings at their low, middle or high value (a sweep's p20/median/p80), and calls at their bucket's mean "
-        "rows or spread to its edges; the estimate is power-law, middle, mean")
+BAND = ("band: lowest to highest over the power-law and linear interpolants between timed rows (between rows more "
+        "than 2x apart, also every curve from flat to proportional to rows), each kernel's timings at their low, "
+        "middle or high value (a sweep's p20/median/p80), across the kv pools a call is priced between, and calls "
+        "at their bucket's mean rows or spread to its edges; the estimate is power-law, middle, mean")
 BEST_KINDS = ("gate", "counterfactual")
 # What a share is of: only prefill-entry calls are priced (the decode entry's calls are not in the traffic aggregate),
 # so a saving is a share of their predicted kernel time, not of all sparse-attention time.
@@ -54,6 +57,7 @@ class TableOut(BaseModel):
     file: str
     command: str | None = None
     commit: str | None = None
+    kv_pools: list[int] = Field([], description="the kv pools (bytes) the table times; empty: not recorded")
     notes: list[str] = []
     noise: str | None = Field(None, description="why no gate is recommended from this table (a sweep's noisy "
                                                 "points); null: its spread is within its tolerance")
@@ -61,7 +65,8 @@ class TableOut(BaseModel):
     @classmethod
     def of(cls, m: TableMeta) -> TableOut:
         return cls(name=m.name, device=m.device, arch=m.arch, date=m.date, provenance=m.provenance, source=m.source,
-                   file=m.file, command=m.command, commit=m.commit, notes=list(m.notes), noise=m.noise)
+                   file=m.file, command=m.command, commit=m.commit, kv_pools=list(m.pools), notes=list(m.notes),
+                   noise=m.noise)
 
 
 class Unpriced(BaseModel):
@@ -270,13 +275,25 @@ def advise_model(model: str, traffic: Traffic, cands: list[Candidate], target: T
     best, ties = (None, []) if noisy else _best(outs)
     dip = _decode_cost({p.candidate.name: p for p in priced}, per_hour)
     names = ", ".join(m.describe() for m in lm.metas if m.name in used)
-    shapes = sorted({f"top-k {e.topk}, {e.layout}, q/kv {e.q_dtype}/{e.kv_dtype}" for e in entries})
+    shapes = sorted({f"top-k {e.topk}, {e.layout}, q/kv {e.q_dtype}/{e.kv_dtype}"
+                     + (f", kv pool {format_bytes(e.kv_pool_bytes)}+" if e.kv_pool_bytes else "") for e in entries})
     return ModelAdviceOut(
         model=model, calls=sum(e.calls for e in entries), rows=sum(e.rows for e in entries), shapes=shapes,
         candidates=outs, best=best.name if best else None,
         headline=_headline(model, outs, best, ties, dip, target, names or _unpriced(outs[0]), noisy),
         decode_in_prefill=dip,
     )
+
+
+def pricing_notes(traffic: Traffic, cands: list[Candidate], target: Target, lm: LatencyModel, *,
+                  recorded: bool) -> list[str]:
+    """How the active policy's calls were priced, where a reader should know: which kv pools, which wide gaps."""
+    notes: dict[str, None] = {}
+    for model in traffic.models:
+        entries = [e for e in traffic.entries if e.model == model]
+        for p in price_model(entries, cands[:1], target, lm, recorded=recorded):
+            notes.update(dict.fromkeys(p.notes))
+    return list(notes)
 
 
 def advise(traffic: Traffic, tables: Sequence[LatencyTable], *, gates: Iterable[int] = DEFAULT_GATES,
@@ -311,4 +328,5 @@ def advise(traffic: Traffic, tables: Sequence[LatencyTable], *, gates: Iterable[
                          "AITER enabled (AITER off or not importable there?); the other candidates assume it enabled")
     per_hour = 3600.0 / traffic.span_s if traffic.span_s else None
     models = [advise_model(m, traffic, cands, target, lm, per_hour, recorded=not what_if) for m in traffic.models]
+    notes += pricing_notes(traffic, cands, target, lm, recorded=not what_if)
     return AdviceOut(status="ok", target=out_target, tables=table_outs, source=source, notes=notes, models=models)

@@ -67,6 +67,7 @@ class Priced:
     moved_decode_rows: int = 0
     delta_unknown: Counter = field(default_factory=Counter)  # reasons a moved call has no price
     tables: set[str] = field(default_factory=set)
+    notes: dict[str, None] = field(default_factory=dict)  # Outcome.notes of the priced calls, in order, once each
 
     @property
     def seconds(self) -> Band | None:
@@ -92,6 +93,14 @@ class Outcome:
     parts: tuple[tuple[str, np.ndarray], ...] = ()  # (kernel, seconds for all the entry's calls)
     reason: str = ""
     tables: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # how the prices were found, where a reader should know (kv pools, wide gaps)
+
+
+def _notes(kernel: str, p) -> list[str]:
+    out = [f"{kernel}: {p.pool_note}"] if p.pool_note else []
+    out += [f"{kernel}: priced between timed rows {a:.0f} and {b:.0f}, more than 2x apart: the band holds a flat "
+            "and a power-law curve between them" for a, b in p.gaps]
+    return out
 
 
 def outcome(lm: LatencyModel, entry: TrafficEntry, cand: Candidate, target: Target, recorded: bool) -> Outcome:
@@ -99,17 +108,18 @@ def outcome(lm: LatencyModel, entry: TrafficEntry, cand: Candidate, target: Targ
     if t is not None:
         return Outcome(None, reason=f"gate {t} falls inside rows bucket {entry.rows_bucket}: the aggregates "
                                     "cannot tell which calls it moves")
-    shape = Shape(entry.topk, entry.layout, entry.q_dtype, entry.kv_dtype)
+    shape = Shape(entry.topk, entry.layout, entry.q_dtype, entry.kv_dtype, entry.kv_pool_bytes)
     found = launches(entry, cand, target, recorded=recorded)
     route = tuple((x.kernel, x.mean) for x in found)
-    parts, tables = [], []
+    parts, tables, notes = [], [], []
     for launch in found:
         p = lm.price(launch.kernel, shape, launch.lo, launch.mean, launch.hi)
         if isinstance(p, Miss):
             return Outcome(route, reason=p.reason)
         parts.append((launch.kernel, p.seconds * launch.calls))
         tables.extend(p.tables)
-    return Outcome(route, tuple(parts), "", tuple(tables))
+        notes.extend(_notes(launch.kernel, p))
+    return Outcome(route, tuple(parts), "", tuple(tables), tuple(dict.fromkeys(notes)))
 
 
 def price_model(entries: list[TrafficEntry], cands: list[Candidate], target: Target, lm: LatencyModel,
@@ -131,6 +141,7 @@ def price_model(entries: list[TrafficEntry], cands: list[Candidate], target: Tar
             else:
                 res.covered_calls += n
                 res.tables.update(out.tables)
+                res.notes.update(dict.fromkeys(out.notes))
                 for kernel, v in out.parts:
                     _add(res.total, kernel, v)
             if res is active or (out.route is not None and out.route == base.route):

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dispatcher.pools import format_bytes
 from dispatcher.sweep.noise import noise_sentence, noisy_in_document
 from dispatcher.types import Kernel
 
@@ -51,7 +52,7 @@ _DEVICE_ARCH = (("h200", "sm90"), ("h100", "sm90"), ("h800", "sm90"), ("mi300", 
 IMPL_PREFERENCE = ("gluon", "triton", "torch", "aiter")
 NOT_RECORDED = "not recorded in the file"
 
-SeriesKey = tuple[str, int, str, str, str]  # kernel, top-k, layout, q dtype, kv dtype
+SeriesKey = tuple[str, int, str, str, str, "int | None"]  # kernel, top-k, layout, q dtype, kv dtype, kv pool bytes
 RatioKey = tuple[str, str, int, str, str, str]  # kernel, over, top-k, layout, q dtype, kv dtype
 
 
@@ -77,6 +78,7 @@ class PointIn(_Strict):
     high_us: float | None = Field(None, gt=0)
     provenance: Provenance | None = Field(None, description="null: the table's")
     source: str = Field(min_length=1)
+    kv_pool_bytes: int | None = Field(None, gt=0, description="the kv pool it was timed with; null: not recorded")
 
     @model_validator(mode="after")
     def _spread(self) -> PointIn:
@@ -112,6 +114,7 @@ class TableIn(_Strict):
     q_dtype: str = "bfloat16"
     kv_dtype: str = "bfloat16"
     layouts: list[str] = Field(min_length=1)
+    kv_pools: list[int] = Field([], description="the kv pools (bytes) its points were timed with, if recorded")
     notes: list[str] = []
     points: list[PointIn] = Field(min_length=1)
     ratios: list[RatioIn] = []
@@ -132,6 +135,9 @@ class SweepResultIn(BaseModel):
     heads: int | None = None
     impl: str | None = None
     timer: str | None = None
+    kv_len: int | None = None
+    head_dim: int | None = None
+    kv_pool_bytes: int | None = Field(None, gt=0)
 
 
 class SweepIn(BaseModel):
@@ -141,6 +147,7 @@ class SweepIn(BaseModel):
     date: str | None = Field(None, description="the UTC day it ran (routescope sweep records it; older files not)")
     commit: str | None = Field(None, description="the checkout's commit it ran at, if it ran in one")
     command: str = ""
+    kv_pools: list[int] = Field([], description="the pools a sweep over kv pools timed (routescope sweep --kv-pool)")
     results: list[SweepResultIn] = Field(min_length=1)
 
 
@@ -160,13 +167,22 @@ class TableMeta:
     heads: int | None = None
     notes: tuple[str, ...] = ()
     noise: str | None = None  # why its figures cannot place a gate (a sweep's noisy points); None: they can
+    pools: tuple[int, ...] = ()  # the kv pools (bytes) it times; () : not recorded
 
     @property
     def measured_here(self) -> bool:
         return self.provenance == MEASURED
 
+    @property
+    def pool_text(self) -> str:
+        """'kv pools 8 MiB, 256 MiB, 4 GiB', or that the file does not record them."""
+        if not self.pools:
+            return f"kv pool {NOT_RECORDED}"
+        return ("kv pool " if len(self.pools) == 1 else "kv pools ") + ", ".join(map(format_bytes, self.pools))
+
     def describe(self) -> str:
-        return f"{self.name} ({self.device}, {self.date}, {self.provenance})"
+        pools = f", {self.pool_text}" if self.pools else ""
+        return f"{self.name} ({self.device}, {self.date}{pools}, {self.provenance})"
 
 
 @dataclass(frozen=True)
@@ -230,7 +246,8 @@ def _from_table(doc: dict, file: str) -> LatencyTable:
         for lay in _layouts_of(file, f"points[{i}].layout", p.layout, t.layouts):
             lo = p.low_us if p.low_us is not None else p.us
             hi = p.high_us if p.high_us is not None else p.us
-            pts.setdefault((p.kernel, p.topk, lay, t.q_dtype, t.kv_dtype), []).append((p.rows, (lo, p.us, hi), f"points[{i}].rows"))
+            pts.setdefault((p.kernel, p.topk, lay, t.q_dtype, t.kv_dtype, p.kv_pool_bytes), []).append(
+                (p.rows, (lo, p.us, hi), f"points[{i}].rows"))
     rts: dict[tuple, list] = {}
     for i, r in enumerate(t.ratios):
         if r.kernel == r.over:
@@ -241,8 +258,13 @@ def _from_table(doc: dict, file: str) -> LatencyTable:
         for lay in _layouts_of(file, f"ratios[{i}].layout", r.layout, t.layouts):
             rts.setdefault((r.kernel, r.over, r.topk, lay, t.q_dtype, t.kv_dtype), []).append(
                 (r.rows, (r.ratio,) * 3, f"ratios[{i}].rows"))
+    pooled = sorted({k[5] for k in pts if k[5] is not None})
+    if t.kv_pools and sorted(t.kv_pools) != pooled:
+        raise TableError(file, "kv_pools", f"lists {sorted(t.kv_pools)} but the points are timed at {pooled}")
+    if pooled and any(k[5] is None for k in pts):
+        raise TableError(file, "points", "some points name their kv pool and some do not: every point needs one")
     meta = TableMeta(t.name, t.device, t.arch, t.date, t.provenance, t.source, file, t.command, t.commit, t.heads,
-                     tuple(t.notes))
+                     tuple(t.notes), tuple(pooled))
     return LatencyTable(meta, _curves(file, pts), _curves(file, rts))
 
 
@@ -275,7 +297,7 @@ def table_from_sweep(doc: dict, file: str, *, date: str | None = None, commit: s
         _check_layout(file, f"results[{i}].layout", r.layout)
         lo = min(r.p20_us if r.p20_us is not None else r.median_us, r.median_us)
         hi = max(r.p80_us if r.p80_us is not None else r.median_us, r.median_us)
-        key = (r.kernel, r.topk, r.layout, r.dtype, r.kv_dtype or r.dtype)
+        key = (r.kernel, r.topk, r.layout, r.dtype, r.kv_dtype or r.dtype, _result_pool(r) if s.kv_pools else None)
         at = timed.setdefault(key, {}).setdefault(r.rows, {})
         if (r.impl or "") in at:  # e.g. Gluon handed these calls to Triton, which the sweep also timed
             again.append(f"results[{i}]")
@@ -294,13 +316,26 @@ def table_from_sweep(doc: dict, file: str, *, date: str | None = None, commit: s
     noisy, tolerance = noisy_in_document(doc)
     labels = {doc.get("a"), doc.get("b")} - {None}
     points = sum(1 for r in s.results if not labels or f"{r.kernel}:{r.impl or ''}" in labels)
+    pooled = tuple(sorted({k[5] for k in pts if k[5] is not None}))
     meta = TableMeta(
         name=Path(file).stem, device=s.device, arch=arch, date=date or s.date or NOT_RECORDED,
         provenance=MEASURED, source="routescope sweep", file=file, command=s.command or None,
         commit=commit or s.commit, heads=heads.pop() if len(heads) == 1 else None, notes=tuple(notes),
-        noise=noise_sentence(noisy, points, tolerance) if noisy else None,
+        noise=noise_sentence(noisy, points, tolerance) if noisy else None, pools=pooled,
     )
     return LatencyTable(meta, _curves(file, pts))
+
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _result_pool(r: SweepResultIn) -> int | None:
+    """A sweep result's kv pool in bytes: recorded, or its slots x head dim x the pool's element size."""
+    if r.kv_pool_bytes is not None:
+        return r.kv_pool_bytes
+    if r.kv_len is None or r.head_dim is None:
+        return None
+    return r.kv_len * r.head_dim * _ITEMSIZE.get(r.kv_dtype or r.dtype, 1)
 
 
 def impl_rank(impl: str) -> tuple[int, str]:
@@ -338,15 +373,18 @@ def sweep_to_table_doc(sweep: dict, *, name: str, date: str, commit: str, source
     t = table_from_sweep(sweep, file, date=date, commit=commit)
     layouts = sorted({k[2] for k in t.series})
     (q_dtype,), (kv_dtype,) = {k[3] for k in t.series}, {k[4] for k in t.series}
-    points = [
-        {"kernel": k[0], "rows": int(r), "topk": k[1], "layout": k[2], "us": round(v[1], 3), "low_us": round(v[0], 3),
-         "high_us": round(v[2], 3), "source": f"{source}: {k[0]} top-k {k[1]} layout {k[2]} rows {int(r)}"}
-        for k, c in sorted(t.series.items()) for r, v in zip(c.rows, c.values)
-    ]
+    points = []
+    for k, c in sorted(t.series.items(), key=lambda kv: (kv[0][:5], kv[0][5] or 0)):
+        pool = {} if k[5] is None else {"kv_pool_bytes": k[5]}
+        where = "" if k[5] is None else f" pool {format_bytes(k[5])}"
+        points += [{"kernel": k[0], "rows": int(r), "topk": k[1], "layout": k[2], "us": round(v[1], 3),
+                    "low_us": round(v[0], 3), "high_us": round(v[2], 3), **pool,
+                    "source": f"{source}: {k[0]} top-k {k[1]} layout {k[2]}{where} rows {int(r)}"}
+                   for r, v in zip(c.rows, c.values)]
     return {"format": FORMAT, "name": name, "device": t.meta.device, "arch": t.meta.arch, "date": date,
             "provenance": MEASURED, "source": source, "command": t.meta.command, "commit": commit,
             "heads": t.meta.heads, "q_dtype": q_dtype, "kv_dtype": kv_dtype, "layouts": layouts,
-            "notes": list(t.meta.notes), "points": points}
+            "kv_pools": list(t.meta.pools), "notes": list(t.meta.notes), "points": points}
 
 
 def read_json(path: Path, file: str) -> Any:

@@ -10,12 +10,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dispatcher.policy import Policy
 from dispatcher.types import GuardMode
 
-TRAFFIC_LABELS = ("model", "kernel", "rows_bucket", "call_class", "topk", "layout", "q_dtype", "kv_dtype")
+TRAFFIC_LABELS = ("model", "kernel", "rows_bucket", "call_class", "topk", "layout", "q_dtype", "kv_dtype",
+                  "kv_pool_bytes")
 
 
 class TrafficEntry(BaseModel):
@@ -34,6 +35,13 @@ class TrafficEntry(BaseModel):
     calls: int = Field(ge=0)
     rows: int = Field(ge=0)
     decode_rows: int | None = Field(0, ge=0, description="null: not known per entry (merged from several processes)")
+    kv_pool_bytes: int | None = Field(None, gt=0, description="the kv pool's power-of-two bucket in bytes (telemetry's "
+                                                             "label); null: not recorded (older series)")
+
+    @field_validator("kv_pool_bytes", mode="before")
+    @classmethod
+    def _no_pool(cls, value: object) -> object:
+        return None if value in ("", "0", 0, None) else value
 
     @property
     def mean_rows(self) -> float:
@@ -101,7 +109,7 @@ def entries_from(rows: Iterable[Mapping]) -> tuple[TrafficEntry, ...]:
         acc[2] = None if acc[2] is None or e.decode_rows is None else acc[2] + e.decode_rows
     return tuple(
         TrafficEntry(**dict(zip(TRAFFIC_LABELS, k)), calls=c, rows=n, decode_rows=d)
-        for k, (c, n, d) in sorted(merged.items())
+        for k, (c, n, d) in sorted(merged.items(), key=lambda kv: kv[0][:-1] + (kv[0][-1] or 0,))  # pool None: 0
     )
 
 
@@ -171,6 +179,15 @@ class ObservedCall(NamedTuple):
     layout: str
     q_dtype: str = "bfloat16"
     kv_dtype: str = "bfloat16"
+    kv_pool_bytes: int | None = None
+
+
+def with_pool(entries: Sequence[TrafficEntry], kv_pool_bytes: int) -> tuple[TrafficEntry, ...]:
+    """Every entry priced at one pool (``--kv-pool-bytes``: for sources without the label, or a what-if)."""
+    from dispatcher.pools import pool_bucket
+
+    bucket = pool_bucket(kv_pool_bytes)
+    return tuple(e.model_copy(update={"kv_pool_bytes": bucket}) for e in entries)
 
 
 def aggregate(calls: Iterable[ObservedCall], thresholds: Iterable[int] = ()) -> tuple[TrafficEntry, ...]:

@@ -30,7 +30,8 @@ SUBCOMMANDS = (
     ("experiment", "service.experiment_cli:experiment_app", "group"),
 )
 # Commands other packages add to a group above: (group, name, "module:attribute").
-GROUP_COMMANDS = (("bench", "ab", "advise.ab_cli:ab_command"), ("bench", "serve", "service.bench:serve_bench_command"),
+GROUP_COMMANDS = (("bench", "ab", "advise.ab_cli:ab_command"), ("bench", "live", "advise.live:live_command"),
+                  ("bench", "serve", "service.bench:serve_bench_command"),
                   ("bench", "experiment", "experiments.bench:experiment_command"))
 
 

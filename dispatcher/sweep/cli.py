@@ -16,11 +16,12 @@ from ..outputs import OutputPathError, check_folder, write_folder_or_keep
 from ..types import Kernel
 from ..validate import FLOAT_DTYPES, dtype_name
 from .grid import (
-    CPU_KERNELS, CPU_ROWS, CPU_TOPK, DEFAULT_LAYOUTS, GPU_KERNELS, GPU_ROWS, GPU_TOPK, HEADS, SweepArgError,
-    parse_int_list, parse_kernels, parse_layouts,
+    CPU_KERNELS, CPU_ROWS, CPU_TOPK, DEFAULT_LAYOUTS, GPU_KERNELS, GPU_POOLS, GPU_ROWS, GPU_TOPK, HEADS,
+    SweepArgError, parse_int_list, parse_kernels, parse_layouts, parse_pools, pool_names,
 )
 from .analysis import TOLERANCE
-from .provenance import git_commit, run_date
+from .pooled import pooled_document, print_pooled, write_pooled
+from .provenance import run_date, sweep_commit
 from .report import device_name, document, l2_bytes, print_tables, write_all
 from .runner import KernelFailed, SweepPlan, check_timer, run_sweep
 
@@ -46,8 +47,9 @@ def pick_device(name: str) -> torch.device:
 
 def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layout: str, device: str, dtype: str,
                heads: int, repeats: int | None, warmup: int, kv_len: int | None, timer: str = "events",
-               kv_dtype: str | None = None) -> SweepPlan:
-    """Parse and check every option; GPU and CPU get their own defaults."""
+               kv_dtype: str | None = None, kv_pool: str | None = None, flush_l2: bool | None = None) -> SweepPlan:
+    """Parse and check every option; GPU and CPU get their own defaults (a GPU's: ``GPU_POOLS``, unless
+    ``kv_len`` fixes the pool's slots instead)."""
     dev = pick_device(device)
     gpu = dev.type == "cuda"
     dtype = check_dtype(dtype, DTYPES, "--dtype")
@@ -61,6 +63,9 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
         raise SweepArgError(f"--warmup must be between 0 and 1000; got {warmup}")
     if kv_len is not None and kv_len < 1:
         raise SweepArgError(f"--kv-len must be positive; got {kv_len}")
+    if kv_len is not None and kv_pool is not None:
+        raise SweepArgError("--kv-len and --kv-pool both set the pool: give one (slots, or sizes in bytes)")
+    pools = parse_pools(kv_pool) if kv_pool is not None else (GPU_POOLS if gpu and kv_len is None else ())
     check_timer(timer, dev.type)
     registry = default_registry()
     known = {k: [i.impl for i in registry.impls(k)] for k in Kernel}
@@ -72,7 +77,7 @@ def build_plan(*, kernels: str | None, rows: str | None, topk: str | None, layou
         device=dev, dtype=DTYPES[dtype], heads=heads,
         kv_dtype=FP8_KV[kv_dtype] if kv_dtype is not None and kv_dtype != dtype else None,
         repeats=repeats if repeats is not None else (30 if gpu else 5),
-        warmup=warmup, kv_len=kv_len, timer=timer, registry=registry,
+        warmup=warmup, kv_len=kv_len, timer=timer, registry=registry, pools=pools, flush_l2=flush_l2,
     )
 
 
@@ -90,6 +95,9 @@ def replay_command(plan: SweepPlan, out: Path, tolerance: float = TOLERANCE) -> 
         parts[parts.index("--device"):parts.index("--device")] = ["--timer", plan.timer]
     if plan.kv_len:
         parts += ["--kv-len", str(plan.kv_len)]
+    if plan.pools:
+        parts += ["--kv-pool", pool_names(plan.pools)]
+    parts.append("--flush-l2" if plan.flushes else "--no-flush-l2")
     if plan.kv_dtype is not None:
         parts += ["--kv-dtype", str(plan.kv_dtype).removeprefix("torch.")]
     return " ".join(shlex.quote(p) for p in parts)
@@ -109,9 +117,18 @@ def sweep_command(
     kv_dtype: Annotated[Optional[str], typer.Option(
         help="the kv pool's dtype, if not --dtype's: an fp8 pool (float8_e4m3fn or float8_e5m2 on NVIDIA, "
              "float8_e4m3fnuz or float8_e5m2fnuz on ROCm; values used unscaled)")] = None,
-    kv_len: Annotated[Optional[int], typer.Option(help="KV pool rows (default max(rows, 4 x top-k): 18.9 MB at "
-                                                       "16384 rows of 576 lanes, inside an H200's 60 MiB L2; "
-                                                       "1048576 gathers from HBM, as a serving pool does)")] = None,
+    kv_len: Annotated[Optional[int], typer.Option(help="KV pool rows, one pool per point (CPU default: max(rows, "
+                                                       "4 x top-k)); instead of --kv-pool")] = None,
+    kv_pool: Annotated[Optional[str], typer.Option(
+        help="kv pool sizes in bytes, a dimension of the sweep: each point's inputs share one pool of each "
+             "(GPU default: 8MiB,256MiB,4GiB: inside an H200's 60 MiB L2, past it by 4x, and a serving "
+             "cache's size)")] = None,
+    flush_l2: Annotated[Optional[bool], typer.Option(
+        "--flush-l2/--no-flush-l2", help="flush L2 before each timed call (default: for --kv-len pools only; "
+                                         "shared pools leave L2 to hold what their size lets it)")] = None,
+    commit: Annotated[Optional[str], typer.Option(
+        help="the commit the tree was copied from, recorded in the JSON (default: $ROUTESCOPE_COMMIT, else the "
+             "tree's own git checkout, else none)")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     timer: Annotated[str, typer.Option(help="GPU clock: events (a CUDA event pair around each call, its own "
                                             "~3 µs included) or cupti (the call's kernel time, first kernel "
@@ -126,10 +143,13 @@ def sweep_command(
     try:
         plan = build_plan(kernels=kernels, rows=rows, topk=topk, layout=layout, device=device, dtype=dtype,
                           heads=heads, repeats=repeats, warmup=warmup, kv_len=kv_len, timer=timer,
-                          kv_dtype=kv_dtype)
+                          kv_dtype=kv_dtype, kv_pool=kv_pool, flush_l2=flush_l2)
         out = check_folder(out, "--out")
+        recorded_commit = sweep_commit(commit)
     except (SweepArgError, InputError, OutputPathError) as exc:
         raise _fail(str(exc)) from None
+    except ValueError as exc:  # a --commit or ROUTESCOPE_COMMIT that is not one
+        raise _fail(f"--commit: {exc}") from None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -152,14 +172,22 @@ def sweep_command(
     if results:  # labels as the registry resolved them (a spec without :IMPL gets the chosen one)
         labels = list(dict.fromkeys(r.label for r in results))
         a, b = labels[0], labels[1]
-    doc = document(results, a=a, b=b, layouts=[str(x) for x in plan.layouts], device=device_name(plan.device),
+    summary = dict(a=a, b=b, layouts=[str(x) for x in plan.layouts], device=device_name(plan.device),
                    command=replay_command(plan, out, tolerance), tolerance=tolerance, l2=l2_bytes(plan.device),
-                   date=run_date(), commit=git_commit())
-    paths, failed = write_folder_or_keep(out, lambda folder: write_all(folder, results, doc), "--out")
+                   date=run_date(), commit=recorded_commit)
+    if plan.pools:
+        doc = pooled_document(results, pools=plan.pools, flush_l2=plan.flushes, **summary)
+        paths, failed = write_folder_or_keep(out, lambda folder: write_pooled(folder, results, doc), "--out")
+    else:
+        doc = document(results, **summary)
+        paths, failed = write_folder_or_keep(out, lambda folder: write_all(folder, results, doc), "--out")
     if as_json:
         typer.echo(json.dumps(doc, indent=1))
     else:
-        print_tables(console, results, doc)
+        if plan.pools:
+            print_pooled(console, results, doc)
+        else:
+            print_tables(console, results, doc)
         console.print("wrote " + ", ".join(str(p) for p in paths.values()))
         if "png" not in paths:
             console.print("no heatmap: matplotlib is not installed (pip install 'routescope[sweep]')")

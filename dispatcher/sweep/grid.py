@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..pools import format_bytes, parse_bytes
 from ..types import Kernel
 
-GPU_ROWS = (1, 2, 16, 256, 512, 1024, 2048, 16384)
+# Every power of two from 1 to 16,384 rows: a table advise prices at any row count in between without a gap
+# wider than 2x (advise/interp.py refuses to price across a wider one).
+GPU_ROWS = tuple(1 << i for i in range(15))
 GPU_TOPK = (128, 512, 2048)
+# The kv pools a GPU sweep times by default, in bytes: one inside an H200's 60 MiB L2, one past it by over 4x
+# (HBM-resident), and one of production size (a few GB of kv cache). The pool is a dimension of the table.
+GPU_POOLS = (8 << 20, 256 << 20, 4 << 30)
 CPU_ROWS = (1, 2, 16, 64)
 CPU_TOPK = (64, 256)
 # The issue's "both head layouts": the two production layouts of docs/kernels.md, DSV4 (448+64) and GLM-5.3
@@ -106,6 +112,30 @@ def parse_kernels(text: str, known_impls: dict[Kernel, list[str]]) -> tuple[Kern
     if len(specs) < 2:
         raise SweepArgError(f"--kernels needs two or more kernels (A,B,...); got {text!r}")
     return tuple(specs)
+
+
+def parse_pools(text: str) -> tuple[int, ...]:
+    """'8MiB,256MiB,4GiB' -> pool sizes in bytes (sorted, duplicates dropped); SweepArgError naming the bad one."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise SweepArgError(f"--kv-pool needs at least one size; got {text!r}")
+    out = set()
+    for p in parts:
+        try:
+            out.add(parse_bytes(p))
+        except ValueError as exc:
+            raise SweepArgError(f"--kv-pool: {exc}") from None
+    return tuple(sorted(out))
+
+
+def pool_slots(pool_bytes: int, layout: Layout, kv_itemsize: int) -> int:
+    """kv slots of a pool of ``pool_bytes`` at this layout and element size (at least one)."""
+    return max(1, pool_bytes // (layout.head_dim * kv_itemsize))
+
+
+def pool_names(pools: tuple[int, ...]) -> str:
+    """(8388608, 268435456) -> '8MiB,256MiB': the --kv-pool value that repeats them."""
+    return ",".join(format_bytes(p).replace(" ", "") for p in pools)
 
 
 def default_kv_len(rows: int, topk: int) -> int:

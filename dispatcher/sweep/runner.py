@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..kernels.common import KernelArgs
+from ..pools import format_bytes
 from ..kernels.registry import KernelImpl, KernelRegistry, default_registry
 from .analysis import Result
-from .grid import HEADS, KernelSpec, Layout, SweepArgError, default_kv_len
-from .inputs import make_sets
+from .grid import HEADS, KernelSpec, Layout, SweepArgError, default_kv_len, pool_slots
+from .inputs import make_pool, make_sets
 from .timing import GpuTimer, HostTimer, KernelTimer, Timing
 
 Step = Callable[[str], None]
@@ -36,13 +37,19 @@ class SweepPlan:
     heads: int = HEADS
     repeats: int = 30
     warmup: int = 3
-    kv_len: int | None = None  # None: default_kv_len(rows, topk)
+    kv_len: int | None = None  # None: default_kv_len(rows, topk), unless ``pools`` sets the pool
     timer: str = "events"  # one of TIMERS; the CPU has only the host clock
     registry: KernelRegistry = field(default_factory=default_registry)
+    pools: tuple[int, ...] = ()  # kv pool sizes in bytes, each one pool all of a point's sets share; () : kv_len's
+    flush_l2: bool | None = None  # None: flush before each call for per-point pools, not for shared ``pools``
 
     @property
     def points(self) -> int:
-        return len(self.rows) * len(self.topk) * len(self.layouts)
+        return len(self.rows) * len(self.topk) * len(self.layouts) * max(1, len(self.pools))
+
+    @property
+    def flushes(self) -> bool:
+        return not self.pools if self.flush_l2 is None else self.flush_l2
 
 
 def resolve_impl(registry: KernelRegistry, spec: KernelSpec, device_type: str) -> KernelImpl:
@@ -71,11 +78,15 @@ def make_timer(plan: SweepPlan) -> GpuTimer | HostTimer:
     check_timer(plan.timer, plan.device.type)
     if plan.device.type != "cuda":
         return HostTimer()
-    return KernelTimer(plan.device) if plan.timer == "cupti" else GpuTimer(plan.device)
+    flush = plan.flushes
+    return KernelTimer(plan.device, flush_l2=flush) if plan.timer == "cupti" else GpuTimer(plan.device, flush_l2=flush)
 
 
 def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
-    """Time each kernel at each (layout, top-k, rows) point; inputs are built once per point and shared."""
+    """Time each kernel at each (layout, pool, top-k, rows) point; inputs are built once per point and shared.
+
+    With ``plan.pools`` each (layout, pool) gets one kv pool of that many bytes, made once; without, each point
+    its own (``plan.kv_len`` slots, or ``default_kv_len``)."""
     impls = [resolve_impl(plan.registry, s, plan.device.type) for s in plan.kernels]
     labels = [f"{i.kernel.value}:{i.impl}" for i in impls]
     if len(set(labels)) != len(labels):
@@ -84,24 +95,39 @@ def run_sweep(plan: SweepPlan, *, on_step: Step | None = None) -> list[Result]:
     dtype_name = str(plan.dtype).removeprefix("torch.")
     kv_dtype_name = str(plan.kv_dtype or plan.dtype).removeprefix("torch.")
     results: list[Result] = []
+    kv_dtype = plan.kv_dtype or plan.dtype
     for layout in plan.layouts:
-        for topk in plan.topk:
-            for rows in plan.rows:
-                kv_len = plan.kv_len or default_kv_len(rows, topk)
-                sets = make_sets(rows, topk, plan.heads, layout, kv_len, dtype=plan.dtype, device=plan.device,
-                                 kv_dtype=plan.kv_dtype)
-                for spec, impl in zip(plan.kernels, impls):
-                    if on_step is not None:
-                        on_step(f"{layout} top-k {topk} rows {rows}: {spec}")
-                    t, ran = _time_one(timer, impl, spec, sets, plan)
-                    results.append(Result(
-                        impl.kernel.value, ran, str(layout), rows, topk, plan.heads, layout.head_dim,
-                        layout.nope, layout.rope, dtype_name, kv_len, t.median_us, t.p20_us, t.p80_us, t.min_us,
-                        t.repeats, t.timer, kv_dtype_name,
-                    ))
-                del sets
-                if plan.device.type == "cuda":
-                    torch.cuda.empty_cache()
+        for pool_size in plan.pools or (None,):
+            pool = None if pool_size is None else make_pool(
+                pool_slots(pool_size, layout, kv_dtype.itemsize), layout.head_dim, dtype=kv_dtype, device=plan.device)
+            where = "" if pool_size is None else f" pool {format_bytes(pool_size)}"
+            results += _time_pool(plan, impls, timer, layout, pool, where, dtype_name, kv_dtype_name, on_step)
+            del pool
+    return results
+
+
+def _time_pool(plan: SweepPlan, impls: list[KernelImpl], timer: GpuTimer | HostTimer, layout: Layout,
+               pool: torch.Tensor | None, where: str, dtype_name: str, kv_dtype_name: str,
+               on_step: Step | None) -> list[Result]:
+    """Every (top-k, rows) point of one layout and pool."""
+    results: list[Result] = []
+    for topk in plan.topk:
+        for rows in plan.rows:
+            kv_len = pool.shape[0] if pool is not None else (plan.kv_len or default_kv_len(rows, topk))
+            sets = make_sets(rows, topk, plan.heads, layout, kv_len, dtype=plan.dtype, device=plan.device,
+                             kv_dtype=plan.kv_dtype, pool=pool)
+            for spec, impl in zip(plan.kernels, impls):
+                if on_step is not None:
+                    on_step(f"{layout}{where} top-k {topk} rows {rows}: {spec}")
+                t, ran = _time_one(timer, impl, spec, sets, plan)
+                results.append(Result(
+                    impl.kernel.value, ran, str(layout), rows, topk, plan.heads, layout.head_dim,
+                    layout.nope, layout.rope, dtype_name, kv_len, t.median_us, t.p20_us, t.p80_us, t.min_us,
+                    t.repeats, t.timer, kv_dtype_name,
+                ))
+            del sets
+            if plan.device.type == "cuda":
+                torch.cuda.empty_cache()
     return results
 
 

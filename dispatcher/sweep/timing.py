@@ -40,7 +40,8 @@ def summarize(samples_us: list[float], timer: str) -> Timing:
 
 
 class GpuTimer:
-    """CUDA events around each call; before each, an L2 flush and a GPU-side hold hide host launch cost.
+    """CUDA events around each call; before each, an L2 flush (unless ``flush_l2`` is off) and a GPU-side hold that
+    hides host launch cost.
 
     With ``graphs`` each input set's call is captured once in a CUDA graph and replayed, as a
     graph-captured serving loop (vLLM's decode) runs it: the host's launch cost is gone
@@ -53,11 +54,14 @@ class GpuTimer:
     run) puts both kernels at one level.
     """
 
-    def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES, graphs: bool = False) -> None:
+    def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES, graphs: bool = False,
+                 flush_l2: bool = True) -> None:
         self.device = device
         self.hold_cycles = hold_cycles
         self.graphs = graphs
-        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+        # flush_l2=False: inputs cycling over one shared pool (inputs.make_pool) leave L2 to hold what the pool's
+        # size lets it hold, as it does for a serving loop's back-to-back calls
+        self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if flush_l2 else None
 
     def _calls(self, launch: Callable[[KernelArgs], None], sets: list[KernelArgs]) -> list[Callable[[], None]]:
         if not self.graphs:
@@ -87,8 +91,10 @@ class GpuTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         stream = torch.cuda.current_stream(self.device)
+        flush = self.flush
         for i in range(repeats):
-            self.flush.zero_()
+            if flush is not None:
+                flush.zero_()
             torch.cuda._sleep(self.hold_cycles)
             with around(i):
                 starts[i].record(stream)
@@ -107,8 +113,8 @@ class KernelTimer(GpuTimer):
     call of 12 µs. Eager launches only: a graph replay's kernels are not annotated per call.
     """
 
-    def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES) -> None:
-        super().__init__(device, hold_cycles=hold_cycles)
+    def __init__(self, device: torch.device, *, hold_cycles: int = HOLD_CYCLES, flush_l2: bool = True) -> None:
+        super().__init__(device, hold_cycles=hold_cycles, flush_l2=flush_l2)
 
     def time(self, launch: Callable[[KernelArgs], None], sets: list[KernelArgs], *, warmup: int, repeats: int) -> Timing:
         return self.paired(launch, sets, warmup=warmup, repeats=repeats)[0]

@@ -10,6 +10,9 @@
 # `suite-2` (launch paths, split-K reduce, NaN), `suite-3` (telemetry on the GPU, eager and graph clocks:
 # timing-sensitive, run alone).
 # A group name runs its phases: bash scripts/gpu/h200_check.sh suite-1
+# `pools` (docs/advise.md, "The kv pool"): the sweep's defaults (every power of two 1-16,384 rows, three kv pools)
+# after a parallel compile of their kernels, live back-to-back ratios against that table, and the A/B replay at
+# advise's gate for an L2 and an HBM pool. Set ROUTESCOPE_COMMIT to the commit the tree was copied from.
 # Run from the repository root on the device machine (the `run` tool, carry [".whl", ".tcache"]). The wheels the
 # image lacks are installed first (docs/benchmarks.md, "Machines and setup"); Triton's cache lives in .tcache and
 # comes back as $OUT/tcache.tgz, so carrying it spares the next run the compiles.
@@ -31,8 +34,9 @@ phases=${*:-host fidelity reroute reroute-d512 replay replay-reroute graphs test
 phases=${phases//suite-1/kernels}
 phases=${phases//suite-2/launch split nan}
 phases=${phases//suite-3/tests graph-tests}
+phases=${phases//pools/warm pool-sweep pool-live pool-ab}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
-git rev-parse --short HEAD 2>/dev/null || true
+echo "commit: ${ROUTESCOPE_COMMIT:-not given (ROUTESCOPE_COMMIT)}"  # a copy of the tree: no .git of its own
 for p in $phases; do
   case $p in
     host) phase host 120 "${RS[@]}" bench host --json ;;
@@ -65,6 +69,14 @@ for p in $phases; do
     kernels) phase kernels 540 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 --durations=8 \
                tests/dispatcher/kernels/test_triton_gpu.py ;;
     ab) phase ab 300 python3 -m advise.ab_cli --calls 600 --repeats 3 --json ;;
+    warm) phase warm 120 python3 scripts/gpu/warm.py --procs 12 ;;
+    pool-sweep) phase pool-sweep 270 "${RS[@]}" sweep --timer cupti --out "$OUT/sweep" ;;
+    pool-live) phase pool-live 90 python3 -m advise.live --table "$OUT/sweep/sweep.json" --kv-pool 8MiB,256MiB,4GiB \
+                 --out "$OUT/live.json" ;;
+    pool-ab) for slots in 8192 262144; do
+               phase "pool-ab-$slots" 50 python3 -m advise.ab_cli --calls 600 --repeats 3 --table "$OUT/sweep/sweep.json" \
+                 --kv-pool "$slots" --json --out "$OUT/ab-$slots.json"
+             done ;;
     demo) phase demo 150 python3 scripts/gpu/demo_check.py --seconds 25 --out "$OUT/demo" ;;
     *) echo "unknown phase $p" >&2 ;;
   esac

@@ -88,7 +88,7 @@ class TrafficExporter:
 
     def step(self, times: int = 1) -> None:
         for e in self.entries:
-            key = [str(e[k]) for k in TRAFFIC_LABELS] + [self.rank]
+            key = ["" if e.get(k) is None else str(e[k]) for k in TRAFFIC_LABELS] + [self.rank]
             self.calls.labels(*key).inc(e["calls"] * times)
             self.rows.labels(*key).inc(e["rows"] * times)
             if e["call_class"] in ("mixed", "pure_decode"):

@@ -7,17 +7,44 @@ import math
 import numpy as np
 import pytest
 
-from advise.interp import Curve, bucket_values
+from advise.interp import INTERPS, MAX_STEP, Curve, bucket_values
 
 
 def flat(*pairs):
     return Curve(tuple(r for r, _ in pairs), tuple((v, v, v) for _, v in pairs))
 
 
-def test_at_a_timed_point_both_interpolants_give_the_point():
+def test_at_a_timed_point_every_interpolant_gives_the_point():
     c = Curve((1.0, 100.0), ((9.0, 10.0, 12.0), (90.0, 100.0, 110.0)))
-    assert c.at(100.0).tolist() == [[90.0, 100.0, 110.0]] * 2
-    assert c.at(1.0).tolist() == [[9.0, 10.0, 12.0]] * 2
+    assert c.at(100.0).tolist() == [[90.0, 100.0, 110.0]] * len(INTERPS)
+    assert c.at(1.0).tolist() == [[9.0, 10.0, 12.0]] * len(INTERPS)
+
+
+def test_a_gap_over_2x_widens_the_band_to_a_flat_and_a_steep_curve():
+    # the H200's prefill at top-k 2048 as the old table timed it: 16 and 256 rows only; measured flat to 128
+    c = flat((16, 41.2), (256, 81.0))
+    v = c.at(64.0)
+    assert v[0, 1] == pytest.approx(41.2 * (81.0 / 41.2) ** 0.5)  # the power law: 57.8, 45% over the 40 measured
+    low, high = v[:, 1].min(), v[:, 1].max()
+    assert low == pytest.approx(41.2)  # flat until proportional to rows reaches 256's time
+    assert high == pytest.approx(81.0)  # proportional to rows from 16, capped at 256's time
+    assert low <= 40.5 * 1.02 and high >= 57.8  # the band holds both the measured flat curve and the power law
+    assert c.gap(64.0) == (16.0, 256.0) and c.gap(16.0) is None
+
+
+def test_a_gap_of_2x_or_less_keeps_the_two_interpolants():
+    c = flat((64, 40.0), (128, 43.0), (256, 81.0))
+    for rows in (90.0, 181.0):
+        v = c.at(rows)
+        assert c.gap(rows) is None
+        assert v[2].tolist() == v[0].tolist() and v[3].tolist() == v[0].tolist()  # flat/steep repeat the power law
+    assert MAX_STEP == 2.0
+
+
+def test_a_falling_gap_spans_its_two_ends():
+    c = flat((2, 20.0), (16, 10.0))
+    v = c.at(4.0)
+    assert v[:, 1].min() == pytest.approx(10.0) and v[:, 1].max() == pytest.approx(20.0)
 
 
 def test_between_points_a_power_law_and_a_chord():

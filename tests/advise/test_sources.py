@@ -93,7 +93,7 @@ def _traffic_file(path, ident: str, rank: str, rows: list[dict]) -> None:
     f = MmapedDict(str(path / f"counter_routescope-{ident}.db"))
     labels = list(TRAFFIC_LABELS) + ["rank"]
     for r in rows:
-        values = [str(r[k]) for k in TRAFFIC_LABELS] + [rank]
+        values = ["" if r.get(k) is None else str(r[k]) for k in TRAFFIC_LABELS] + [rank]
         for name, field in (("routescope_traffic_calls", "calls"), ("routescope_traffic_rows", "rows")):
             f.write_value(mmap_key(name, name + "_total", labels, values, "traffic"), float(r[field]), 0.0)
     f.close()
