@@ -69,7 +69,7 @@ for p in $phases; do
     kernels) phase kernels 540 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 --durations=8 \
                tests/dispatcher/kernels/test_triton_gpu.py ;;
     ab) phase ab 300 python3 -m advise.ab_cli --calls 600 --repeats 3 --json ;;
-    warm) phase warm 120 python3 scripts/gpu/warm.py --procs 12 ;;
+    warm) phase warm 120 python3 scripts/gpu/warm.py --procs 16 ;;
     pool-sweep) phase pool-sweep 270 "${RS[@]}" sweep --timer cupti --out "$OUT/sweep" ;;
     pool-live) phase pool-live 90 python3 -m advise.live --table "$OUT/sweep/sweep.json" --kv-pool 8MiB,256MiB,4GiB \
                  --out "$OUT/live.json" ;;
