@@ -92,6 +92,7 @@ class CallShape(NamedTuple):
     unit_last_stride: bool = True
     out_strides_match_q: bool = True
     ragged: bool = False
+    kv_pool_bytes: int = 0  # the kv pool's size bucket (dispatcher.pools.pool_bucket); 0: not known
 
     @property
     def effective_out_dtype(self) -> str:

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from .pools import pool_bucket
 from .types import CallShape
 
 FLOAT_DTYPES = frozenset(
@@ -170,4 +171,5 @@ def validate(
         q.stride(-1) == 1 and kv.stride(-1) == 1 and output.stride(-1) == 1,
         output.stride() == q.stride(),
         ragged,
+        pool_bucket(kv.nbytes),  # kv is [skv, 1, D]: its bytes are the pool's
     )

@@ -70,9 +70,11 @@ class SlotInfo(NamedTuple):
 
     @property
     def traffic_key(self) -> tuple[str, ...]:
-        """(topk, layout, q_dtype, kv_dtype): the row-free facts a latency table is indexed by."""
+        """(topk, layout, q_dtype, kv_dtype, kv_pool_bytes): the row-free facts a latency table is indexed by; the
+        pool's power-of-two bucket of bytes, "" where the shape does not know it."""
         s = self.shape
-        return (str(s.topk), f"{s.nope_head_dim}+{s.rope_head_dim}", s.q_dtype, s.kv_dtype)
+        pool = s.kv_pool_bytes
+        return (str(s.topk), f"{s.nope_head_dim}+{s.rope_head_dim}", s.q_dtype, s.kv_dtype, str(pool) if pool else "")
 
 
 class SlotCounters:

@@ -13,7 +13,7 @@ from .aggregates import Aggregates
 from .buckets import quantile
 from .native import SCHEMA
 from .config import TelemetryConfig
-from .spec import DROP_REASONS, STAGES
+from .spec import DROP_REASONS, STAGES, TRAFFIC_LABELS
 from .view import Totals
 
 
@@ -105,11 +105,16 @@ def _latency(t: Totals) -> list[dict[str, Any]]:
     return out
 
 
+def _pool(key: tuple) -> int | None:
+    """The traffic key's kv pool bucket in bytes; None where the calls' shape did not know it."""
+    return int(key[8]) if len(key) > 8 and key[8] else None
+
+
 def _traffic(t: Totals) -> list[dict[str, Any]]:
     """Calls, rows and decode rows per row-free call shape (what ``routescope advise`` prices)."""
-    names = ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype")
     return [
-        {**dict(zip(names, key)), "topk": int(key[4]), "calls": n, "rows": t.traffic_rows.get(key, 0),
+        {**dict(zip(TRAFFIC_LABELS, key)), "topk": int(key[4]), "kv_pool_bytes": _pool(key),
+         "calls": n, "rows": t.traffic_rows.get(key, 0),
          "decode_rows": t.traffic_decode_rows.get(key, 0)}
         for key, n in sorted(t.traffic_calls.items())
     ]

@@ -27,6 +27,10 @@ class MetricSpec(NamedTuple):
 
 
 R = ("rank",)
+# The row-free call shape a latency table is indexed by; kv_pool_bytes is the pool's power-of-two bucket of bytes
+# (dispatcher.pools.pool_bucket: at most 21 values), "" where the call's shape does not know it.
+TRAFFIC_LABELS = ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype",
+                  "kv_pool_bytes")
 COUNTERS = (
     MetricSpec("routescope_calls_total", "counter",
                ("kernel", "impl", "rows_bucket", "model", "call_class", "arch") + R,
@@ -55,13 +59,13 @@ COUNTERS = (
                "Of routescope_graph_replayed_calls_total: replayed calls no clock times (their kernels write no "
                "device stamp); the latency histogram holds none of them.", "replayed_untimed"),
     MetricSpec("routescope_traffic_calls_total", "counter",
-               ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype") + R,
+               TRAFFIC_LABELS + R,
                "Calls launched, by the row-free call shape a latency table is indexed by.", "traffic_calls"),
     MetricSpec("routescope_traffic_rows_total", "counter",
-               ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype") + R,
+               TRAFFIC_LABELS + R,
                "Query rows launched, by the row-free call shape.", "traffic_rows"),
     MetricSpec("routescope_traffic_decode_rows_total", "counter",
-               ("kernel", "rows_bucket", "model", "call_class", "topk", "layout", "q_dtype", "kv_dtype") + R,
+               TRAFFIC_LABELS + R,
                "Decode rows of those calls (mixed and pure-decode batches).", "traffic_decode_rows"),
     MetricSpec("routescope_decode_path_calls_total", "counter", ("model",) + R,
                "Calls of the decode entry.", "decode_path_calls"),

@@ -10,17 +10,32 @@ from typing import Any
 
 import torch
 
+from dispatcher.pools import pool_bucket
 from dispatcher.types import CallShape, Decision, Kernel
 from dispatcher.validate import _DTYPE_NAMES as _NAMES
 from dispatcher.validate import dtype_name, ragged_width
 
 AITER_KERNELS = frozenset({Kernel.AITER_PA_PREFILL_SPARSE, Kernel.AITER_OPUS})
 _FP32 = torch.float32
+_MAX_POOL_SIZES = 256
+
+
+class PoolBuckets(dict):
+    """kv pool bytes -> ``pool_bucket`` of them, remembered: a serving process has a few pool sizes, and a dict hit
+    is cheaper per call than the bucket's arithmetic. Bounded: past ``_MAX_POOL_SIZES`` sizes it computes each."""
+
+    def __missing__(self, nbytes: int) -> int:
+        bucket = pool_bucket(nbytes)
+        if len(self) < _MAX_POOL_SIZES:
+            self[nbytes] = bucket
+        return bucket
 
 
 def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragged: bool,
-               head_dim: Any, nope_head_dim: Any, rope_head_dim: Any, ragged_indices: Any = None) -> CallShape:
-    """The facts vLLM's gates read, without validation (vLLM validates its own arguments)."""
+               head_dim: Any, nope_head_dim: Any, rope_head_dim: Any, ragged_indices: Any = None,
+               pools: PoolBuckets | None = None) -> CallShape:
+    """The facts vLLM's gates read, without validation (vLLM validates its own arguments), and the kv pool's
+    size bucket (telemetry's ``kv_pool_bytes`` label), looked up in ``pools`` when given."""
     qs = q.shape
     heads = qs[1]
     sink_ok = False
@@ -40,6 +55,7 @@ def call_shape(q: Any, kv: Any, indices: Any, attn_sink: Any, output: Any, ragge
         q_stride[-1] == 1 and kv.stride()[-1] == 1 and out_stride[-1] == 1,
         out_stride == q_stride,
         ragged,
+        pools[kv.nbytes] if pools is not None else pool_bucket(kv.nbytes),
     )
 
 

@@ -20,7 +20,7 @@ from dispatcher.platform import Platform
 from dispatcher.policy import Policy, decide
 from dispatcher.types import Batch, CallShape, Decision, Gate, Kernel
 
-from .calls import AITER_KERNELS, Call, call_shape, is_compiling, mark, positional_capacity
+from .calls import AITER_KERNELS, Call, PoolBuckets, call_shape, is_compiling, mark, positional_capacity
 from .context import ForwardBatch, ModelName
 
 log = logging.getLogger("vllm.routescope")
@@ -80,6 +80,7 @@ class Observer:
         self.calls = 0
         self.decode_calls = 0
         self._decisions: dict[tuple, Decision] = {}
+        self._pools = PoolBuckets()  # kv pool bytes -> their size bucket, for call_shape
         self._pid: int | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -240,7 +241,7 @@ class Observer:
             return None
         self.calls += 1
         shape = call_shape(q, kv, indices, attn_sink, output, r_indices is not None and r_indptr is not None,
-                           hd, nope, rope, r_indices)
+                           hd, nope, rope, r_indices, self._pools)
         try:
             batch = self.batch_reader(shape.rows)
         except Exception as exc:  # noqa: BLE001 - an odd metadata object reads as unknown

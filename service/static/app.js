@@ -292,6 +292,19 @@ function adviceModel(m, hourly) {
   return node;
 }
 
+function fmtBytes(n) {  // as dispatcher/pools.py's format_bytes: 8388608 -> "8 MiB"
+  const units = [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
+  for (const [unit, size] of units) {
+    if (n >= size) { const v = n / size; return `${Number.isInteger(v) ? v : Number(v.toPrecision(3))} ${unit}`; }
+  }
+  return `${n} B`;
+}
+
+function tablePools(t) {  // a table names the kv pools it times beside its device and date (advise.tables.TableMeta)
+  const pools = t.kv_pools || [];
+  return pools.length ? `, kv pool${pools.length > 1 ? "s" : ""} ${pools.map(fmtBytes).join(", ")}` : "";
+}
+
 function advice(data) {
   const sec = document.getElementById("advice"), a = data.advice;
   if (!a) { sec.hidden = true; return; }
@@ -306,7 +319,7 @@ function advice(data) {
     return;
   }
   src.className = "note whatif";
-  const tables = a.tables.map((t) => `${t.name} (${t.device}, ${t.date}, ${t.provenance})`).join("; ");
+  const tables = a.tables.map((t) => `${t.name} (${t.device}, ${t.date}${tablePools(t)}, ${t.provenance})`).join("; ");
   src.textContent = `Predicted from ${tables}: the calls seen times the table's per-call times, never a measurement. ` +
     [a.target && a.target.note, ...a.notes, a.band].filter(Boolean).map((n) => n[0].toUpperCase() + n.slice(1) + ".").join(" ");
   const hourly = !!a.source.span_s;

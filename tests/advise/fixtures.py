@@ -34,10 +34,11 @@ def demo_entries(*, glm_bug: bool = True, steps: int = 3000, scaled: bool = True
 
 
 def entry(model: str, bucket: str, call_class: str, calls: int, rows: int, decode_rows: int = 0, *,
-          kernel: str = RAGGED, topk: int = 2048, layout: str = "512+0") -> dict[str, Any]:
+          kernel: str = RAGGED, topk: int = 2048, layout: str = "512+0",
+          kv_pool_bytes: int | None = None) -> dict[str, Any]:
     return TrafficEntry(model=model, kernel=kernel, rows_bucket=bucket, call_class=call_class, topk=topk,
                         layout=layout, q_dtype="bfloat16", kv_dtype="bfloat16", calls=calls, rows=rows,
-                        decode_rows=decode_rows).model_dump()
+                        decode_rows=decode_rows, kv_pool_bytes=kv_pool_bytes).model_dump()
 
 
 def routing_doc(entries: list[dict[str, Any]] | None, *, arch: str = "cpu", uptime_s: float = 600.0,

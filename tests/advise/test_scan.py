@@ -39,9 +39,10 @@ def test_band_takes_each_kernel_spread_apart():
 
 def test_decodes_to_split_k_at_a_timed_point_is_exact_and_crosses_spreads():
     h200 = load_table("h200")
-    ragged, split = (h200.series[(k, 2048, "512+0", "bfloat16", "bfloat16")] for k in (RAGGED, SPLIT))
+    l2 = 8 << 20  # the table's L2-resident pool: an entry labelled with its bucket is priced at it alone
+    ragged, split = (h200.series[(k, 2048, "512+0", "bfloat16", "bfloat16", l2)] for k in (RAGGED, SPLIT))
     (r_lo, r_mid, r_hi), (s_lo, s_mid, s_hi) = ragged.values[ragged.rows.index(1.0)], split.values[split.rows.index(1.0)]
-    out = advise(traffic([entry(GLM, "1", "pure_decode", 100, 100, 100)]), [h200])
+    out = advise(traffic([entry(GLM, "1", "pure_decode", 100, 100, 100, kv_pool_bytes=l2)]), [h200])
     m, = out.models
     c = by_name(m)["decodes_split_k"]
     assert c.moved_calls == 100

@@ -21,7 +21,10 @@ from advise.tables import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SWEEP = ROOT / "docs" / "benchmarks" / "h200-sweep-cupti.json"
+SWEEP = ROOT / "docs" / "benchmarks" / "h200-sweep-pools.json"  # the shipped table's: three kv pools
+OLD_SWEEP = ROOT / "docs" / "benchmarks" / "h200-sweep-cupti.json"  # a sweep from before dates and pools
+L2_POOL, HBM_POOL, SERVING_POOL = 8 << 20, 256 << 20, 4 << 30
+KEY = ("intree.sparse_decode", 2048, "512+0", "bfloat16", "bfloat16", L2_POOL)
 # The seed PR's table 'AITER time / in-tree time' (one MI325, H=16, D=512, bf16; /work/shared/seed-pr-discussion.txt),
 # row by row: rows -> (fanout 128, fanout 512, fanout 2048). Copied from the discussion by hand, not from the data file.
 SEED_RATIOS = {256: (1.04, 0.88, 0.84), 512: (0.64, 0.49, 0.46), 1024: (0.43, 0.32, 0.30), 2048: (0.49, 0.39, 0.35)}
@@ -53,21 +56,41 @@ def test_h200_table_is_the_sweep_in_docs_measured_here():
     shipped = json.loads(shipped_path("h200").read_text())
     again = sweep_to_table_doc(json.loads(SWEEP.read_text()), name=shipped["name"], date=shipped["date"],
                                commit=shipped["commit"], source=shipped["source"],
-                               file="docs/benchmarks/h200-sweep-cupti.json")
-    assert again == shipped, "advise/data/h200-sweep-cupti.json is stale against docs/benchmarks/h200-sweep-cupti.json"
+                               file="docs/benchmarks/h200-sweep-pools.json")
+    assert again == shipped, "advise/data/h200-sweep-cupti.json is stale against docs/benchmarks/h200-sweep-pools.json"
     t = load_table("h200")
     assert (t.meta.device, t.meta.arch, t.meta.provenance) == ("NVIDIA H200", "sm90", MEASURED)
+
+
+def test_the_shipped_h200_table_covers_what_advise_prices():
+    """Every power of two from 1 to 16,384 rows, both layouts, top-k 128/512/2048, at an L2, an HBM and a serving
+    pool; its device, date, commit and pools are named wherever it prices."""
+    t = load_table("h200")
+    assert t.meta.pools == (L2_POOL, HBM_POOL, SERVING_POOL) and t.meta.commit == "5193ef2"
+    assert t.meta.describe() == "h200-sweep-cupti (NVIDIA H200, 2026-12-04, kv pools 8 MiB, 256 MiB, 4 GiB, measured here)"
+    rows = tuple(float(1 << i) for i in range(15))
+    for kernel in ("intree.ragged_prefill", "intree.sparse_decode"):
+        for layout in ("448+64", "512+0"):
+            for topk in (128, 512, 2048):
+                for pool in t.meta.pools:
+                    assert t.series[(kernel, topk, layout, "bfloat16", "bfloat16", pool)].rows == rows
+    assert len(t.series) == 2 * 2 * 3 * 3
 
 
 def test_a_sweep_json_loads_as_it_is():
     direct = load_table(str(SWEEP))
     shipped = load_table("h200")
-    key = ("intree.sparse_decode", 2048, "512+0", "bfloat16", "bfloat16")
-    assert direct.series[key].rows == shipped.series[key].rows
-    flat = [v for point in direct.series[key].values for v in point]
-    assert flat == pytest.approx([v for point in shipped.series[key].values for v in point], rel=1e-4)
-    assert direct.meta.date == NOT_RECORDED and direct.meta.provenance == MEASURED  # a sweep from before dates
-    assert direct.meta.commit is None
+    assert direct.series[KEY].rows == shipped.series[KEY].rows
+    flat = [v for point in direct.series[KEY].values for v in point]
+    assert flat == pytest.approx([v for point in shipped.series[KEY].values for v in point], rel=1e-4)
+    assert (direct.meta.date, direct.meta.commit, direct.meta.pools) == ("2026-12-04", "5193ef2", shipped.meta.pools)
+
+
+def test_a_sweep_from_before_dates_and_pools_loads_with_neither():
+    old = load_table(str(OLD_SWEEP))
+    assert old.meta.date == NOT_RECORDED and old.meta.provenance == MEASURED and old.meta.commit is None
+    assert old.meta.pools == () and "kv pool" not in old.meta.describe()
+    assert ("intree.sparse_decode", 2048, "512+0", "bfloat16", "bfloat16", None) in old.series
 
 
 def _write(tmp_path, doc: dict, name: str = "sweep.json") -> str:
@@ -124,9 +147,10 @@ def test_a_sweep_of_two_implementations_prices_the_one_the_dispatcher_launches(t
 def test_where_only_another_implementation_ran_it_prices_that_point(tmp_path):
     """Gluon hands calls it does not take to Triton (the result says what ran): those points are Triton's."""
     doc = _two_impls(_sweep(), "intree.sparse_decode", "triton", 2.0)
-    key = ("intree.sparse_decode", 2048, "512+0", "bfloat16", "bfloat16")
-    doc["results"] = [r for r in doc["results"] if not (r["kernel"], r["impl"], r["rows"], r["topk"], r["layout"])
-                      == ("intree.sparse_decode", "gluon", 16384, 2048, "512+0")]
+    key = KEY
+    doc["results"] = [r for r in doc["results"] if not (r["kernel"], r["impl"], r["rows"], r["topk"], r["layout"],
+                                                        r["kv_pool_bytes"])
+                      == ("intree.sparse_decode", "gluon", 16384, 2048, "512+0", L2_POOL)]
     t, ref = load_table(_write(tmp_path, doc)), load_table(str(SWEEP))
     assert t.series[key].rows == ref.series[key].rows
     assert t.series[key].values[:-1] == ref.series[key].values[:-1]

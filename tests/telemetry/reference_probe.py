@@ -51,7 +51,7 @@ class ReferenceProbe:
         self._add("calls", (k, impl, b, model, cc, self.arch))
         self._add("rows", (k, b, model, cc), shape.rows)
         traffic = (k, b, model, cc, str(shape.topk), f"{shape.nope_head_dim}+{shape.rope_head_dim}",
-                   shape.q_dtype, shape.kv_dtype)
+                   shape.q_dtype, shape.kv_dtype, str(shape.kv_pool_bytes) if shape.kv_pool_bytes else "")
         self._add("traffic_calls", traffic)
         self._add("traffic_rows", traffic, shape.rows)
         if decision.decode_in_prefill:

@@ -27,7 +27,9 @@ def _totals(k: int) -> Totals:
         native.observe(ns)
     t.latency_native = {("intree.ragged_prefill", "2-3", "glm", "device"): native}
     t.traffic_calls = {("intree.ragged_prefill", "2-3", "glm", "pure_decode", "2048", "512+0", "bfloat16",
-                        "bfloat16"): 3 * k}
+                        "bfloat16", "8388608"): 3 * k,
+                       ("intree.ragged_prefill", "2-3", "glm", "pure_decode", "2048", "512+0", "bfloat16",
+                        "bfloat16", ""): k}  # a pool the shape did not know
     t.replayed = {("intree.ragged_prefill", "glm"): 2 * k}
     t.thresholds = {("gfx942_min_rows", "active"): 512.0}
     return t
