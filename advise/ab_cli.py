@@ -49,14 +49,20 @@ def fresh_table(device, shapes, max_rows: int, kv_pool: int, repeats: int) -> La
 
 
 def pick_gate(outs: list[AdviceOut]) -> int | None:
-    """The scanned gate with the largest predicted saving summed over models (the first table's advice)."""
+    """The scanned gate with the largest predicted saving summed over models (the first table's advice); among gates
+    that save as much (no replayed call between them), the largest some model's advice names as its best (advise
+    breaks such ties toward the kernels' crossing), else the smallest."""
     totals: dict[int, float] = {}
     for m in outs[0].models:
         for c in m.candidates:
             if c.kind == "gate" and c.saving is not None and c.gate is not None:
                 totals[c.gate] = totals.get(c.gate, 0.0) + c.saving.mid
-    best = max(totals.items(), key=lambda kv: kv[1], default=None)
-    return best[0] if best and best[1] > 0 else None
+    best = max(totals.values(), default=None)
+    if best is None or best <= 0:
+        return None
+    tied = sorted(g for g, v in totals.items() if abs(v - best) <= 1e-9 * abs(best))
+    named = {c.gate for m in outs[0].models for c in m.candidates if c.name == m.best and c.gate in tied}
+    return max(named) if named else tied[0]
 
 
 def _predicted(out: AdviceOut, name: str) -> dict[str, dict | None]:

@@ -15,10 +15,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from dispatcher.pools import format_bytes
+from dispatcher.types import Kernel
 
-from .latency import LatencyModel
+from .latency import LatencyModel, Miss, Shape
 from .policies import DEFAULT_GATES, Candidate, Target, candidates, launches, target_for
-from .scan import Band, Priced, price_model
+from .scan import ESTIMATE, Band, Priced, price_model
 from .tables import LatencyTable, TableMeta
 from .traffic import Traffic, demo_shapes
 
@@ -192,17 +193,37 @@ def _candidate(p: Priced, active: Priced, per_hour: float | None) -> CandidateOu
     )
 
 
-def _best(outs: Sequence[CandidateOut]) -> tuple[CandidateOut | None, list[int]]:
+def crossing(lm: LatencyModel, entries: Sequence, target: Target) -> int | None:
+    """Where the split-K kernel stops being faster than the in-tree prefill for this model's commonest call shape:
+    the smallest timed power of two of rows at which the prefill's estimate is no slower. None on targets whose gate
+    moves AITER's threshold, or where the table cannot tell."""
+    if target.gate_field or not entries:
+        return None
+    e = max(entries, key=lambda x: x.calls)
+    shape = Shape(e.topk, e.layout, e.q_dtype, e.kv_dtype, e.kv_pool_bytes)
+    for rows in (1 << i for i in range(15)):
+        split, prefill = (lm.price(k, shape, rows, rows, rows) for k in (Kernel.INTREE_SPARSE_DECODE.value,
+                                                                         Kernel.INTREE_RAGGED_PREFILL.value))
+        if isinstance(split, Miss) or isinstance(prefill, Miss):
+            continue
+        if prefill.seconds[ESTIMATE] <= split.seconds[ESTIMATE]:
+            return rows
+    return None
+
+
+def _best(outs: Sequence[CandidateOut], toward: int | None = None) -> tuple[CandidateOut | None, list[int]]:
     """The candidate saving the most, and every gate that saves as much (no calls fall between them).
 
-    Among gates that save as much, the one nearest the active gate: the smallest change that gets it.
+    Among gates that save as much, the one nearest ``toward`` (where the two kernels cross for the model's
+    calls: a call that later falls between those gates is then sent to the faster kernel), else the one
+    nearest the active gate: the smallest change that gets it.
     """
     pool = [c for c in outs if c.kind in BEST_KINDS and c.saving is not None and c.saving.mid > 0]
     if not pool:
         return None, []
     top = max(c.saving.mid for c in pool)
     tied = [c for c in pool if abs(c.saving.mid - top) <= 1e-9 * abs(top)]
-    here = math.log(max(outs[0].gate or 1, 1))
+    here = math.log(toward if toward else max(outs[0].gate or 1, 1))
     best = min(tied, key=lambda c: abs(math.log(max(c.gate or 1, 1)) - here) if c.kind == "gate" else -1.0)
     return best, sorted(c.gate for c in tied if c.kind == "gate" and c.gate is not None)
 
@@ -272,7 +293,7 @@ def advise_model(model: str, traffic: Traffic, cands: list[Candidate], target: T
     outs = [_candidate(p, active, per_hour) for p in priced]
     used = set().union(*(p.tables for p in priced))
     noisy = [m for m in lm.metas if m.name in used and m.noise]
-    best, ties = (None, []) if noisy else _best(outs)
+    best, ties = (None, []) if noisy else _best(outs, crossing(lm, entries, target))
     dip = _decode_cost({p.candidate.name: p for p in priced}, per_hour)
     names = ", ".join(m.describe() for m in lm.metas if m.name in used)
     shapes = sorted({f"top-k {e.topk}, {e.layout}, q/kv {e.q_dtype}/{e.kv_dtype}"

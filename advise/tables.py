@@ -264,7 +264,7 @@ def _from_table(doc: dict, file: str) -> LatencyTable:
     if pooled and any(k[5] is None for k in pts):
         raise TableError(file, "points", "some points name their kv pool and some do not: every point needs one")
     meta = TableMeta(t.name, t.device, t.arch, t.date, t.provenance, t.source, file, t.command, t.commit, t.heads,
-                     tuple(t.notes), tuple(pooled))
+                     tuple(t.notes), pools=tuple(pooled))
     return LatencyTable(meta, _curves(file, pts), _curves(file, rts))
 
 
