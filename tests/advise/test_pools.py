@@ -106,3 +106,22 @@ def test_price_without_a_pool_stays_backward_compatible():
     assert plain.seconds[0, 1, 0] == serving.seconds[0, 1, 0]
     assert plain.seconds.min() < serving.seconds.min()  # the band reaches down to the L2 pool's time
     assert model.pools_of(SPLIT, Shape(2048, "512+0", "bfloat16", "bfloat16")) == POOLS
+
+
+def test_gates_that_save_as_much_resolve_to_the_kernels_crossing():
+    """No call between 16 and 1024 rows: gates 16 to 128 move the same calls; the star goes to 64, where the
+    H200's kernels cross in every pool, so calls that later fall in between go to the faster kernel."""
+    from advise.policies import target_for
+    from advise.report import crossing
+    from advise.traffic import entries_from
+
+    table = load_table("h200")
+    model = LatencyModel([table])
+    for pool in POOLS:
+        rows = [entry(GLM, "8-15", "pure_decode", 100, 1000, 1000, kv_pool_bytes=pool),
+                entry(GLM, "1024-2047", "prefill", 10, 15000, kv_pool_bytes=pool)]
+        assert crossing(model, entries_from(rows), target_for("sm90")) == 64
+        out = advise(traffic(rows), [table], gates=(16, 32, 64, 128))
+        (m,) = out.models
+        assert m.best == "split_below_64", (pool, m.headline)
+        assert "any gate from 16 to 128 rows saves as much" in m.headline  # 64, not the nearest the active (16)
