@@ -18,7 +18,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dispatcher.outputs import OutputPathError, check_file, write_or_keep
+from dashboards.outputs import outputs
 from dashboards.panels import (  # noqa: F401 - re-exported for tests and dashboards.queries
     DECODE_IN_PREFILL_THRESHOLD,
     DS,
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.check:
         try:
-            check_file(args.output, "--output")
-        except OutputPathError as exc:
+            outputs().check_file(args.output, "--output")
+        except outputs().OutputPathError as exc:
             parser.exit(2, f"{parser.prog}: {exc}\n")
     text = render()
     if args.check:
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.output} is up to date")
         return 0
-    where, failed = write_or_keep(args.output, text, "--output")
+    where, failed = outputs().write_or_keep(args.output, text, "--output")
     if failed:
         print(f"{parser.prog}: {failed}", file=sys.stderr)
         return 1

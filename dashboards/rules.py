@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from dispatcher.outputs import OutputPathError, check_folder, write_folder_or_keep
+from dashboards.outputs import outputs
 
 RULES_DIR = Path(__file__).parent
 ALERTS = RULES_DIR / "alerts.yml"
@@ -57,15 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.out is not None:
         try:
-            check_folder(args.out, "--out")
-        except OutputPathError as exc:
+            outputs().check_folder(args.out, "--out")
+        except outputs().OutputPathError as exc:
             parser.exit(2, f"{parser.prog}: {exc}\n")
     try:
         if args.out is None:
             sys.stdout.write(render_alerts(ALERTS.read_text(encoding="utf-8"), args.runbook_base))
         else:
-            paths, failed = write_folder_or_keep(args.out, lambda folder: write_rules(folder, args.runbook_base),
-                                                 "--out")
+            paths, failed = outputs().write_folder_or_keep(
+                args.out, lambda folder: write_rules(folder, args.runbook_base), "--out")
             for path in paths:
                 print(path)
             if failed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -204,3 +205,14 @@ def test_the_checks_alone(tmp_path):
             f"--out /proc/routescope-nope: the write failed (No such file or directory); the results are in {kept}")
     finally:
         subprocess.run(["rm", "-rf", str(kept)], check=False)
+
+
+def test_the_builders_check_their_paths_without_importing_torch(tmp_path):
+    """dashboards.rules and .build load dispatcher/outputs.py alone: its checks, not the dispatcher's torch."""
+    code = ("import sys; from dashboards import rules, build; "
+            f"rules.main(['--runbook-base', 'https://x.example/r.md', '--out', {str(tmp_path / 'r')!r}]); "
+            "print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "False" and (tmp_path / "r" / "alerts.yml").is_file()
