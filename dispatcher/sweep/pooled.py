@@ -31,6 +31,20 @@ def by_pool(results: list[Result]) -> dict[int, list[Result]]:
     return dict(sorted(out.items()))
 
 
+def pool_sentence(pools: list[int], l2: int | None) -> str | None:
+    """Where each pool sits against the GPU's L2, in one sentence; None on the host (no L2 reported)."""
+    if not l2 or not pools:
+        return None
+    inside = [format_bytes(p) for p in pools if p <= l2]
+    past = [format_bytes(p) for p in pools if p > l2]
+    parts = []
+    if inside:
+        parts.append(f"{', '.join(inside)} inside this GPU's {format_bytes(l2)} L2 (what a call gathers stays there)")
+    if past:
+        parts.append(f"{', '.join(past)} past it (gathers come from HBM, as in serving)")
+    return "kv pools: " + "; ".join(parts)
+
+
 def pooled_document(results: list[Result], *, pools: tuple[int, ...], flush_l2: bool, **kw: Any) -> dict[str, Any]:
     """``report.document`` per pool, folded into one: every result (with its pool), and each pool's summary."""
     groups = by_pool(results)
@@ -42,11 +56,12 @@ def pooled_document(results: list[Result], *, pools: tuple[int, ...], flush_l2: 
     doc["results"] = [{**r._asdict(), "kv_pool_bytes": result_pool_bytes(r)} for r in results]
     doc["kv_pools"] = list(pools)
     doc["l2_flush"] = flush_l2
-    doc["protocol"] = ("each point's input sets share one kv pool of the stated size; "
-                       + ("L2 flushed" if flush_l2 else "L2 not flushed (what the pool's size lets it hold stays)")
-                       + " and the GPU held before each call")
+    gpu = bool(kw.get("l2"))
+    doc["protocol"] = ("each point's input sets share one kv pool of the stated size"
+                       + ((", L2 flushed" if flush_l2 else ", L2 not flushed (what the pool's size lets it hold stays)")
+                          + " and the GPU held before each call" if gpu else ", timed by the host clock"))
     doc["recommendation_pool"] = largest
-    doc["kv_pool"] = "; ".join(d["kv_pool"] for d in docs.values() if d.get("kv_pool")) or None
+    doc["kv_pool"] = pool_sentence(sorted(docs), kw.get("l2"))
     doc["pools"] = [{"kv_pool_bytes": size, "kv_pool": format_bytes(size), "ratios": d["ratios"],
                      "crossover": d["crossover"], "recommendation": d["recommendation"], "l2_note": d["kv_pool"]}
                     for size, d in docs.items()]

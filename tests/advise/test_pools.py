@@ -55,7 +55,8 @@ def test_tables_without_pools_price_as_before():
     assert choose((L2,), None).pools == (L2,) and "one kv pool" in choose((L2,), 256 << 20).note
 
 
-def _ratio(model: LatencyModel, rows: int, pool: int | None, layout: str = "448+64") -> tuple[float, float, float]:
+def _ratio(model: LatencyModel, rows: int, pool: int | None,
+           layout: str = "448+64") -> tuple[float, float, float]:
     shape = Shape(2048, layout, "bfloat16", "bfloat16", pool)
     split, prefill = (model.price(k, shape, rows, rows, rows) for k in (SPLIT, RAGGED))
     return split.seconds[0, 1, 0] / prefill.seconds[0, 1, 0], prefill.seconds[:, :, 0].min(), prefill.seconds[:, :, 0].max()

@@ -67,7 +67,8 @@ def test_the_shipped_h200_table_covers_what_advise_prices():
     pool; its device, date, commit and pools are named wherever it prices."""
     t = load_table("h200")
     assert t.meta.pools == (L2_POOL, HBM_POOL, SERVING_POOL) and t.meta.commit == "5193ef2"
-    assert t.meta.describe() == "h200-sweep-cupti (NVIDIA H200, 2026-12-04, kv pools 8 MiB, 256 MiB, 4 GiB, measured here)"
+    assert t.meta.describe() == ("h200-sweep-cupti (NVIDIA H200, 2026-12-04, kv pools 8 MiB, 256 MiB, 4 GiB, "
+                                 "measured here)")
     rows = tuple(float(1 << i) for i in range(15))
     for kernel in ("intree.ragged_prefill", "intree.sparse_decode"):
         for layout in ("448+64", "512+0"):

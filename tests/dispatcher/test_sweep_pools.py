@@ -21,7 +21,7 @@ from dispatcher.sweep.grid import (
 )
 from dispatcher.sweep.cli import build_plan, replay_command
 from dispatcher.sweep.inputs import make_pool, make_sets, topk_indices
-from dispatcher.sweep.pooled import by_pool, pooled_document, pooled_markdown
+from dispatcher.sweep.pooled import by_pool, pool_sentence, pooled_document, pooled_markdown
 from dispatcher.sweep.provenance import COMMIT_ENV, check_commit, git_commit, sweep_commit
 from dispatcher.sweep.runner import SweepPlan, run_sweep
 from dispatcher.types import Kernel
@@ -154,3 +154,10 @@ def test_a_copy_inside_another_repository_records_no_commit_and_its_own_checkout
     _git(tree, "commit", "-qm", "ours")
     ours = _git(tree, "rev-parse", "--short=7", "HEAD")
     assert _recorded(tree) == ours != theirs
+
+
+def test_the_json_says_which_pools_sit_in_l2():
+    assert pool_sentence([8 << 20, 256 << 20, 4 << 30], H200_L2) == (
+        "kv pools: 8 MiB inside this GPU's 60 MiB L2 (what a call gathers stays there); "
+        "256 MiB, 4 GiB past it (gathers come from HBM, as in serving)")
+    assert pool_sentence([8 << 20], None) is None  # the host reports no L2
