@@ -15,7 +15,7 @@ from dispatcher.policy import Policy
 
 from .ab import Arm, Operands, device_target, launchers, measure, replay_traffic, route, sample_cycle, shapes_for
 from .policies import DEFAULT_GATES
-from .report import AdviceOut, advise
+from .report import TIE, AdviceOut, advise
 from .tables import LatencyTable, TableError, load_table, table_from_sweep
 
 
@@ -50,7 +50,7 @@ def fresh_table(device, shapes, max_rows: int, kv_pool: int, repeats: int) -> La
 
 def pick_gate(outs: list[AdviceOut]) -> int | None:
     """The scanned gate with the largest predicted saving summed over models (the first table's advice); among gates
-    that save as much (no replayed call between them), the largest some model's advice names as its best (advise
+    that save as much (within report.TIE), the largest some model's advice names as its best (advise
     breaks such ties toward the kernels' crossing), else the smallest."""
     totals: dict[int, float] = {}
     for m in outs[0].models:
@@ -60,7 +60,7 @@ def pick_gate(outs: list[AdviceOut]) -> int | None:
     best = max(totals.values(), default=None)
     if best is None or best <= 0:
         return None
-    tied = sorted(g for g, v in totals.items() if abs(v - best) <= 1e-9 * abs(best))
+    tied = sorted(g for g, v in totals.items() if abs(v - best) <= TIE * abs(best))
     named = {c.gate for m in outs[0].models for c in m.candidates if c.name == m.best and c.gate in tied}
     return max(named) if named else tied[0]
 

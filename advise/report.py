@@ -30,6 +30,9 @@ BAND = ("band: lowest to highest over the power-law and linear interpolants betw
         "middle or high value (a sweep's p20/median/p80), across the kv pools a call is priced between, and calls "
         "at their bucket's mean rows or spread to its edges; the estimate is power-law, middle, mean")
 BEST_KINDS = ("gate", "counterfactual")
+# Savings this close are one choice: far inside any table's own spread (a sweep's p20-p80 is about 1%), so which of
+# them is "best" would be noise; the tie goes to the kernels' crossing (``_best``).
+TIE = 1e-3
 # What a share is of: only prefill-entry calls are priced (the decode entry's calls are not in the traffic aggregate),
 # so a saving is a share of their predicted kernel time, not of all sparse-attention time.
 SHARE_OF = "of the predicted prefill-entry kernel time"
@@ -222,7 +225,7 @@ def _best(outs: Sequence[CandidateOut], toward: int | None = None) -> tuple[Cand
     if not pool:
         return None, []
     top = max(c.saving.mid for c in pool)
-    tied = [c for c in pool if abs(c.saving.mid - top) <= 1e-9 * abs(top)]
+    tied = [c for c in pool if abs(c.saving.mid - top) <= TIE * abs(top)]
     here = math.log(toward if toward else max(outs[0].gate or 1, 1))
     best = min(tied, key=lambda c: abs(math.log(max(c.gate or 1, 1)) - here) if c.kind == "gate" else -1.0)
     return best, sorted(c.gate for c in tied if c.kind == "gate" and c.gate is not None)
@@ -252,7 +255,8 @@ def _headline(model: str, outs: list[CandidateOut], best: CandidateOut | None, t
         share = f"{fmt_share(best.saving_share.mid)} {SHARE_OF}, " if best.saving_share else ""
         text = f"{model}: {_what(best, active, target)} would have saved {share}{fmt_band(saving, hourly)}"
         if len(ties) > 1:
-            text += f" (any gate from {ties[0]} to {ties[-1]} rows saves as much: no calls fall between them)"
+            text += (f" (any gate from {ties[0]} to {ties[-1]} rows saves as much, to within {TIE:.1%}: few or no "
+                     "calls fall between them)")
     if dip.calls:
         cost = dip.cost_per_hour if hourly else dip.cost
         text += ("; the decode rows that reached a prefill kernel cost "
