@@ -20,7 +20,8 @@ class Predictor:
     def for_cell(self, kernel_a: Kernel, kernel_b: Kernel, shape: CallShape, lo: int,
                  hi: int | None) -> tuple[Callable[[int], float | None] | None, dict]:
         """(rows -> predicted seconds under A, or None) and ``{"ratio", "reason"}`` for the cell."""
-        key = Shape(shape.topk, f"{shape.nope_head_dim}+{shape.rope_head_dim}", shape.q_dtype, shape.kv_dtype)
+        key = Shape(shape.topk, f"{shape.nope_head_dim}+{shape.rope_head_dim}", shape.q_dtype, shape.kv_dtype,
+                    kv_pool_bytes=shape.kv_pool_bytes or None)  # the call's pool: the table's matching one
         found = self.model.curve_at(kernel_a.value, key)
         covariate = None
         if found is not None:
