@@ -302,14 +302,20 @@ def test_the_asm_strings_are_the_ones_the_kernel_holds_and_follow_the_vendors_sy
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,arch,warp,clock", [("cuda", 90, 32, GLOBALTIMER), ("hip", "gfx942", 64, MEMREALTIME),
                                                      ("hip", "gfx950", 64, MEMREALTIME)])
-def test_the_stamp_kernel_assembles_for_each_target(backend, arch, warp, clock):
+def test_the_stamp_kernel_assembles_for_each_target(backend, arch, warp, clock, monkeypatch):
     """Compiled ahead of time on CPU: ptxas takes the PTX, LLVM's AMDGPU assembler the AMDGCN; the result holds the
     clock read, its wait where AMD needs one, and one 64-bit store."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
 
+    from telemetry.clocks import bracket
     from telemetry.clocks.bracket import stamp_kernel
+
+    # a compiled kernel, not the interpreter's (tests/dispatcher/kernels sets TRITON_INTERPRET=1 for the whole run on a
+    # CPU, and triton.jit reads it when it decorates): a fresh one, the module's kept kernel restored after
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(bracket, "_KERNEL", None)
 
     src = triton.compiler.ASTSource(fn=stamp_kernel(triton, tl), signature={"times": "*i64", "offset": "i32",
                                                                             "CLOCK": "constexpr"},
