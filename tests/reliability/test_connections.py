@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..service.live import Served
+from ..sockets import closed_by_server, sample
 
 IDLE = 1100
 LIMIT = 1024
@@ -36,21 +36,7 @@ def healthz_within(port: int, timeout: float) -> bool:
 
 
 def metric(served: Served, name: str) -> float:
-    text = served.get("/metrics").text
-    m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
-    assert m, f"{name} not in /metrics"
-    return float(m.group(1))
-
-
-def closed_by_server(sock: socket.socket, within: float) -> bool:
-    """The server ended the connection (EOF or reset) within ``within`` seconds."""
-    sock.settimeout(within)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except OSError:
-        return False
+    return sample(served.get("/metrics").text, name)
 
 
 def test_idle_connections_leave_healthz_answering(tmp_path):

@@ -5,7 +5,6 @@ once a minute. Real sockets, a real prometheus_client registry; vLLM plays no pa
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -18,6 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from routescope.vllm import export, rank_server
+
+from ..sockets import closed_by_server, sample
 
 
 @pytest.fixture
@@ -32,20 +33,6 @@ def scrape(port: int, timeout: float = 5.0) -> str:
         return r.read().decode()
 
 
-def value(text: str, name: str) -> float:
-    m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
-    assert m, name
-    return float(m.group(1))
-
-
-def ended(sock: socket.socket, within: float) -> bool:
-    sock.settimeout(within)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except OSError:
-        return False
 
 
 def test_the_default_address_is_loopback(registry, monkeypatch):
@@ -85,13 +72,13 @@ def test_slow_and_silent_heads_are_closed_after_the_head_timeout(registry):
             time.sleep(0.3)
             for s in slow:
                 s.sendall(f"X-Slow-{i}: 1\r\n".encode())
-        assert all(ended(s, 3.0) for s in slow + silent)
+        assert all(closed_by_server(s, 3.0) for s in slow + silent)
         assert 1.0 < time.monotonic() - start < 4.5
         for s in slow + silent:
             s.close()
         text = scrape(port)
         assert "routescope_calls_total 3.0" in text
-        assert value(text, 'routescope_http_connections_closed_total{reason="head_timeout"}') >= 15
+        assert sample(text, 'routescope_http_connections_closed_total{reason="head_timeout"}') >= 15
     finally:
         server.shutdown()
         server.server_close()
@@ -111,8 +98,8 @@ def test_idle_sockets_past_the_cap_cannot_lock_a_scraper_out(registry):
                 pass
         assert answered >= 9
         text = scrape(port)
-        assert value(text, 'routescope_http_connections_closed_total{reason="over_capacity"}') >= 40 - 8
-        assert sum(not ended(s, 0.01) for s in idle) <= 8  # the rest were closed to make room
+        assert sample(text, 'routescope_http_connections_closed_total{reason="over_capacity"}') >= 40 - 8
+        assert sum(not closed_by_server(s, 0.01) for s in idle) <= 8  # the rest were closed to make room
     finally:
         for s in idle:
             s.close()
