@@ -9,14 +9,13 @@ One run, one device:
 3. the ground truth: a sample of the same calls of every moved cell replayed under both arms, in interleaved blocks
    (A then B, then B then A), each call's kernel time from CUPTI (torch.profiler's GPU ranges); the host clock on
    CPU;
-4. throughput: passes over the stream with no experiment and with A/A at each fraction, interleaved; the median
-   ratio per pair of passes is the machinery's cost.
+4. throughput (``experiments.throughput``): passes over the stream with no experiment and with A/A at each
+   fraction, interleaved; the median ratio per pair of passes is the machinery's cost.
 """
 
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
 from typing import Any
 
@@ -33,6 +32,9 @@ from .config import ExperimentConfig
 from .control import Registry, experiments, start
 from .covariate import predictor_for
 from .stats import crossover
+from .throughput import drive as _drive
+from .throughput import sync as _sync
+from .throughput import throughput
 from .truth import ground_truth, truth_buckets
 
 
@@ -75,17 +77,6 @@ def stream(calls: int, *, seed: int, max_rows: int) -> list[CallSpec]:
     return list(itertools.islice(gen, calls))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _drive(d: Dispatcher, ops: dict[str, Operands], specs: list[CallSpec]) -> None:
-    for spec in specs:
-        args, kw = ops[spec.model].call(spec)
-        d(*args, **kw)
-
-
 def _experiment(d: Dispatcher, ops: dict, specs: list[CallSpec], config: ExperimentConfig,
                 device: torch.device) -> dict:
     """One experiment over the stream; its view once every timing is in."""
@@ -103,39 +94,6 @@ def _experiment(d: Dispatcher, ops: dict, specs: list[CallSpec], config: Experim
     view = experiments(reg)[0]
     view["wall_s"] = wall
     return view
-
-
-def throughput(d: Dispatcher, ops: dict, specs: list[CallSpec], fractions: tuple[float, ...], device: torch.device,
-               *, repeats: int, clock: str = "stamp") -> dict:
-    """Calls per second with no experiment and with A/A at each fraction, interleaved passes; median ratios."""
-    regs = {}
-    for f in fractions:
-        reg = Registry(d.platform, d.policy, torch_mod=torch, predictor=predictor_for(d.platform))
-        regs[f] = reg
-        reg.start(ExperimentConfig(id=f"aa-{f}", candidate="aa", fraction=f, harm_bound=1.0, budget=1.0,
-                                   clock=clock))
-        reg.start_flusher(0.5)
-        d.set_arms(reg.current)
-        _drive(d, ops, specs)  # an untimed pass: cells found and their first numerics samples verified
-        _sync(device)
-        time.sleep(1.2)
-    rates: dict[str, list[float]] = {"none": []} | {f"aa@{f}": [] for f in fractions}
-    for r in range(repeats):
-        order = [None, *fractions] if r % 2 == 0 else [*fractions, None]
-        for f in order:
-            d.set_arms(None if f is None else regs[f].current)
-            _sync(device)
-            t0 = time.perf_counter()
-            _drive(d, ops, specs)
-            _sync(device)
-            rates["none" if f is None else f"aa@{f}"].append(len(specs) / (time.perf_counter() - t0))
-    d.set_arms(None)
-    for reg in regs.values():
-        reg.close()
-    out = {"calls_per_s": {k: statistics.median(v) for k, v in rates.items()}}
-    out["cost"] = {k: 1.0 - statistics.median(a / b for a, b in zip(v, rates["none"]))
-                   for k, v in rates.items() if k != "none"}
-    return out
 
 
 def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), threshold: int = 256, seed: int = 7,
