@@ -5,6 +5,7 @@ The band. Each priced call carries 12 values: 2 interpolants x 3 spreads x 2 buc
 highest that sum takes over every choice of interpolant, of bucket reading, and of spread *per
 kernel* (all calls of one kernel at its low, middle or high time, each kernel chosen apart from
 the others). The estimate is the power-law interpolant, middle times, calls at the mean rows.
+A ratio of two kernels' prices (an experiment's predicted B/A, ``ratio_band``) ranges over the same choices.
 
 A saving counts only the calls a candidate moves to another kernel: calls routed alike cost the
 same under both and cancel exactly. When a moved call cannot be priced (outside the table),
@@ -39,17 +40,31 @@ class Band:
         return Band(0.0 - self.mid, 0.0 - self.high, 0.0 - self.low)
 
 
+def _extremes(arrays: list[np.ndarray], combine) -> tuple[float, float]:
+    """Lowest and highest of ``combine`` over every choice of interpolant and bucket reading (shared by all the
+    arrays) and of spread per array: the choice set of every band advise gives."""
+    lo = hi = None
+    for spreads in product(range(3), repeat=len(arrays)):
+        value = combine([a[:, s, :] for a, s in zip(arrays, spreads)])  # [interp][bucket]
+        lo = float(value.min()) if lo is None else min(lo, float(value.min()))
+        hi = float(value.max()) if hi is None else max(hi, float(value.max()))
+    return lo, hi  # type: ignore[return-value]
+
+
 def band_of(parts: dict[str, np.ndarray]) -> Band:
     """The estimate and the range of sum_k parts[k][interp, spread_k, bucket] over all choices (see module doc)."""
     if not parts:
         return Band(0.0, 0.0, 0.0)
     mid = float(sum(a[ESTIMATE] for a in parts.values()))
-    lo = hi = None
-    arrays = list(parts.values())
-    for spreads in product(range(3), repeat=len(arrays)):
-        total = sum(a[:, s, :] for a, s in zip(arrays, spreads))  # [interp][bucket]
-        lo = float(total.min()) if lo is None else min(lo, float(total.min()))
-        hi = float(total.max()) if hi is None else max(hi, float(total.max()))
+    lo, hi = _extremes(list(parts.values()), sum)
+    return Band(mid, min(lo, mid), max(hi, mid))
+
+
+def ratio_band(num: np.ndarray, den: np.ndarray) -> Band:
+    """One kernel's price over another's (B/A of a call), with the band a sum gets: the same interpolant and
+    bucket reading for both, each kernel's spread apart (so a table's p20-p80 of each kernel widens it)."""
+    mid = float(num[ESTIMATE] / den[ESTIMATE])
+    lo, hi = _extremes([num, den], lambda v: v[0] / v[1])
     return Band(mid, min(lo, mid), max(hi, mid))
 
 
@@ -96,7 +111,8 @@ class Outcome:
     notes: tuple[str, ...] = ()  # how the prices were found, where a reader should know (kv pools, wide gaps)
 
 
-def _notes(kernel: str, p) -> list[str]:
+def price_notes(kernel: str, p) -> list[str]:
+    """What a reader of ``kernel``'s price should know: the kv pools it rests on, the wide gaps it spans."""
     out = [f"{kernel}: {p.pool_note}"] if p.pool_note else []
     out += [f"{kernel}: priced between timed rows {a:.0f} and {b:.0f}, more than 2x apart: the band holds a flat "
             "and a power-law curve between them" for a, b in p.gaps]
@@ -118,7 +134,7 @@ def outcome(lm: LatencyModel, entry: TrafficEntry, cand: Candidate, target: Targ
             return Outcome(route, reason=p.reason)
         parts.append((launch.kernel, p.seconds * launch.calls))
         tables.extend(p.tables)
-        notes.extend(_notes(launch.kernel, p))
+        notes.extend(price_notes(launch.kernel, p))
     return Outcome(route, tuple(parts), "", tuple(tables), tuple(dict.fromkeys(notes)))
 
 

@@ -17,7 +17,8 @@ Control API (the service and the CLI build on it; a target is a ``Registry`` or 
 Each item: ``id, candidate, fraction, state`` (running | stopped | finished), ``stop_reason`` (None unless stopped:
 harm, budget, numerics, b_raised, user, or the reason given), ``cells`` ([{model, rows_bucket, kernel_a, kernel_b,
 calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high, shape, call_class, cuped, mean_a_s, mean_b_s,
-prediction: {ratio, reason}, numerics: {checked, mismatched}}]), ``saving`` ({seconds, low, high}: what B would have
+prediction: {ratio, ratio_low, ratio_high, reason, tables, notes}: advise's, with its band, numerics: {checked,
+mismatched}}]), ``saving`` ({seconds, low, high}: what B would have
 saved over the eligible calls seen; positive is faster), ``history`` ([{t, cells: [{model, rows_bucket, shape,
 call_class, calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high}]}], at most 60 flushes), ``crossover``
 ({rows, rule}: judged on ``buckets``), ``buckets`` ([{rows_bucket, lo, hi, calls, cells, covered, ratio, ratio_low,

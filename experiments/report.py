@@ -28,8 +28,16 @@ def cell_view(cell: dict) -> dict:
     return {"model": cell["model"], "rows_bucket": cell["rows_bucket"], "kernel_a": cell["kernel_a"],
             "kernel_b": cell["kernel_b"], "calls_a": cell["calls_a"], "calls_b": cell["calls_b"], "timed_a": a.n,
             "timed_b": b.n, **_ratio_fields(a, b), "shape": cell["shape"], "call_class": cell["call_class"],
-            "prediction": cell.get("prediction") or {"ratio": None, "reason": "not priced"},
+            "prediction": prediction_view(cell.get("prediction")),
             "numerics": {"checked": cell.get("checked", 0), "mismatched": cell.get("mismatched", 0)}}
+
+
+def prediction_view(prediction: dict | None) -> dict:
+    """advise's predicted B/A for a cell with advise's band (``covariate.Predictor.for_cell``); every key present,
+    None where no table prices the cell (``reason`` says why)."""
+    out = {"ratio": None, "ratio_low": None, "ratio_high": None, "reason": "not priced", "tables": [], "notes": []}
+    out.update(prediction or {})
+    return out
 
 
 def extra_seconds(cells: Iterable[dict]) -> tuple[float, float]:

@@ -18,6 +18,18 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class Prediction(_Open):
+    """advise's predicted B/A for the cell from a latency table, never measured on this traffic, with advise's band."""
+
+    ratio: float | None = Field(None, description="predicted time under B / under A; null where no table prices it")
+    ratio_low: float | None = Field(None, description="low end of advise's band: interpolants, the table's spread, "
+                                                      "the bucket reading, kv pools (docs/advise.md, The band)")
+    ratio_high: float | None = Field(None, description="high end of that band")
+    reason: str | None = Field(None, description="why there is no prediction; null when there is one")
+    tables: list[str] = Field([], description="the latency tables it rests on")
+    notes: list[str] = Field([], description="how it was priced, where a reader should know (kv pools, wide gaps)")
+
+
 class ExperimentCell(_Open):
     """One cell (model x rows bucket, and the call's shape): both arms' counts and B/A of mean kernel time."""
 
@@ -32,6 +44,7 @@ class ExperimentCell(_Open):
     ratio: float | None = Field(None, description="mean kernel time of B / mean of A; null until both arms are timed")
     ratio_low: float | None = Field(None, description="low end of the anytime-valid 95% band of ratio")
     ratio_high: float | None = Field(None, description="high end of that band")
+    prediction: Prediction | None = None
 
 
 class Saving(_Open):

@@ -2,7 +2,8 @@
 
 The grid is pure (``grids``), so it is tested without a terminal; the page draws the same grid in
 service/static/experiments.js. A measured cell reads `0.64 [0.60, 0.69]`: the ratio of mean kernel
-time B/A and its anytime-valid 95% band; advise's prediction for the same cell stands beside it.
+time B/A and its anytime-valid 95% band; advise's prediction for the same cell stands beside it, with advise's
+band (the interpolants, the table's spread, the bucket reading and the kv pools: experiments/covariate.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 ALL_TOPK = "any"  # the column of cells that carry no top-k
 _TOPK = re.compile(r"\btopk(\d+)\b")
@@ -23,7 +25,7 @@ def _num(v: Any) -> float | None:
 
 
 def band(ratio: Any, low: Any, high: Any) -> str:
-    """`0.64 [0.60, 0.69]`; `-` with no ratio yet; `0.64` with no band (a prediction); an open end as `?`."""
+    """`0.64 [0.60, 0.69]`; `-` with no ratio yet; `0.64` with no band; an open end as `?`."""
     r = _num(ratio)
     if r is None:
         return "-"
@@ -151,7 +153,8 @@ def report(experiments: Sequence[Mapping[str, Any]], console: Console | None = N
                       f"{_state(e)}")
         for g in grids(e):
             where = ", ".join(v for v in (g["model"], g["shape"], g["call_class"]) if v)
-            t = Table(title=f"B time / A time, {where}: measured [95% band] | predicted (advise)", title_justify="left")
+            t = Table(title=Text(f"B time / A time, {where}: measured [95% band] | predicted [advise's band]"),
+                      title_justify="left")  # Text: brackets are not markup
             t.add_column("rows")
             for k in g["topk"]:
                 t.add_column(f"top-k {k}" if k != "any" else "any top-k")

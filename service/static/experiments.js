@@ -67,6 +67,16 @@
     return [num(p), null, null];
   }
 
+  // What a predicted cell's tooltip says: where the figure and its band come from, or why there is none.
+  function predictionTitle(cell) {
+    const p = cell.prediction && typeof cell.prediction === "object" ? cell.prediction : {};
+    if (num(p.ratio) === null) return `advise's prediction: none (${p.reason || "not priced"})`;
+    const tables = (p.tables || []).join(", ") || "a latency table";
+    const notes = (p.notes || []).length ? `; ${p.notes.join("; ")}` : "";
+    return `advise's prediction from ${tables}, never measured on this traffic; band: advise's (interpolants, ` +
+      `the table's spread, the bucket reading, kv pools)${notes}`;
+  }
+
   // The cell's top-k: its own field, else the "topk2048" in its shape ("448+64 h16 topk2048 bfloat16/bfloat16").
   function topkOf(c) {
     if (c.topk !== null && c.topk !== undefined) return String(c.topk);
@@ -105,12 +115,12 @@
       const [r, lo, hi] = measured ? [c.ratio, c.ratio_low, c.ratio_high] : prediction(c);
       const title = measured
         ? `${c.kernel_b} / ${c.kernel_a}: ${c.calls_b} B calls (${c.timed_b} timed), ${c.calls_a} A calls (${c.timed_a} timed)`
-        : "advise's prediction from a latency table, never measured on this traffic";
-      const cls = !measured && num(lo) === null && num(hi) === null ? "predicted" : verdict(lo, hi, r);
+        : predictionTitle(c);
+      const cls = measured ? verdict(lo, hi, r) : `predicted ${verdict(lo, hi, r)}`;
       return el("td", { class: cls, "data-rows": rows, "data-topk": k, "data-ratio": num(r),
                         "data-low": num(lo), "data-high": num(hi), title, text: band(r, lo, hi) });
     })));
-    const caption = measured ? "measured B/A [95% band]" : "predicted B/A (advise, from a latency table)";
+    const caption = measured ? "measured B/A [95% band]" : "predicted B/A [advise's band] (from a latency table)";
     return el("table", { class: `exp-${which}`, "data-model": g.model, "data-call-class": g.callClass },
       el("caption", { text: caption }), el("thead", {}, head), el("tbody", {}, ...body));
   }

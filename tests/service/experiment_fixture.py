@@ -22,6 +22,14 @@ def shape(topk: int) -> str:
     return f"512+0 h16 topk{topk} bfloat16/bfloat16"
 
 
+def prediction(ratio: float | None) -> dict[str, Any]:
+    """advise's prediction as experiments.report.prediction_view gives it; its band here is made up: +-10%."""
+    if ratio is None:
+        return {"ratio": None, "ratio_low": None, "ratio_high": None, "reason": "not priced", "tables": [], "notes": []}
+    return {"ratio": ratio, "ratio_low": round(ratio * 0.9, 4), "ratio_high": round(ratio * 1.1, 4), "reason": None,
+            "tables": ["gfx942-mi325x-published"], "notes": []}
+
+
 def cell(model: str, rows: str, topk: int, ratio: float | None, *, width: float = 0.05,
          predicted: float | None = None, calls_b: int = 40, call_class: str = "prefill") -> dict[str, Any]:
     return {
@@ -29,7 +37,7 @@ def cell(model: str, rows: str, topk: int, ratio: float | None, *, width: float 
         "calls_a": calls_b * 99, "calls_b": calls_b, "timed_a": calls_b, "timed_b": calls_b,
         "ratio": ratio, "ratio_low": None if ratio is None else round(ratio - width, 4),
         "ratio_high": None if ratio is None else round(ratio + width, 4), "shape": shape(topk),
-        "call_class": call_class, "prediction": {"ratio": predicted, "reason": None if predicted else "not priced"},
+        "call_class": call_class, "prediction": prediction(predicted),
         "numerics": {"checked": 1, "mismatched": 0},
     }
 

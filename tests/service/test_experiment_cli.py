@@ -125,11 +125,12 @@ def test_the_report_is_the_seeds_table_measured_beside_predicted():
     assert g["model"] == "GLM-5.3-Flash" and g["shape"] == "512+0 h16 bfloat16/bfloat16" and g["call_class"] == "prefill"
     assert g["rows"] == list(SEED_RATIOS) and g["topk"] == ["128", "512", "2048"]
     assert g["cells"][("512-1023", "128")]["measured"] == "0.64 [0.59, 0.69]"
-    assert g["cells"][("512-1023", "128")]["predicted"] == "0.67"  # advise's ratio, which has no band
+    assert g["cells"][("512-1023", "128")]["predicted"] == "0.67 [0.60, 0.74]"  # advise's ratio with advise's band
     console = Console(width=200, record=True)
     report(docs, console)
     text = console.export_text()
     assert "B time / A time, GLM-5.3-Flash, 512+0 h16 bfloat16/bfloat16, prefill" in text
-    assert "0.43 [0.38, 0.48] | 0.45" in text and "measured crossover: 512 rows" in text
+    assert "measured [95% band] | predicted [advise's band]" in text
+    assert "0.43 [0.38, 0.48] | 0.45 [0.41, 0.50]" in text and "measured crossover: 512 rows" in text
     assert "aa: candidate aa at fraction 0.01, stopped (harm)" in text and "not yet measured" in text
     assert "never moved: candidate_unavailable 3, capture 12; numerics: 9 checked, 0 mismatched" in text

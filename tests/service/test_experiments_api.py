@@ -228,3 +228,36 @@ def test_a_kill_switch_stop_is_exported_with_its_reason(stack):
     assert state.labels["state"] == "stopped" and state.labels["stop_reason"] == "harm" and state.value == 1
     r = c.post("/experiments/g/stop")  # a person's stop afterwards changes nothing: the kill switch's reason stays
     assert r.status_code == 200 and r.json()["stop_reason"] == "harm"
+
+
+def test_each_cells_prediction_carries_advises_band_everywhere_it_is_read():
+    """A latency table that prices the test's shape, timed flat with a p20-p80 spread per kernel: GET /experiments,
+    /routing's section and the report CLI's grid show the predicted B/A with exactly advise's band from it."""
+    from experiments.covariate import Predictor
+    from service.experiment_report import grids
+    from tests.experiments.test_covariate import _flat_table
+
+    dispatcher = Dispatcher(platform=detect(), policy=Policy())
+    table = _flat_table((9.0, 10.0, 11.0), (4.0, 5.0, 6.0), topk=8, layout="64+0")
+    registry = core.Registry(dispatcher.platform, dispatcher.policy, torch_mod=torch, predictor=Predictor([table]))
+    registry.attach(dispatcher)
+    app = create_app(ServiceSettings(allowed_hosts=["*"], models=[MODEL]), dispatcher=dispatcher,
+                     experiments=CoreControl(core, registry, registry=registry))
+    try:
+        c = client(app)
+        assert c.post("/experiments", json={"id": "s", "candidate": "split_below_256", "fraction": 0.1}).status_code == 201
+        gen = torch.Generator().manual_seed(1)
+        for i in range(40):
+            call(dispatcher, (16, 100)[i % 2], gen)
+        registry.flush()
+        (e,) = c.get("/experiments").json()["experiments"]
+        (r,) = c.get("/routing").json()["experiments"]
+        assert e["cells"] and [x["prediction"] for x in r["cells"]] == [x["prediction"] for x in e["cells"]]
+        for cell in e["cells"]:
+            p = cell["prediction"]
+            assert (p["ratio"], p["ratio_low"], p["ratio_high"]) == pytest.approx((0.5, 4 / 11, 6 / 9), rel=1e-9)
+            assert p["reason"] is None and p["tables"] == ["flat"]
+        (g,) = grids(e)
+        assert {v["predicted"] for v in g["cells"].values()} == {"0.50 [0.36, 0.67]"}
+    finally:
+        registry.close()

@@ -47,6 +47,12 @@ document.getElementById("api").textContent = Object.keys(window.routescopeExperi
     predicted = [a for a in dom.find("td") if "data-ratio" in a and a.get("title", "").startswith("advise")]
     assert {(a["data-rows"], int(a["data-topk"])): float(a["data-ratio"]) for a in predicted} == {
         (rows, k): round(r * 1.05, 4) for rows, by_k in SEED_RATIOS.items() for k, r in by_k.items()}
+    # each predicted cell carries advise's band, and says where it comes from
+    p512 = next(a for a in predicted if (a["data-rows"], a["data-topk"]) == ("512-1023", "128"))
+    assert (float(p512["data-low"]), float(p512["data-high"])) == (round(0.672 * 0.9, 4), round(0.672 * 1.1, 4))
+    assert p512["class"] == "predicted better" and "gfx942-mi325x-published" in p512["title"]
+    p256 = next(a for a in predicted if (a["data-rows"], a["data-topk"]) == ("256-511", "128"))
+    assert p256["class"] == "predicted unclear" and "1.09 [0.98, 1.20]" in dom.text.get("experiments", "")
     assert dom.find("table", **{"class": "exp-measured", "data-model": "GLM-5.3-Flash"})
     assert dom.find("table", **{"class": "exp-predicted", "data-model": "GLM-5.3-Flash"})
     # one chart per cell: the gate experiment's from its six history points, each with a band and the parity line
