@@ -152,14 +152,13 @@ class AdviceOut(BaseModel):
 
 
 def fmt_seconds(s: float) -> str:
-    a = abs(s)
-    if a >= 100:
+    """Three significant digits in the unit they round into (999.6 µs prints as 1 ms, never as 1e+03 µs)."""
+    if abs(s) >= 99.95:
         return f"{s:.0f} s"
-    if a >= 1:
-        return f"{s:.3g} s"
-    if a >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} µs"
+    for scale, unit in ((1e6, "µs"), (1e3, "ms")):
+        if abs(float(text := f"{s * scale:.3g}")) < 1000:
+            return f"{text} {unit}"
+    return f"{s:.3g} s"
 
 
 def fmt_share(x: float, *, sign: bool = False) -> str:

@@ -13,6 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from advise.ab import Arm, route, sample_cycle, shapes_for
+from advise.ab_cli import ab_cells
 from advise.policies import SPLIT_K, target_for
 from dispatcher.policy import Policy
 from routescope.cli import build_app
@@ -38,19 +39,60 @@ def test_arms_route_as_their_gate_says():
         assert route(c, shapes[c.model], split, target) == (SPLIT_K if c.rows < 64 else RAGGED)
 
 
+def _seconds(cell: str) -> float:
+    value, unit = cell.split()
+    return float(value) * {"s": 1.0, "ms": 1e-3, "µs": 1e-6}[unit]
+
+
 @pytest.mark.slow
-def test_bench_ab_runs_on_the_cpu(tmp_path):
-    res = CliRunner().invoke(build_app(), ["bench", "ab", "--calls", "40", "--max-rows", "256", "--repeats", "1",
-                                           "--gate", "16", "--device", "cpu", "--out", str(tmp_path / "ab.json")])
+def test_bench_ab_runs_on_the_cpu_without_a_gate_and_its_table_adds_up(tmp_path):
+    """No --gate: the fresh CPU sweep predicts no gate saves, so the one predicted to lose least is replayed."""
+    res = CliRunner().invoke(build_app(), ["bench", "ab", "--calls", "40", "--max-rows", "64", "--repeats", "1",
+                                           "--device", "cpu", "--out", str(tmp_path / "ab.json")])
     assert res.exit_code == 0, res.output
     assert "plumbing" in res.output and "measured saving" in res.output and "GLM-5.3-Flash" in res.output
     out = json.loads((tmp_path / "ab.json").read_text())
-    assert out["device"] == "cpu" and out["gate"] == 16 and "host clock" in out["clock"] and "plumbing" in out["clock"]
+    assert out["device"] == "cpu" and "host clock" in out["clock"] and "plumbing" in out["clock"]
     assert [t["name"] for t in out["tables"]] == ["fresh sweep"] and out["tables"][0]["provenance"] == "measured here"
+    predicted = out["predicted_saving_s"]["fresh sweep"]
+    assert predicted is not None and predicted["low"] <= predicted["mid"] <= predicted["high"]
+    if predicted["mid"] > 0:
+        assert out["gate_choice"] == "advise's best on table fresh sweep"
+    else:
+        assert out["gate_choice"].startswith("no scanned gate is predicted to save on table fresh sweep; "
+                                             f"gate {out['gate']} is predicted to lose the least")
+    assert f"gate {out['gate']} rows ({out['gate_choice']})" in " ".join(res.stdout.split())
     glm = out["models"]["GLM-5.3-Flash"]
     assert glm["moved_calls"] > 0 and glm["measured_a_s"] > 0 and glm["measured_b_s"] > 0
-    assert glm["predicted_saving_s"]["fresh sweep"]["low"] <= glm["predicted_saving_s"]["fresh sweep"]["high"]
     assert out["measured_saving_s"] == pytest.approx(sum(m["measured_saving_s"] for m in out["models"].values()))
+    rows = {r[0]: r for r in ab_cells(out)}
+    models = [rows[m] for m in out["models"]]
+    total = rows["all"]
+    assert int(total[1]) == sum(int(r[1]) for r in models) == out["calls"]
+    assert int(total[2]) == sum(int(r[2]) for r in models)
+    for col in (3, 4, 5):  # arm A, arm B, measured saving: the models' printed figures sum to the total's (3 digits)
+        assert _seconds(total[col]) == pytest.approx(sum(_seconds(r[col]) for r in models), rel=0.01, abs=2e-6)
+    for r, m in zip(models, out["models"].values()):
+        if m["moved_calls"] == 0:
+            assert _seconds(r[5]) == 0  # no call moved, nothing saved or lost, whatever the arms' noise
+    mid = _seconds(total[6].split(" (")[0])
+    assert float(total[-1]) == pytest.approx(mid / _seconds(total[5]), rel=0.02)
+
+
+def test_bench_ab_refuses_before_any_replay_when_no_table_prices_a_gate():
+    """The H200 table has no top-k 32 (the CPU replay's scaled shapes), and no fresh sweep was asked for: known at
+    once, refused in one line before any call is timed."""
+    res = CliRunner().invoke(build_app(), ["bench", "ab", "--device", "cpu", "--table", "h200"])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("routescope bench ab: no table prices a scanned gate on this replay")
+    assert "not in the table" in lines[0] and lines[0].endswith("give one with --gate, or --table fresh")
+
+
+def test_a_bad_table_is_refused_before_the_fresh_sweep():
+    res = CliRunner().invoke(build_app(), ["bench", "ab", "--device", "cpu", "--table", "fresh", "--table",
+                                           "/nonexistent/t.json"])
+    assert res.exit_code == 2 and res.output.strip() == "routescope bench ab: --table: /nonexistent/t.json: (file): no such file"
 
 
 def test_bench_ab_refuses_what_it_cannot_do():
