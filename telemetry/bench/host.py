@@ -43,11 +43,11 @@ from ..core import Telemetry
 ROWS = (2, 16, 1024)
 
 
-def per_call_us_interleaved(fns: dict[str, Callable[[], Any]], *, batch: int, batches: int,
-                            sync: Callable[[], None]) -> dict[str, float]:
-    """Median over ``batches`` of each item's wall µs per call of issuing ``batch`` calls back to back, the items
-    taking turns (each round times one batch of each, in order). Every batch follows a sync and three untimed
-    calls, so the first launches after an idle moment are not in it."""
+def batch_us_interleaved(fns: dict[str, Callable[[], Any]], *, batch: int, batches: int,
+                         sync: Callable[[], None]) -> dict[str, list[float]]:
+    """Each item's wall µs per call of issuing ``batch`` calls back to back, one figure a batch, the items taking
+    turns (each round times one batch of each, in order). Every batch follows a sync and three untimed calls, so the
+    first launches after an idle moment are not in it."""
     for fn in fns.values():
         for _ in range(3):
             fn()
@@ -62,7 +62,46 @@ def per_call_us_interleaved(fns: dict[str, Callable[[], Any]], *, batch: int, ba
                 fn()
             times[name].append((time.perf_counter_ns() - t0) / batch / 1e3)
             sync()
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def per_call_us_interleaved(fns: dict[str, Callable[[], Any]], *, batch: int, batches: int,
+                            sync: Callable[[], None]) -> dict[str, float]:
+    """Median over ``batches`` of each item's µs per call (``batch_us_interleaved``)."""
+    return {name: statistics.median(t) for name, t in
+            batch_us_interleaved(fns, batch=batch, batches=batches, sync=sync).items()}
+
+
+def band(values: list[float]) -> float:
+    """Half the interquartile range: the noise band of a median over batches."""
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return (q[2] - q[0]) / 2
+
+
+def differences(times: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """What one piece adds to another, batch by batch (the items take turns, so batch i of each saw the same
+    moment of the host): telemetry on the dispatcher call, tensors handed to Triton's launcher, the decode's two
+    launches. Each is a median of paired differences with its band (``overhead.paired``: never narrower than its
+    gap to the difference of the medians printed above it), ``noise`` where the band is as wide as it."""
+    from .overhead import paired, resolved
+
+    out = []
+    for name in times:
+        if name.startswith("dispatcher_telemetry_"):
+            base, what = "dispatcher_" + name.removeprefix("dispatcher_telemetry_"), "telemetry on the dispatcher call"
+        elif name.endswith("_tensor_args"):
+            base, what = name.removesuffix("_tensor_args"), "tensors handed to Triton's launcher"
+        elif name.endswith("_two_launches"):
+            base, what = name.removesuffix("_two_launches"), "partials + reduce instead of one launch"
+        else:
+            continue
+        if base in times:
+            d, b = paired(times[name], times[base])
+            out.append({"what": what, "item": name, "minus": base, "us": d, "band_us": b,
+                        "noise": not resolved(abs(d), b)})
+    return out
 
 
 def _raw_pointers(on: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -137,7 +176,9 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
     platform, policy = detect(), Policy()
     registry = default_registry()
     bare = Dispatcher(platform=platform, policy=policy, registry=registry)
-    tel = Telemetry(TelemetryConfig(models=("bench",)), platform=platform, policy=policy)
+    # the pure decodes sent through the prefill entry are the point here, not a bug to warn about
+    tel = Telemetry(TelemetryConfig(models=("bench",), log_first_decode_in_prefill=False), platform=platform,
+                    policy=policy)
     watched = tel.instrument(Dispatcher(platform=platform, policy=policy, registry=registry))
     try:
         for r in rows:
@@ -158,13 +199,22 @@ def run(*, rows: tuple[int, ...] = ROWS, batch: int = 20, batches: int = 51, top
             kw = {"num_decodes": r, "num_decode_tokens": r, "num_prefills": 0, "model": "bench"}
             items[f"dispatcher_{r}"] = (lambda call, kw: lambda: bare(*call, **kw))(call, kw)
             items[f"dispatcher_telemetry_{r}"] = (lambda call, kw: lambda: watched(*call, **kw))(call, kw)
-        us.update(per_call_us_interleaved(items, batch=batch, batches=batches, sync=sync))
+        times = batch_us_interleaved(items, batch=batch, batches=batches, sync=sync)
+        us.update({name: statistics.median(t) for name, t in times.items()})
+        out["band_us"] = {name: band(t) for name, t in times.items()}
+        out["differences"] = differences(times)
     finally:
         tel.close()
     return out
 
 
+def diff_cell(d: dict[str, Any]) -> str:
+    """A paired difference as printed: µs ± band, "(noise)" where the band is as wide as it."""
+    return f"{d['us']:+.1f} ± {d['band_us']:.1f} µs" + (" (noise)" if d["noise"] else "")
+
+
 def render(result: dict[str, Any]) -> None:
+    """The table of medians with their bands, the differences that matter with theirs, and what was not timed."""
     from rich.console import Console
     from rich.table import Table
 
@@ -172,12 +222,20 @@ def render(result: dict[str, Any]) -> None:
                         f"(median of {result['batches']} batches of {result['batch']})")
     table.add_column("what")
     table.add_column("µs/call", justify="right")
+    table.add_column("± band", justify="right")
     table.add_column("ran", justify="left")
     impls = result.get("impls", {})
+    bands = result.get("band_us", {})
     for key, value in result["us_per_call"].items():
         ran = impls.get(key.removeprefix("launch_").removesuffix("_tensor_args").removesuffix("_two_launches"), "")
-        table.add_row(key, f"{value:.1f}", ran)
+        table.add_row(key, f"{value:.1f}", f"{bands[key]:.1f}" if key in bands else "", ran)
     console = Console(width=120)
     console.print(table)
+    for d in result.get("differences", []):
+        console.print(f"{d['what']}: {d['item']} - {d['minus']} = {diff_cell(d)}")
+    if "band_us" in result:
+        console.print("band: half the interquartile range over the batches; a difference is the median of per-batch "
+                      "differences (the items take turns, a batch each), its band never narrower than its gap to "
+                      "the difference of the medians; '(noise)' where the band is as wide as the difference")
     for line in result.get("skipped", []):
         console.print(f"not as asked: {line}")
