@@ -12,6 +12,7 @@ Control API (the service and the CLI build on it; a target is a ``Registry`` or 
 
     start(target, config: ExperimentConfig) -> dict        # the experiment's view; ExperimentError if refused
     stop(target, id, reason="user") -> dict                  # idempotent
+    acknowledge(target, id, by="user") -> dict               # a person read a stop (the alert resolves); idempotent
     experiments(target) -> list[dict]                        # the GET /experiments items, merged across processes
 
 Each item: ``id, candidate, fraction, state`` (running | stopped | finished), ``stop_reason`` (None unless stopped:
@@ -25,7 +26,8 @@ call_class, calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high}]}]
 ratio_high}]: the moved cells of each rows bucket pooled across models, shapes and call classes), ``end_reason``
 (max_calls | max_seconds when finished), ``never_moved`` ({reason: calls}: capture, candidate_unavailable,
 guard_refusal, batch_invariant, decode_on_prefill, not_running), ``ineligible``, ``b_failures``, ``last_error``,
-``clock_dropped``, ``budget`` ({extra_s, eligible_s, share, window_s}), ``processes``, ``started_at``,
+``clock_dropped``, ``budget`` ({extra_s, eligible_s, share, window_s}), ``acknowledged`` ({at, by} once a
+person acknowledged a stop, else None), ``processes``, ``started_at``,
 ``ended_at``, ``elapsed_s``, ``alpha``, ``config``.
 
 ``ExperimentConfig`` fields: id, candidate (gfx942_N | gfx950_N | split_below_N | decodes_split_k | aa), fraction
@@ -61,11 +63,11 @@ from dispatcher.arms import Arm, ArmChooser, Outcome
 
 from .candidates import NotMoved, StartRefused
 from .config import CellName, ExperimentConfig
-from .control import ExperimentError, Registry, experiments, start, stop
+from .control import ExperimentError, NotStopped, Registry, acknowledge, experiments, start, stop
 from .covariate import Predictor, predictor_for
 from .runtime import Experiment
 
 __all__ = [
-    "Arm", "ArmChooser", "CellName", "Experiment", "ExperimentConfig", "ExperimentError", "NotMoved", "Outcome",
-    "Predictor", "Registry", "StartRefused", "experiments", "predictor_for", "start", "stop",
+    "Arm", "ArmChooser", "CellName", "Experiment", "ExperimentConfig", "ExperimentError", "NotMoved", "NotStopped", "Outcome",
+    "Predictor", "Registry", "StartRefused", "acknowledge", "experiments", "predictor_for", "start", "stop",
 ]

@@ -1,7 +1,8 @@
 """Start, stop and read experiments on a target: an in-process ``Registry`` or a multiprocess directory.
 
 A directory holds ``experiments/<id>.config.json`` (one config for every process there), one
-``<id>.<process>.state.json`` per process (written at its flush) and ``<id>.stop.json`` once anyone stops it; every
+``<id>.<process>.state.json`` per process (written at its flush), ``<id>.stop.json`` once anyone stops it and
+``<id>.ack.json`` once a person acknowledges the stop (the alert then resolves); every
 process's ``Registry`` bound to the directory picks a new config up, honours the stop file, and writes the stop file
 itself when its own kill switch fires, so one process's stop stops them all.
 """
@@ -31,6 +32,10 @@ SUBDIR = "experiments"
 
 class ExperimentError(ValueError):
     """A control request that cannot be done: unknown id, one already running, a refused start."""
+
+
+class NotStopped(ExperimentError):
+    """An acknowledgement for an experiment with no stop to acknowledge (it runs, or finished by its limits)."""
 
 
 def _dir(target: str | os.PathLike) -> Path:
@@ -78,6 +83,7 @@ class Registry:
         self.flush_errors = 0
         self._stop_published: set[str] = set()  # experiments whose stop file this process has seen to
         self._final_written: set[str] = set()  # experiments whose final state file this process has written
+        self.acks: dict[str, dict] = {}  # experiment id -> {at, by}: a person has read its stop
 
     def attach(self, dispatcher: Any) -> None:
         """Route ``dispatcher``'s calls through the running experiment (now and whenever one starts)."""
@@ -116,6 +122,16 @@ class Registry:
             experiment.stop(reason)
             if experiment is self.current:
                 self._set_arms(None)
+            return experiment
+
+    def acknowledge(self, experiment_id: str, by: str = "user") -> Experiment:
+        """Record that a person has read a stopped experiment's stop; the first acknowledgement stays."""
+        with self._lock:
+            experiment = self.all.get(experiment_id)
+            if experiment is None:
+                raise ExperimentError(f"no experiment {experiment_id!r}")
+            _check_ackable(experiment_id, experiment.state_name)
+            self.acks.setdefault(experiment_id, {"at": time.time(), "by": by})
             return experiment
 
     def flush(self) -> None:
@@ -170,7 +186,7 @@ class Registry:
 
     def views(self) -> list[dict]:
         with self._lock:
-            return [view(merge([e.state()])) for e in self.all.values()]
+            return [_with_ack(view(merge([e.state()])), self.acks.get(i)) for i, e in self.all.items()]
 
     def start_flusher(self, interval_s: float = 1.0) -> None:
         """Flush every ``interval_s`` on a daemon thread (``close`` stops it)."""
@@ -233,6 +249,35 @@ def stop(target: Target, experiment_id: str, reason: str = "user") -> dict:
     return _one(experiments(target), experiment_id)
 
 
+def acknowledge(target: Target, experiment_id: str, by: str = "user") -> dict:
+    """A person has read a stopped experiment's stop: the view's ``acknowledged`` ({at, by}) is set, and the stop
+    alert resolves; the experiment stays stopped and readable. Idempotent (the first acknowledgement stays);
+    ExperimentError for an unknown id or one that is not stopped (running, or finished by its limits)."""
+    if isinstance(target, Registry):
+        target.acknowledge(experiment_id, by)
+        return _one(target.views(), experiment_id)
+    folder = _dir(target)
+    item = _one(experiments(target), experiment_id) if (folder / f"{experiment_id}.config.json").exists() else None
+    if item is None:
+        raise ExperimentError(f"no experiment {experiment_id!r} in {folder}")
+    _check_ackable(experiment_id, item["state"])
+    if not (folder / f"{experiment_id}.ack.json").exists():
+        _write_json(folder / f"{experiment_id}.ack.json", {"at": time.time(), "by": by})
+    return _one(experiments(target), experiment_id)
+
+
+def _check_ackable(experiment_id: str, state: str) -> None:
+    if state != State.STOPPED:
+        raise NotStopped(f"experiment {experiment_id!r} is {state}: only a stopped experiment's stop is "
+                              "acknowledged")
+
+
+def _with_ack(item: dict, ack: dict | None) -> dict:
+    item["acknowledged"] = None if ack is None or item["state"] != State.STOPPED else {"at": ack.get("at"),
+                                                                                       "by": ack.get("by")}
+    return item
+
+
 def experiments(target: Target) -> list[dict]:
     """Every experiment on the target, merged across processes and ranks: the ``GET /experiments`` items."""
     if isinstance(target, Registry):
@@ -257,7 +302,7 @@ def experiments(target: Target) -> list[dict]:
         if stop_doc is not None and merged["state"] == "running":
             merged["state"], merged["stop_reason"] = "stopped", stop_doc.get("reason") or "user"
             merged["ended_at"] = stop_doc.get("at")
-        out.append(view(merged))
+        out.append(_with_ack(view(merged), _read_json(folder / f"{experiment_id}.ack.json")))
     return out
 
 

@@ -1,4 +1,4 @@
-"""`routescope experiment start|status|stop|report`: drive an experiment in a running service or a directory.
+"""`routescope experiment start|status|stop|ack|report`: drive an experiment in a running service or a directory.
 
 `--url` talks to `routescope serve` over its HTTP control (loopback only); `--multiproc-dir` writes
 the experiment into a multiprocess directory, where every process (vLLM's ranks, a service) runs the
@@ -26,7 +26,7 @@ _BUCKET = re.compile(r"^\d+(-\d+|\+)?$")
 experiment_app = typer.Typer(
     name="experiment", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Measure a candidate policy on live traffic (arm B on a fraction of the calls it would route differently), "
-         "with an anytime-valid band and a kill switch: start, status, stop, report.",
+         "with an anytime-valid band and a kill switch: start, status, stop, ack, report.",
 )
 
 UrlOpt = Annotated[Optional[str], typer.Option("--url", help=f"a running routescope serve (default {DEFAULT_URL})")]
@@ -67,6 +67,11 @@ class HttpControl:
         from urllib.parse import quote
 
         return self._call("POST", f"/experiments/{quote(experiment_id, safe='')}/stop")
+
+    def acknowledge(self, experiment_id: str, by: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        return self._call("POST", f"/experiments/{quote(experiment_id, safe='')}/ack")
 
     def experiments(self) -> list[dict[str, Any]]:
         doc = self._call("GET", "/experiments")
@@ -199,6 +204,23 @@ def stop_command(
         typer.echo(json.dumps(stopped, indent=2))
         return
     typer.echo(f"experiment {stopped['id']} {stopped['state']} ({stopped.get('stop_reason') or 'no reason given'})")
+
+
+@experiment_app.command("ack")
+def ack_command(
+    experiment_id: Annotated[str, typer.Argument(help="the stopped experiment's id (routescope experiment status)")],
+    url: UrlOpt = None,
+    multiproc_dir: DirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Acknowledge a stopped experiment's stop, once its report is read: RoutescopeExperimentStopped resolves."""
+    control = _target("ack", url, multiproc_dir)
+    acked = _run("ack", lambda: control.acknowledge(experiment_id, MANUAL_REASON))
+    if as_json:
+        typer.echo(json.dumps(acked, indent=2))
+        return
+    typer.echo(f"experiment {acked['id']} stopped ({acked.get('stop_reason')}): stop acknowledged; its alert "
+               "resolves at the next scrape and evaluation")
 
 
 def _pick(experiments: list[dict[str, Any]], experiment_id: str | None, command: str) -> list[dict[str, Any]]:

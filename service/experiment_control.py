@@ -33,6 +33,9 @@ class Control(Protocol):
     def stop(self, experiment_id: str, reason: str) -> dict[str, Any]:
         """Stop a running experiment; the stopped experiment."""
 
+    def acknowledge(self, experiment_id: str, by: str) -> dict[str, Any]:
+        """Record that a person has read a stopped experiment's stop (its alert resolves); the experiment."""
+
     def experiments(self) -> list[dict[str, Any]]:
         """Every experiment, merged across processes, in the `GET /experiments` contract."""
 
@@ -127,6 +130,14 @@ class CoreControl:
             return self.api.stop(self.target, experiment_id, reason)
         except self.api.ExperimentError as exc:
             raise ControlFailed(404, str(exc)) from None
+
+    def acknowledge(self, experiment_id: str, by: str) -> dict[str, Any]:
+        if self.target is None:
+            raise ControlFailed(404, f"no experiment {experiment_id!r}: this service has none")
+        try:
+            return self.api.acknowledge(self.target, experiment_id, by)
+        except self.api.ExperimentError as exc:
+            raise ControlFailed(409 if isinstance(exc, self.api.NotStopped) else 404, str(exc)) from None
 
     def experiments(self) -> list[dict[str, Any]]:
         return [] if self.target is None else self.api.experiments(self.target)

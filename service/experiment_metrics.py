@@ -64,7 +64,10 @@ def families(experiments: Sequence[Mapping[str, Any]]) -> list[Metric]:
                                labels=("experiment", "estimate"))
     unmoved = CounterMetricFamily("routescope_experiment_never_moved_calls", "Calls the experiment never moves to B, "
                                   "by reason.", labels=("experiment", "reason"))
-    out = [state, fraction, calls, timed, ratio, saving, unmoved]
+    acked = GaugeMetricFamily("routescope_experiment_acknowledged_timestamp_seconds", "When a person acknowledged a "
+                              "stopped experiment's stop (routescope experiment ack); no sample until then. "
+                              "RoutescopeExperimentStopped fires until it appears.", labels=("experiment", "candidate"))
+    out = [state, fraction, calls, timed, ratio, saving, unmoved, acked]
     seen: set[tuple[str, ...]] = set()
     for e in experiments:
         eid, candidate = str(e["id"]), str(e.get("candidate", ""))
@@ -91,6 +94,9 @@ def families(experiments: Sequence[Mapping[str, Any]]) -> list[Metric]:
                 saving.add_metric([eid, estimate], v)
         for why, n in sorted(never_moved(e).items()):
             unmoved.add_metric([eid, why], float(n))
+        ack = e.get("acknowledged")
+        if st == "stopped" and isinstance(ack, Mapping) and (at := _number(ack.get("at"))) is not None:
+            acked.add_metric([eid, candidate], at)
     return out
 
 

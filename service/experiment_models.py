@@ -55,6 +55,13 @@ class Saving(_Open):
     high: float | None = None
 
 
+class Acknowledged(_Open):
+    """A person acknowledged the stop (`routescope experiment ack`, `POST /experiments/{id}/ack`)."""
+
+    at: float | None = Field(None, description="when, in Unix seconds")
+    by: str | None = None
+
+
 class ExperimentOut(_Open):
     """One experiment: arm A is the active policy, arm B the candidate, on a fraction of the eligible calls."""
 
@@ -65,6 +72,8 @@ class ExperimentOut(_Open):
     stop_reason: str | None = Field(None, description="why it stopped (by itself or by a person); null unless stopped")
     cells: list[ExperimentCell] = []
     saving: Saving = Field(default_factory=Saving)
+    acknowledged: Acknowledged | None = Field(None, description="set once a person acknowledged the stop; the stop "
+                                                                "alert fires until then")
 
 
 class ExperimentsOut(BaseModel):

@@ -1,9 +1,10 @@
-"""`GET /experiments`, `POST /experiments` (start) and `POST /experiments/{id}/stop`: the HTTP face of experiments.
+"""`GET /experiments`, `POST /experiments` (start), `POST /experiments/{id}/stop` and `.../ack`: experiments over HTTP.
 
 The endpoints only translate: the experiment itself (assignment, statistics, stops) is the
-experiments package's, reached through one ``Control``. Reading is open like `/routing`; the two
-POSTs change what the dispatcher launches, so they answer only a loopback client that names a
-loopback Host (and, from a browser, a loopback Origin): a page elsewhere cannot start or stop one.
+experiments package's, reached through one ``Control``. Reading is open like `/routing`; the
+POSTs change what the dispatcher launches or what pages a person, so they answer only a loopback client
+that names a loopback Host (and, from a browser, a loopback Origin): a page elsewhere cannot start, stop
+or acknowledge one.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ async def control_failed_handler(request: Request, exc: Exception) -> JSONRespon
 
 _REFUSED = {s: {"model": ControlError, "description": d} for s, d in (
     (403, "not a loopback client, Host or Origin"), (404, "no experiment has this id"),
-    (409, "the experiment is not running, or another one is"), (422, "the config is refused; `message` says why"),
+    (409, "another experiment is running (start), or this one is not stopped (ack)"),
+    (422, "the config is refused; `message` says why"),
     (503, "experiments are not available in this service"))}
 
 
@@ -119,3 +121,14 @@ async def stop_experiment(request: Request, experiment_id: str) -> dict[str, Any
     stopped = await to_thread.run_sync(control.stop, experiment_id, MANUAL_REASON)
     log.info("experiment %s stopped over HTTP", experiment_id)
     return stopped
+
+
+@router.post("/experiments/{experiment_id}/ack", response_model=ExperimentOut, dependencies=[Depends(loopback_only)],
+             responses=_REFUSED)
+async def acknowledge_experiment(request: Request, experiment_id: str) -> dict[str, Any]:
+    """Acknowledge a stopped experiment's stop: `acknowledged` is set and RoutescopeExperimentStopped resolves; the
+    experiment stays stopped and readable. 409 when it is not stopped. Loopback only."""
+    control = _control(request)
+    acked = await to_thread.run_sync(control.acknowledge, experiment_id, MANUAL_REASON)
+    log.info("experiment %s: its stop (%s) acknowledged over HTTP", experiment_id, acked.get("stop_reason"))
+    return acked

@@ -54,6 +54,7 @@ def test_an_experiment_kill_switch_has_its_own_route_one_group_per_experiment():
     (route,) = [x for x in yaml.safe_load(AM_CONFIG.read_text())["route"]["routes"]
                 if x["matchers"] == ['alertname="RoutescopeExperimentStopped"']]
     assert "experiment" in route["group_by"] and route["group_wait"] == "0s"
+    assert route["repeat_interval"] == "4h"  # reminded until acknowledged (the rule fires until the ack)
 
 
 def test_every_receiver_sends_resolved_notifications():

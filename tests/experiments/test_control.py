@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments import ExperimentConfig, ExperimentError, Registry, experiments, start, stop
+from experiments import ExperimentConfig, ExperimentError, NotStopped, Registry, acknowledge, experiments, start, stop
 
 from .helpers import call_args, cpu_dispatcher
 
@@ -36,9 +36,12 @@ def test_registry_start_run_stop_contract():
     assert set(item["saving"]) == {"seconds", "low", "high"}
     with pytest.raises(ExperimentError, match="is running"):
         start(reg, ExperimentConfig(id="e2", candidate="aa"))
+    with pytest.raises(NotStopped, match="'e1' is running: only a stopped experiment's stop is acknowledged"):
+        acknowledge(reg, "e1")
     stopped = stop(reg, "e1")
-    assert stopped["state"] == "stopped" and stopped["stop_reason"] == "user"
+    assert stopped["state"] == "stopped" and stopped["stop_reason"] == "user" and stopped["acknowledged"] is None
     assert d.arms is None
+    assert acknowledge(reg, "e1")["acknowledged"]["by"] == "user" and experiments(reg)[0]["state"] == "stopped"
 
 
 def test_directory_target_merges_processes_and_stops_all(tmp_path):
@@ -67,3 +70,11 @@ def test_directory_target_merges_processes_and_stops_all(tmp_path):
         reg.flush()
         assert d.arms is None
     assert experiments(tmp_path)[0]["state"] == "stopped"
+    # acknowledging the stop is recorded once, in the directory, for every reader; the experiment stays stopped
+    assert experiments(tmp_path)[0]["acknowledged"] is None
+    first = acknowledge(tmp_path, "dir1", by="oncall")["acknowledged"]
+    assert first["by"] == "oncall" and first["at"] > 0
+    assert acknowledge(tmp_path, "dir1", by="someone else")["acknowledged"] == first  # the first one stays
+    assert experiments(tmp_path)[0]["acknowledged"] == first and experiments(tmp_path)[0]["state"] == "stopped"
+    with pytest.raises(ExperimentError, match="no experiment 'nope'"):
+        acknowledge(tmp_path, "nope")

@@ -1,4 +1,4 @@
-"""`routescope experiment start|status|stop|report` on a multiprocess directory with the real experiments core, and
+"""`routescope experiment start|status|stop|ack|report` on a multiprocess directory with the real experiments core, and
 every bad input's exit status and message (the --url side runs against a live service in tests/dashboards)."""
 
 from __future__ import annotations
@@ -63,8 +63,16 @@ def test_a_directory_runs_the_experiment_in_every_process_and_the_cli_reads_them
     assert code == 0 and "stopped (user)" in out
     code, out = run("start", "aa", "--multiproc-dir", d)
     assert code == 1 and "exists already" in out, out  # refused by the target (ids are never reused): exit 1
+    code, out = run("ack", "aa", "--multiproc-dir", d)
+    assert code == 0 and "experiment aa stopped (user): stop acknowledged" in out, out
+    code, out = run("status", "aa", "--json", "--multiproc-dir", d)
+    assert json.loads(out)["experiments"][0]["acknowledged"]["by"] == "user"
+    code, out = run("ack", "nope", "--multiproc-dir", d)
+    assert code == 2 and "no experiment 'nope'" in out, out
     code, out = run("start", "aa", "--id", "aa2", "--multiproc-dir", d, "--json")
     assert code == 0 and json.loads(out)["id"] == "aa2"
+    code, out = run("ack", "aa2", "--multiproc-dir", d)
+    assert code == 1 and "'aa2' is running" in out, out  # nothing to acknowledge: refused by the target
 
 
 def test_a_gate_that_moves_decode_rows_onto_a_prefill_kernel_is_refused_unless_named(tmp_path):

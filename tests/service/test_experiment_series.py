@@ -78,4 +78,4 @@ def test_the_families_exist_with_no_experiment():
     assert {f.name for f in families([])} == {
         "routescope_experiment_state", "routescope_experiment_fraction", "routescope_experiment_calls",
         "routescope_experiment_timed_calls", "routescope_experiment_time_ratio", "routescope_experiment_saving_seconds",
-        "routescope_experiment_never_moved_calls"}
+        "routescope_experiment_never_moved_calls", "routescope_experiment_acknowledged_timestamp_seconds"}

@@ -141,7 +141,8 @@ def test_control_is_loopback_only_even_when_any_host_is_served(stack, peer, base
     app, _, registry = stack
     c = client(app, peer, base)
     assert c.get("/experiments").status_code == 200  # reading is as open as /routing
-    for path, body in (("/experiments", {"id": "x", "candidate": "aa"}), ("/experiments/x/stop", None)):
+    for path, body in (("/experiments", {"id": "x", "candidate": "aa"}), ("/experiments/x/stop", None),
+                       ("/experiments/x/ack", None)):
         r = c.post(path, json=body, headers=headers)
         assert r.status_code == 403 and words in r.json()["message"], r.text
     assert registry.all == {}  # nothing was started
@@ -206,7 +207,9 @@ def test_openapi_documents_the_control_and_other_methods_are_405(stack):
     spec = c.get("/openapi.json").json()
     assert set(spec["paths"]["/experiments"]) == {"get", "post"}
     assert set(spec["paths"]["/experiments/{experiment_id}/stop"]) == {"post"}
-    assert {"ExperimentsOut", "ExperimentOut", "ExperimentCell", "Saving", "ControlError"} <= spec["components"]["schemas"].keys()
+    assert set(spec["paths"]["/experiments/{experiment_id}/ack"]) == {"post"}
+    assert {"ExperimentsOut", "ExperimentOut", "ExperimentCell", "Saving", "ControlError", "Prediction",
+            "Acknowledged"} <= spec["components"]["schemas"].keys()
     for method in ("PUT", "DELETE", "PATCH"):
         assert c.request(method, "/experiments").status_code == 405
     assert c.get("/experiments/x/stop").status_code == 405
