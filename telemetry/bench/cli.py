@@ -158,7 +158,7 @@ def multiproc_command(
         typer.echo("routescope bench multiproc: --load is now `routescope bench serve` (it starts `serve --demo` "
                    "beside --writers real writer processes, 8 by default; --writers 0: no directory)", err=True)
         raise typer.Exit(2)
-    from .reliability import run
+    from .reliability import render, run
 
     from dispatcher.inputs import InputError, parse_rows_list
 
@@ -167,37 +167,9 @@ def multiproc_command(
     except InputError as exc:
         typer.echo(f"routescope bench: {exc}", err=True)
         raise typer.Exit(2) from None
-    result = run(kills=kills, repeats=repeats, processes=counts, scrapes=scrapes)
-    _emit(result, as_json, _render_multiproc)
-
-
-def _render_multiproc(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(Console().width, 200))
-    table = Table("processes", "files", "series", "on disk", "samples", "prometheus_client text",
-                  "routescope text", "ratio", "routescope protobuf", "ratio", "merged totals",
-                  "text, a series added", "first scrape")
-    for r in result["scrape"]:
-        table.add_row(str(r["processes"]), str(r["files"]), r["series"], f"{r['bytes_on_disk'] / 1e6:.1f} MB",
-                      str(r["samples"]), f"{r['prometheus_client_text_s'] * 1e3:.1f} ms",
-                      f"{r['routescope_text_s'] * 1e3:.1f} ms", f"{r['text_ratio']:.2f}",
-                      f"{r['routescope_protobuf_s'] * 1e3:.1f} ms", f"{r['protobuf_ratio']:.2f}",
-                      f"{r['routescope_merged_totals_s'] * 1e3:.1f} ms",
-                      f"{r['routescope_text_new_series_s'] * 1e3:.1f} ms",
-                      f"{r['routescope_first_scrape_s'] * 1e3:.0f} ms")
-    console.print(table)
-    k = result.get("kill_loss")
-    if k:
-        console.print(f"kill -9 ({len(k['kills'])} kills, flush every {k['flush_interval_s']} s): lost calls median "
-                      f"{k['lost_calls_median']}, max {k['lost_calls_max']}; as that worker's seconds of calls: "
-                      f"median {k['lost_seconds_median']}, max {k['lost_seconds_max']}; exported more than started: "
-                      f"{k['exported_more_than_started']}")
-    r = result.get("recovery")
-    if r:
-        console.print(f"corrupt live file to exact totals again: median {r['median_s']:.2f} s, max {r['max_s']:.2f} s "
-                      f"({r['repeats']} times)")
+    result = run(kills=kills, repeats=repeats, processes=counts, scrapes=scrapes,
+                 progress=lambda text: typer.echo(f"bench multiproc: {text}", err=True))
+    _emit(result, as_json, render)
 
 
 def _diff(r: dict, key: str) -> str:

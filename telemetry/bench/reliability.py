@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -138,7 +138,8 @@ def _scrapes(path: str, totals: Totals, writers: list[MultiprocWriter], repeats:
     return out
 
 
-def scrape_cost(processes: tuple[int, ...] = (8, 64, 256), *, calls: int = 2000, repeats: int = 5) -> list[dict]:
+def scrape_cost(processes: tuple[int, ...] = (8, 64, 256), *, calls: int = 2000, repeats: int = 5,
+                progress: Callable[[str], None] | None = None) -> list[dict]:
     """Seconds per /metrics over the files of N live processes: routescope beside prometheus_client, same series.
 
     Two directories per N, both written by the real writer from the same workload's totals: ``classic`` (no
@@ -148,6 +149,8 @@ def scrape_cost(processes: tuple[int, ...] = (8, 64, 256), *, calls: int = 2000,
     out = []
     for n in processes:
         for series, t in (("classic", classic), ("native", totals)):
+            if progress:
+                progress(f"scrape cost: {n} processes' files, {series} buckets, {repeats} scrapes a reader")
             with tempfile.TemporaryDirectory() as path:
                 writers = _directory(path, t, n)
                 try:
@@ -183,7 +186,8 @@ def _calls(path: Path, rank: int) -> int:
                    if s.name == "routescope_calls_total" and s.labels.get("rank") == str(rank)))
 
 
-def kill_loss(kills: int = 8, *, seed: int = 0, max_age_s: float = 4.0) -> dict[str, Any]:
+def kill_loss(kills: int = 8, *, seed: int = 0, max_age_s: float = 4.0,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Calls lost per kill -9 at a random instant (0.1 s to ``max_age_s`` after the worker's start)."""
     rng = random.Random(seed)
     rows = []
@@ -191,6 +195,8 @@ def kill_loss(kills: int = 8, *, seed: int = 0, max_age_s: float = 4.0) -> dict[
         path = Path(tmp) / "mp"
         path.mkdir()
         for k in range(kills):
+            if progress:
+                progress(f"kill -9 {k + 1} of {kills}")
             slot = Path(tmp) / f"slot{k}"
             p = _spawn(path, slot, k)
             time.sleep(rng.uniform(0.1, max_age_s))
@@ -212,7 +218,7 @@ def kill_loss(kills: int = 8, *, seed: int = 0, max_age_s: float = 4.0) -> dict[
             "exported_more_than_started": sum(1 for r in rows if r["lost"] < 0)}
 
 
-def recovery_time(repeats: int = 5) -> dict[str, Any]:
+def recovery_time(repeats: int = 5, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Seconds from a live worker's counter file overwritten with garbage to totals back at (at least) their level."""
     times = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +227,10 @@ def recovery_time(repeats: int = 5) -> dict[str, Any]:
         p = _spawn(path, Path(tmp) / "slot", 0)
         try:
             time.sleep(1.5)
-            for _ in range(repeats):
+            for i in range(repeats):
+                if progress:
+                    progress(f"corrupt file {i + 1} of {repeats} (each is logged as skipped and renamed: this bench's "
+                             "own garbage)")
                 before = _calls(path, 0)
                 target = next(f for f in os.listdir(path) if f.startswith("counter_routescope-") and f.endswith(".db"))
                 with open(path / target, "r+b") as f:
@@ -239,7 +248,59 @@ def recovery_time(repeats: int = 5) -> dict[str, Any]:
 
 
 def run(*, kills: int = 8, repeats: int = 5, processes: tuple[int, ...] = (8, 64, 256),
-        scrapes: int = 5) -> dict[str, Any]:
+        scrapes: int = 5, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Scrape cost, and (when asked: ``kills``, ``repeats`` > 0) kill -9 loss and corrupt-file recovery."""
-    return {"scrape": scrape_cost(processes, repeats=scrapes), "kill_loss": kill_loss(kills) if kills else None,
-            "recovery": recovery_time(repeats) if repeats else None}
+    return {"scrape": scrape_cost(processes, repeats=scrapes, progress=progress),
+            "kill_loss": kill_loss(kills, progress=progress) if kills else None,
+            "recovery": recovery_time(repeats, progress=progress) if repeats else None}
+
+
+COLUMNS = ("processes", "files", "latency buckets", "on disk", "sample lines", "prometheus_client text",
+           "routescope text", "÷ p_c", "routescope protobuf", "÷ p_c", "merged totals",
+           "text, a series added", "first scrape")
+
+
+def scrape_cells(r: dict[str, Any]) -> list[str]:
+    """One scrape row as printed, in COLUMNS' order (each ratio is routescope's time over prometheus_client's)."""
+    ms = lambda key, digits=1: f"{r[key] * 1e3:.{digits}f} ms"  # noqa: E731
+    return [str(r["processes"]), str(r["files"]), "classic" if r["series"] == "classic" else "+native",
+            f"{r['bytes_on_disk'] / 1e6:.1f} MB", str(r["samples"]), ms("prometheus_client_text_s"),
+            ms("routescope_text_s"), f"{r['text_ratio']:.2f}", ms("routescope_protobuf_s"), f"{r['protobuf_ratio']:.2f}",
+            ms("routescope_merged_totals_s"), ms("routescope_text_new_series_s"), ms("routescope_first_scrape_s", 0)]
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """The lines under the table: calls lost per kill -9, time to recover a corrupt file."""
+    lines = []
+    k = result.get("kill_loss")
+    if k:
+        lines.append(f"kill -9 ({len(k['kills'])} kills, flush every {k['flush_interval_s']:g} s): calls lost median "
+                     f"{k['lost_calls_median']:g}, max {k['lost_calls_max']:g}"
+                     + ("" if k["lost_seconds_median"] is None else
+                        f"; as seconds of that worker's calls: median {k['lost_seconds_median']:.2f} s, max "
+                        f"{k['lost_seconds_max']:.2f} s")
+                     + f"; kills that exported more calls than started: {k['exported_more_than_started']}")
+    r = result.get("recovery")
+    if r:
+        n = r["repeats"]
+        lines.append(f"corrupt live file to exact totals again: median {r['median_s']:.2f} s, max {r['max_s']:.2f} s "
+                     f"over {n} corrupt file{'s' if n != 1 else ''} (the 'skipped corrupt file' warnings above are "
+                     "these)")
+    return lines
+
+
+def render(result: dict[str, Any]) -> None:
+    """The scrape table (classic and native files per process count), then the kill and recovery lines."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 200))
+    table = Table(*COLUMNS)
+    for r in result["scrape"]:
+        table.add_row(*scrape_cells(r))
+    console.print(table)
+    console.print("÷ p_c: routescope's time over prometheus_client's text on the same files (under 1: routescope is "
+                  "faster); medians over the scrapes, every process flushing new values before each; latency buckets "
+                  "+native: the files hold the native buckets beside the classic ones")
+    for line in summary_lines(result):
+        console.print(line)
