@@ -252,4 +252,9 @@ def quantiles_command(
         typer.echo("routescope bench: --device cuda: no CUDA/ROCm device is visible to torch", err=True)
         raise typer.Exit(2)
 
-    _emit(run(calls=calls, max_rows=max_rows, device=device or None, min_samples=min_samples), as_json, render)
+    if calls < min_samples:  # a series holds one kernel's calls of one model and rows bucket: --calls at most
+        typer.echo(f"routescope bench: --calls {calls} gives each series at most {calls} samples, fewer than "
+                   f"--min-samples {min_samples}: nothing would be compared", err=True)
+        raise typer.Exit(2)
+    _emit(run(calls=calls, max_rows=max_rows, device=device or None, min_samples=min_samples,
+              progress=lambda text: typer.echo(f"bench quantiles: {text}", err=True)), as_json, render)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import gzip
 import math
 import random
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -212,8 +212,19 @@ def scrape_sizes(registry: Any) -> list[dict[str, Any]]:
     return out
 
 
+def within_bound(rows: list[dict[str, Any]]) -> dict[str, bool | None]:
+    """Per bucket kind, whether every series' p50/p90/p99 lies within BOUND_PCT of the exact one (None: no series
+    was compared, so there is nothing to claim)."""
+    def ok(r: dict[str, Any], key: str) -> bool:
+        err = r[key]
+        return err is not None and abs(err) <= BOUND_PCT
+
+    return {kind: all(ok(r, f"{kind}_p{round(q * 100)}_error_pct") for r in rows for q in QUANTILES) if rows else None
+            for kind in ("classic", "native")}
+
+
 def run(*, calls: int = 150, max_rows: int = 2048, device: str | None = None, min_samples: int = 100,
-        full_scale: bool | None = None, seed: int = 0) -> dict[str, Any]:
+        full_scale: bool | None = None, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The whole benchmark; ``device`` defaults to CUDA when present (device clock, full shapes), else CPU."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     full = dev.type == "cuda" if full_scale is None else full_scale
@@ -237,6 +248,8 @@ def run(*, calls: int = 150, max_rows: int = 2048, device: str | None = None, mi
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
                 samples.extend(tel.drain_samples())
+            if progress and (i % 1000 == 999 or i == len(calls_list) - 1):
+                progress(f"{i + 1} of {len(calls_list)} calls timed")
         totals = tel.totals
         rows = compare(samples, totals, min_samples=min_samples)
         sizes = scrape_sizes(tel.registry)
@@ -248,8 +261,7 @@ def run(*, calls: int = 150, max_rows: int = 2048, device: str | None = None, mi
         "dtype": str(dtype).removeprefix("torch."), "shapes": shape, "calls_per_bucket": calls, "max_rows": max_rows,
         "min_samples": min_samples, "calls": len(calls_list), "samples": len(samples), "dropped": dropped,
         "histogram_series": len(totals.latency), "series": rows, "scrape": sizes,
-        "within_bound": {kind: all(abs(r[f"{kind}_p{round(q * 100)}_error_pct"]) <= BOUND_PCT
-                                   for r in rows for q in QUANTILES) for kind in ("classic", "native")},
+        "within_bound": within_bound(rows),
     }
 
 
@@ -273,8 +285,12 @@ def render(result: dict[str, Any]) -> None:
                       " / ".join(f"{r[f'native_{n}_error_pct']:+.1f}" for n in names))
     console.print(table)
     bound = result["within_bound"]
-    console.print(f"within {BOUND_PCT:g}% at p50/p90/p99 everywhere: classic {bound['classic']}, "
-                  f"native {bound['native']}")
+    if bound["classic"] is None:
+        console.print(f"no series has >= {result['min_samples']} samples: nothing compared (more --calls, or a "
+                      "lower --min-samples)")
+    else:
+        console.print(f"within {BOUND_PCT:g}% at p50/p90/p99 in every series above: classic {bound['classic']}, "
+                      f"native {bound['native']}")
     buckets = sorted(r["native_buckets"] for r in result["series"])
     if buckets:
         console.print(f"populated native buckets a series: median {buckets[len(buckets) // 2]}, max {buckets[-1]}")
