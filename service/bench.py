@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import urllib.parse
 from collections.abc import Sequence
 from typing import Annotated, Optional
@@ -21,11 +22,12 @@ __all__ = ["Load", "quantile", "render", "run_load", "summary"]
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile of ``values`` (no interpolation: a p99 is a latency some request had)."""
+    """Nearest-rank quantile of ``values``: the sample at rank ceil(q * n), as `bench quantiles` takes it (no
+    interpolation: a p99 is a latency some request had; of 100 requests, the 99th slowest, not the slowest)."""
     if not values:
         raise ValueError("no values")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def summary(load: Load) -> list[dict]:
@@ -128,12 +130,18 @@ def serve_bench_command(
             for line in render(load, clients, demo):
                 typer.echo(line)
         if runs > 1:
-            for name in results[0][0].latencies:
-                p99 = [summary_of(load, name) for load, _ in results]
-                typer.echo(f"  {name:17s} p99 over runs: " + ", ".join(f"{v:.0f}" for v in p99 if v is not None)
-                           + " ms")
+            for line in over_runs([load for load, _ in results]):
+                typer.echo(line)
     if failed:
         raise typer.Exit(1)
+
+
+def over_runs(loads: Sequence[Load]) -> list[str]:
+    """Each endpoint's p99 in every run, in run order ("none" for a run in which it had no answer)."""
+    names = dict.fromkeys(name for load in loads for name in load.latencies)
+    return [f"  {name:17s} p99 over runs: "
+            + ", ".join("none" if (v := summary_of(load, name)) is None else f"{v:.1f} ms" for load in loads)
+            for name in names]
 
 
 def summary_of(load: Load, name: str) -> float | None:

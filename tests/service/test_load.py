@@ -63,13 +63,14 @@ def test_concurrent_scrapes_while_the_demo_runs_lose_nothing(tmp_path):
 
 def test_the_figures_are_nearest_rank_quantiles():
     xs = [i / 1000 for i in range(1, 101)]  # 1..100 ms
-    assert quantile(xs, 0.5) == 0.051 and quantile(xs, 0.99) == 0.1 and quantile([0.3], 0.99) == 0.3
+    assert quantile(xs, 0.5) == 0.050 and quantile(xs, 0.99) == 0.099 and quantile([0.3], 0.99) == 0.3
+    assert quantile(xs, 1.0) == 0.1 and quantile(xs, 0.0) == 0.001 and quantile(xs, 0.995) == 0.1
     with pytest.raises(ValueError):
         quantile([], 0.5)
     load = Load(seconds=2.0, latencies={"/routing": xs, "/metrics": []}, failures=["/metrics: HTTP 503"])
     rows = {r["path"]: r for r in summary(load)}
-    assert rows["/routing"]["p99_ms"] == pytest.approx(100) and rows["/routing"]["per_s"] == 50
+    assert rows["/routing"]["p99_ms"] == pytest.approx(99) and rows["/routing"]["per_s"] == 50
     assert rows["/metrics"] == {"path": "/metrics", "requests": 0}
     lines = render(load, 8, {"state": "running", "prefill_calls": 3, "decode_path_calls": 4})
     assert lines[0] == "8 clients for 2.0 s; demo running, 3 prefill-entry and 4 decode-entry calls so far"
-    assert "p50    51.0 ms" in lines[1] and lines[-1] == "  1 failed, first: /metrics: HTTP 503"
+    assert "p50    50.0 ms" in lines[1] and lines[-1] == "  1 failed, first: /metrics: HTTP 503"
