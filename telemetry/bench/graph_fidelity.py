@@ -18,7 +18,8 @@ replay runs the same kernels in the same order.
 Also per case and graph: the host µs per ``replay()`` and the GPU µs per replay (replays queued behind a sleep
 kernel, so the GPU never waits for the host) of each clock's graph against a bare graph of the same calls captured
 without telemetry, in ``COST_ROUNDS`` interleaved rounds: the median difference over the graph's calls is each
-bracket's (or pair's) cost inside a replay.
+bracket's (or pair's) cost inside a replay, printed with its range over the rounds and an A/A control (a second
+bare capture against the first, in the same rounds).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ CLOCKS = ("graph", "bracket")  # the graph_clock setting of each: events, bracke
 STAMP_KERNEL = "graph_stamp"  # the bracket's kernel: telemetry's, not the call's
 BURST = 8  # replays queued back to back between two flushes
 SLEEP_CYCLES = 40_000_000  # ~20 ms on an H200: every timed replay is queued before the GPU reaches the first
-COST_ROUNDS = 5
+COST_ROUNDS = 7
+COST_GPU_US = 100_000.0  # GPU time a cost measurement queues (replays of the bare graph), 10 to 100 replays
+COST_GOAL_US = 2.0  # the aim for a bracket's GPU time inside a replay
 
 
 def drive(graph: Any, regime: str, replays: int, tel: Telemetry | None = None) -> int:
@@ -118,21 +121,37 @@ def replay_costs(graph: Any, replays: int = 100) -> tuple[float, float]:
     return host, start.elapsed_time(end) * 1e3 / replays
 
 
-def interleaved_costs(graph: Any, bare: Any, calls: int, rounds: int = COST_ROUNDS) -> dict[str, float]:
-    """What ``graph`` costs beyond ``bare`` per replay, medians over ``rounds`` rounds taking each in turn."""
-    host, gpu, bare_host, bare_gpu = [], [], [], []
+def cost_replays(bare: Any) -> int:
+    """Replays a cost measurement queues: about ``COST_GPU_US`` of the bare graph, 10 to 100."""
+    _, gpu = replay_costs(bare, 10)
+    return max(10, min(100, round(COST_GPU_US / max(gpu, 1e-3))))
+
+
+def interleaved_costs(graph: Any, bare: Any, calls: int, rounds: int = COST_ROUNDS,
+                      control: Any = None) -> dict[str, float]:
+    """What ``graph`` costs beyond ``bare`` per replay, medians over ``rounds`` rounds taking each in turn; with
+    ``control`` (a second capture of the bare graph) the same difference for it, the A/A noise of the figure."""
+    replays = cost_replays(bare)
+    host, gpu, bare_host, bare_gpu, aa = [], [], [], [], []
     for _ in range(rounds):
-        h, g = replay_costs(bare)
+        h, g = replay_costs(bare, replays)
         bare_host.append(h)
         bare_gpu.append(g)
-        h, g = replay_costs(graph)
+        h, g = replay_costs(graph, replays)
         host.append(h)
         gpu.append(g)
+        if control is not None:
+            aa.append(replay_costs(control, replays)[1] - bare_gpu[-1])
     med = statistics.median
-    return {"host_us_per_replay": med(host), "bare_host_us_per_replay": med(bare_host),
-            "gpu_us_per_replay": med(gpu), "bare_gpu_us_per_replay": med(bare_gpu),
-            "gpu_us_per_timed_call": med(g - b for g, b in zip(gpu, bare_gpu)) / calls,
-            "host_us_added_per_replay": med(h - b for h, b in zip(host, bare_host))}
+    per_call = sorted((g - b) / calls for g, b in zip(gpu, bare_gpu))
+    out = {"host_us_per_replay": med(host), "bare_host_us_per_replay": med(bare_host),
+           "gpu_us_per_replay": med(gpu), "bare_gpu_us_per_replay": med(bare_gpu),
+           "gpu_us_per_timed_call": med(per_call), "gpu_us_per_timed_call_range": [per_call[0], per_call[-1]],
+           "host_us_added_per_replay": med(h - b for h, b in zip(host, bare_host)), "rounds": rounds,
+           "replays_per_round": replays}
+    if aa:
+        out["aa_gpu_us_per_call"] = med(aa) / calls
+    return out
 
 
 def calibrated(tel: Telemetry, tries: int = 50) -> int:
@@ -177,6 +196,7 @@ def run(*, cases: tuple[tuple[str, str, int], ...] = CASES, graph_calls: tuple[i
         bare = Dispatcher(platform=platform, policy=policy, registry=unstamped_registry())
         for calls in graph_calls:
             bare_graph = capture(bare, sets, layout, calls)
+            control = capture(bare, sets, layout, calls)  # the A/A control of the cost: a bare graph against another
             for clock in clocks:
                 cfg = TelemetryConfig(models=("bench",), sample_first=1 << 30, sample_every=1, keep_samples=True,
                                       decisions_maxlen=0, timing="gpu", timing_gate=False,
@@ -189,7 +209,7 @@ def run(*, cases: tuple[tuple[str, str, int], ...] = CASES, graph_calls: tuple[i
                     if constant is not None:
                         constants.append(constant)
                     costs.append({"case": label, "rows": rows, "calls": calls, "clock": clock,
-                                  **interleaved_costs(graph, bare_graph, calls)})
+                                  **interleaved_costs(graph, bare_graph, calls, control=control)})
                     for regime in regimes:
                         tel.drain_samples()
                         drive(graph, regime, replays, tel)
@@ -224,11 +244,15 @@ def render(result: dict[str, Any]) -> None:
     console = Console(width=170)
     console.print(table)
     cost = Table(title="cost inside a replay, against a bare graph of the same calls")
-    for col in ("call", "rows", "graph", "clock", "GPU µs per timed call", "host µs added per replay()",
-                "bare host µs per replay()"):
+    for col in ("call", "rows", "graph", "clock", "GPU µs per timed call", "rounds' range", "A/A µs",
+                f"within {COST_GOAL_US:g} µs", "host µs added per replay()", "bare host µs per replay()"):
         cost.add_column(col, justify="right")
     for c in result["costs"]:
+        lo, hi = c.get("gpu_us_per_timed_call_range", (c["gpu_us_per_timed_call"],) * 2)
+        aa = c.get("aa_gpu_us_per_call")
         cost.add_row(c["case"], str(c["rows"]), str(c["calls"]), c["clock"], f"{c['gpu_us_per_timed_call']:+.2f}",
+                     f"{lo:+.2f} to {hi:+.2f}", "" if aa is None else f"{aa:+.2f}",
+                     "yes" if c["gpu_us_per_timed_call"] <= COST_GOAL_US else "NO",
                      f"{c['host_us_added_per_replay']:+.2f}", f"{c['bare_host_us_per_replay']:.2f}")
     console.print(cost)
     if result["bracket_constant_ns"]:

@@ -20,8 +20,15 @@ The clock each stamp reads:
   stamps a second or more apart against the host's monotonic clock; a rate more than ``RATE_TOLERANCE`` off 100 MHz
   is used as measured (and logged).
 
-HIP refuses external events in a capture but takes kernels, so on ROCm this is the only graph clock. The stamp kernel
-is compiled, loaded and launched once on a side stream before a capture begins (``before_capture``, from the graph
+Inside a replay a bracket costs what two more kernel nodes on the call's stream cost (two empty kernels cost nearly
+as much as the stamps). On CUDA from sm_90 the stamps are launched with programmatic dependent launch (PDL), so each
+is resident and waiting while the kernel before it drains: the first waits (``griddepcontrol.wait``) for the kernel
+before it to finish, then stamps; the second stamps as it starts, when the call's last program has exited, then waits
+for the call to finish. Each stamp ends only after the kernel before it has, so what follows a bracket sees every
+write of what preceded it, as without one. HIP has no PDL: plain launches there, and before sm_90.
+
+HIP refuses external events in a capture but takes kernels, so on ROCm this is the only graph clock. The stamp kernels
+are compiled, loaded and launched once on a side stream before a capture begins (``before_capture``, from the graph
 hooks), never inside it: inside a capture only its compiled handle is launched. A launch that raises leaves the
 call untimed and counts the error; the capture itself never sees telemetry fail.
 """
@@ -51,6 +58,7 @@ RATE_ROW = CALIBRATION_BRACKETS  # the table row the tick-rate check stamps
 RATE_INTERVAL_NS = 1_000_000_000  # its two stamps at least this far apart: launch jitter is then well under 1%
 RATE_TOLERANCE = 0.05
 MAX_PLAUSIBLE_NS = 10_000_000_000  # a span past 10 s is a torn or stale read, never a call
+NO_WAIT, WAIT_BEFORE, WAIT_AFTER = 0, 1, 2  # the stamp kernel's WAIT: where griddepcontrol.wait goes under PDL
 
 # (table's times tensor, offset into it, raw stream handle) -> None: enqueue one stamp on that stream
 StampLauncher = Callable[[Any, int, int], None]
@@ -138,7 +146,8 @@ class GraphBrackets:
                 cuda = self.torch.cuda
                 side = table.side = cuda.Stream(dev)
                 with cuda.device(dev), cuda.stream(side):  # the JIT's first launch takes both from torch
-                    table.stamp(0, 0, side.cuda_stream)
+                    table.stamp(0, 0, side.cuda_stream)  # the first stamp's kernel and the second's
+                    table.stamp(0, 1, side.cuda_stream)
             except Exception:  # noqa: BLE001 - no bracket on this device: its graph replays take the next clock
                 log.warning("routescope telemetry: no graph stamp bracket on %s", dev, exc_info=True)
                 self._tables[dev] = None
@@ -306,7 +315,9 @@ def _handle(torch_mod: Any, stream: Any, device: Any) -> int:
 
 
 def triton_stamp_launcher(torch_mod: Any, device: Any, clock: int) -> StampLauncher:
-    """The Triton stamp kernel for ``clock``, launched through its compiled handle after the first launch."""
+    """The Triton stamp kernel for ``clock``, launched through its compiled handle after the first launch: the
+    first stamp of a bracket (an even offset) and the second (odd) are each their own compiled kernel, with PDL
+    where ``pdl_capable`` says so."""
     import triton
     import triton.language as tl
 
@@ -314,36 +325,55 @@ def triton_stamp_launcher(torch_mod: Any, device: Any, clock: int) -> StampLaunc
     from dispatcher.kernels.stamps import Pointer
 
     kernel = stamp_kernel(triton, tl)
-    key = ("bracket", str(device), clock)
+    pdl = pdl_capable(torch_mod, device, clock)
     pointers: dict[int, Any] = {}
-    consts = {"CLOCK": clock, "num_warps": 1}
+    keys = tuple(("bracket", str(device), clock, side) for side in (0, 1))
+    consts = tuple({"CLOCK": clock, "WAIT": (WAIT_BEFORE, WAIT_AFTER)[side] if pdl else NO_WAIT, "num_warps": 1,
+                    **({"launch_pdl": True} if pdl else {})} for side in (0, 1))
 
     def launch_stamp(times: Any, offset: int, stream_handle: int) -> None:
         typed = pointers.get(id(times))
         if typed is None:
             typed = pointers[id(times)] = Pointer(times.data_ptr(), torch_mod.int64)
-        launch(kernel, key, (1,), (typed, offset), consts, stream_handle)
+        side = offset & 1
+        launch(kernel, keys[side], (1,), (typed, offset), consts[side], stream_handle)
 
     return launch_stamp
+
+
+def pdl_capable(torch_mod: Any, device: Any, clock: int) -> bool:
+    """PDL for the stamps: CUDA on compute capability 9.0 or later (``griddepcontrol`` is sm_90's), never HIP."""
+    if clock != GLOBALTIMER:
+        return False
+    try:
+        return torch_mod.cuda.get_device_capability(device)[0] >= 9
+    except Exception:  # noqa: BLE001 - no capability to read: plain launches, as before sm_90
+        return False
 
 
 _KERNEL: Any = None
 
 
 def stamp_kernel(triton: Any, tl: Any) -> Any:
-    """``times[offset] = clock()``: one program, one read of the clock, one store (the offset is not specialised)."""
+    """``times[offset] = clock()``: one program of one warp, one read of the clock, one store (the offset is not
+    specialised); ``WAIT`` places sm_90's ``griddepcontrol.wait`` (``WAIT_BEFORE`` / ``WAIT_AFTER``)."""
     global _KERNEL
     if _KERNEL is None:
 
         @triton.jit(do_not_specialize=["offset"])
-        def graph_stamp(times, offset, CLOCK: tl.constexpr):
+        def graph_stamp(times, offset, CLOCK: tl.constexpr, WAIT: tl.constexpr = 0):
             if CLOCK == 1:  # the strings are PTX_GLOBALTIMER and AMDGCN_MEMREALTIME (a kernel reads no globals)
+                if WAIT == 1:  # launched early by PDL: the kernel before it has not finished until this returns
+                    tl.extra.cuda.gdc_wait()
                 t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
                                               pack=1)
+                tl.store(times + offset, t)
+                if WAIT == 2:  # stamped as it started; it ends only once the kernel before it has
+                    tl.extra.cuda.gdc_wait()
             else:
                 t = tl.inline_asm_elementwise("s_memrealtime $0\n\ts_waitcnt lgkmcnt(0)", "=s", [], dtype=tl.int64,
                                               is_pure=False, pack=1)
-            tl.store(times + offset, t)
+                tl.store(times + offset, t)
 
         _KERNEL = graph_stamp
     return _KERNEL

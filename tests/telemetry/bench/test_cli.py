@@ -144,11 +144,15 @@ def test_bench_fidelity_graphs_renders_each_clock_and_the_costs(capsys):
     old = {**point, "clock": "graph", "constant_ns": None, "telemetry_median_us": 14.2, "median_error_pct": 97.6,
            "telemetry_p90_us": 17.0, "p90_error_pct": 127.4, "within_bound": False}
     cost = {"case": "split-K", "rows": 2, "calls": 8, "clock": "bracket", "gpu_us_per_timed_call": 1.62,
+            "gpu_us_per_timed_call_range": [1.48, 1.71], "aa_gpu_us_per_call": -0.03,
             "host_us_added_per_replay": 4.1, "bare_host_us_per_replay": 6.0}
+    dear = {**cost, "clock": "graph", "gpu_us_per_timed_call": 3.95, "gpu_us_per_timed_call_range": [3.9, 4.6]}
     render({"device": "GPU", "layout": "512+64", "topk": 2048, "dtype": "bf16", "replays_per_point": 40,
-            "bound_pct": 10.0, "bracket_constant_ns": [736, 768, 800], "points": [point, old], "costs": [cost]})
+            "bound_pct": 10.0, "bracket_constant_ns": [736, 768, 800], "points": [point, old], "costs": [cost, dear]})
     out = capsys.readouterr().out
-    assert "+1.5%" in out and "+97.6%" in out and "NO" in out and "+1.62" in out
+    assert "+1.5%" in out and "+97.6%" in out and "+1.62" in out
+    assert "+1.48 to +1.71" in out and "-0.03" in out and "within 2 µs" in out
+    assert out.count(" NO ") == 2, "the 10% bound missed by the old clock, the 2 µs aim by its pair"
     assert "736-800 ns over 3 calibrations, median 768 ns" in out
 
 

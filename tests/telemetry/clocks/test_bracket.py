@@ -18,8 +18,8 @@ import pytest
 from dispatcher.types import Batch, CallClass
 from dispatcher.validate import validate
 from telemetry import TelemetryConfig
-from telemetry.clocks.bracket import (AMDGCN_MEMREALTIME, CALIBRATION_BRACKETS, GLOBALTIMER, MEMREALTIME,
-                                      NS_PER_TICK, PTX_GLOBALTIMER, clock_for)
+from telemetry.clocks.bracket import (AMDGCN_MEMREALTIME, CALIBRATION_BRACKETS, GLOBALTIMER, MEMREALTIME, NO_WAIT,
+                                      NS_PER_TICK, PTX_GLOBALTIMER, WAIT_AFTER, WAIT_BEFORE, clock_for)
 
 from ..conftest import L, args_for, dispatcher, scrape, series, total
 from ..cuda_double import CudaQ, FakeCuda, FakeEvent, FakeGraph, FakeKernel, FakeStampKernel, FakeStream, FakeTorch
@@ -76,14 +76,15 @@ def test_the_kernel_is_warmed_before_the_capture_and_the_flush_calibrates_the_de
     stamps = FakeStampKernel()
     tel, decision, shape = bracketed(make_tel, stamps)
     g = capture(tel, decision, shape)
-    warm = stamps.launches[0]
-    assert warm[0] == "cuda:0" and warm[1] == GLOBALTIMER and not warm[4], "one launch on a side stream, no capture"
+    warm = stamps.launches[:2]
+    assert all(w[0] == "cuda:0" and w[1] == GLOBALTIMER and not w[4] for w in warm), "launched on a side stream"
+    assert [w[2] & 1 for w in warm] == [0, 1], "both stamps' kernels (an even offset, an odd) before the capture"
     in_graph = [launch for launch in stamps.launches if launch[4]]
     assert len(in_graph) == 2, "the call's bracket: two stamps captured into its graph"
     g.replay()
     tel.flush()  # starts the calibration: a graph of empty brackets of its own, replayed
     assert tel.bracket_constants == {} and kept(tel) == [], "no constant yet: no reading"
-    calibration = [launch for launch in stamps.launches[3:] if launch[4]]
+    calibration = [launch for launch in stamps.launches[4:] if launch[4]]
     assert len(calibration) == 2 * CALIBRATION_BRACKETS
     assert all(launch[3] != 0 and launch[3] == calibration[0][3] for launch in calibration), "all on one side stream"
     g.replay()
@@ -300,11 +301,14 @@ def test_the_asm_strings_are_the_ones_the_kernel_holds_and_follow_the_vendors_sy
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend,arch,warp,clock", [("cuda", 90, 32, GLOBALTIMER), ("hip", "gfx942", 64, MEMREALTIME),
-                                                     ("hip", "gfx950", 64, MEMREALTIME)])
-def test_the_stamp_kernel_assembles_for_each_target(backend, arch, warp, clock, monkeypatch):
+@pytest.mark.parametrize("backend,arch,warp,clock,wait", [
+    ("cuda", 90, 32, GLOBALTIMER, NO_WAIT), ("cuda", 90, 32, GLOBALTIMER, WAIT_BEFORE),
+    ("cuda", 90, 32, GLOBALTIMER, WAIT_AFTER), ("hip", "gfx942", 64, MEMREALTIME, NO_WAIT),
+    ("hip", "gfx950", 64, MEMREALTIME, NO_WAIT)])
+def test_the_stamp_kernel_assembles_for_each_target(backend, arch, warp, clock, wait, monkeypatch):
     """Compiled ahead of time on CPU: ptxas takes the PTX, LLVM's AMDGPU assembler the AMDGCN; the result holds the
-    clock read, its wait where AMD needs one, and one 64-bit store."""
+    clock read, its wait where AMD needs one, one 64-bit store, and under PDL ``griddepcontrol.wait`` before the
+    read (the first stamp) or after the store (the second), in a kernel compiled for a PDL launch."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -318,12 +322,20 @@ def test_the_stamp_kernel_assembles_for_each_target(backend, arch, warp, clock, 
     monkeypatch.setattr(bracket, "_KERNEL", None)
 
     src = triton.compiler.ASTSource(fn=stamp_kernel(triton, tl), signature={"times": "*i64", "offset": "i32",
-                                                                            "CLOCK": "constexpr"},
-                                    constexprs={"CLOCK": clock})
-    compiled = triton.compile(src, target=GPUTarget(backend, arch, warp))
+                                                                            "CLOCK": "constexpr", "WAIT": "constexpr"},
+                                    constexprs={"CLOCK": clock, "WAIT": wait})
+    options = {"num_warps": 1, **({"launch_pdl": True} if wait != NO_WAIT else {})}  # as the launcher compiles it
+    compiled = triton.compile(src, target=GPUTarget(backend, arch, warp), options=options)
     if backend == "cuda":
         ptx = compiled.asm["ptx"]
-        assert re.search(r"mov\.u64 \t?%rd\d+, %globaltimer;", ptx), ptx
+        lines = [line.strip() for line in ptx.splitlines()]
+        read = next(i for i, line in enumerate(lines) if re.fullmatch(r"mov\.u64 \t?%rd\d+, %globaltimer;", line))
+        store = next(i for i, line in enumerate(lines) if re.search(r"st\.global\.(b|u)64", line))
+        waits = [i for i, line in enumerate(lines) if line.startswith("griddepcontrol.wait")]
+        assert read < store, lines
+        assert waits == {NO_WAIT: [], WAIT_BEFORE: [w for w in waits if w < read],
+                         WAIT_AFTER: [w for w in waits if w > store]}[wait] and len(waits) == (wait != NO_WAIT), lines
+        assert compiled.metadata.launch_pdl == (wait != NO_WAIT) and compiled.metadata.num_warps == 1
         assert "cubin" in compiled.asm, "ptxas assembled it"
     else:
         gcn = compiled.asm["amdgcn"]
@@ -332,3 +344,40 @@ def test_the_stamp_kernel_assembles_for_each_target(backend, arch, warp, clock, 
         assert lines[at + 1] == "s_waitcnt lgkmcnt(0)", lines[at - 2:at + 4]
         assert any(line.startswith("global_store_dwordx2") for line in lines[at:]), "one 64-bit store after it"
         assert "hsaco" in compiled.asm, "the AMDGPU assembler and linker took it"
+
+
+@pytest.mark.parametrize("capability,clock,pdl", [((9, 0), GLOBALTIMER, True), ((10, 0), GLOBALTIMER, True),
+                                                  ((8, 0), GLOBALTIMER, False), ((9, 4), MEMREALTIME, False)])
+def test_the_launcher_asks_for_pdl_on_cuda_from_sm_90_and_waits_on_the_right_side(capability, clock, pdl, monkeypatch):
+    """The first stamp (even offset) waits before its read, the second (odd) after its store, each its own compiled
+    kernel (handle key); a PDL launch only where ``griddepcontrol`` exists: CUDA from sm_90, never HIP (double)."""
+    import numpy as np
+
+    from dispatcher.kernels import launcher
+    from telemetry.clocks import bracket
+
+    launches = []
+    monkeypatch.setattr(launcher, "launch", lambda fn, key, grid, args, consts, stream: launches.append(
+        (key, grid, args[1], dict(consts), stream)))
+
+    class Cuda:  # a TEST DOUBLE of torch.cuda: the capability query alone
+        @staticmethod
+        def get_device_capability(device):
+            return capability
+
+    class Torch:  # a TEST DOUBLE of torch: what the launcher reads
+        cuda, int64 = Cuda, np.int64
+
+    class Times:
+        @staticmethod
+        def data_ptr():
+            return 4096
+
+    stamp = bracket.triton_stamp_launcher(Torch, "cuda:0", clock)
+    stamp(Times, 6, 11)
+    stamp(Times, 7, 11)
+    (key0, grid0, off0, c0, s0), (key1, grid1, off1, c1, s1) = launches
+    assert grid0 == grid1 == (1,) and (off0, off1) == (6, 7) and s0 == s1 == 11 and key0 != key1
+    assert c0["num_warps"] == c1["num_warps"] == 1 and c0["CLOCK"] == c1["CLOCK"] == clock
+    assert (c0["WAIT"], c1["WAIT"]) == ((WAIT_BEFORE, WAIT_AFTER) if pdl else (NO_WAIT, NO_WAIT))
+    assert c0.get("launch_pdl", False) == c1.get("launch_pdl", False) == pdl
