@@ -58,7 +58,7 @@ for p in $phases; do
     graphs) phase graphs 120 "${RS[@]}" bench graphs --json ;;
     tests) phase tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider tests/telemetry/test_gpu_real.py \
              tests/dispatcher/test_sweep_cupti.py ;;
-    graph-tests) phase graph-tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider \
+    graph-tests) phase graph-tests 360 python3 -m pytest -q -m gpu -p no:cacheprovider \
                    tests/telemetry/test_gpu_graph_clock.py tests/vllm_plugin/test_gpu_graph_clock.py ;;
     nan) phase nan 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/dispatcher/kernels/test_nan_propagation.py ;;
     launch) phase launch 240 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/dispatcher/kernels/test_launch_gpu.py ;;
