@@ -209,31 +209,53 @@ def live_command(
 ) -> None:
     """Time split-K and the no-split prefill back to back, live; compare their ratio with the table's."""
     import json
+    from pathlib import Path
 
-    from dispatcher.sweep.grid import SweepArgError, parse_int_list
+    from dispatcher.outputs import OutputPathError, check_file, write_or_keep
+    from dispatcher.sweep.grid import SweepArgError, parse_int_list, parse_layouts
 
     from .tables import TableError, load_table
 
+    def fail(message: str, code: int = 2) -> typer.Exit:
+        typer.echo(f"routescope bench live: {message}", err=True)
+        return typer.Exit(code)
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise fail(f"--device must be auto, cpu or cuda; got {device!r}")
+    if calls < 1 or rounds < 1 or topk < 1:
+        raise fail("--calls, --rounds and --topk must each be at least 1")
     try:
+        layouts = [str(x) for x in parse_layouts(layout)]
         pools = tuple(parse_bytes(p) for p in kv_pool.split(",") if p.strip())
         row_list = parse_int_list(rows, "rows", maximum=1 << 16)
+        if out:
+            check_file(out, "--out")
         loaded = load_table(table) if table else None
-    except (ValueError, SweepArgError, TableError) as exc:
-        typer.echo(f"routescope bench live: {exc}", err=True)
-        raise typer.Exit(2) from None
-    if device not in ("auto", "cpu", "cuda") or calls < 1 or rounds < 1:
-        typer.echo("routescope bench live: --device is auto, cpu or cuda; --calls and --rounds at least 1", err=True)
-        raise typer.Exit(2)
-    points = measure(device, layouts=layout.split(","), pools=pools, rows=row_list, topk=topk, calls=calls,
-                     rounds=rounds, on_step=lambda s: typer.echo(s, err=True))
-    doc = {"points": [p._asdict() for p in points]}
+    except TableError as exc:
+        raise fail(f"--table: {exc}") from None
+    except (ValueError, SweepArgError, OutputPathError) as exc:
+        raise fail(str(exc)) from None
+    if not pools:
+        raise fail("--kv-pool needs at least one size")
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise fail("--device cuda: no CUDA device is visible to torch")
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    points = measure(device, layouts=layouts, pools=pools, rows=row_list, topk=topk, calls=calls,
+                     rounds=rounds, on_step=lambda s: typer.echo(f"bench live: {s}", err=True))
+    doc: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "clock": "cupti" if cuda else "host"}
+    if not cuda:
+        doc["note"] = ("host clock around torch kernels on a CPU: this checks the plumbing, not any GPU figure; its "
+                       "ratios set beside a GPU table's say nothing of the table")
+    doc["points"] = [p._asdict() for p in points]
     if loaded is not None:
         doc["comparison"] = compare(points, loaded)
     text = json.dumps(doc, indent=1)
-    if out:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    failed = write_or_keep(Path(out), text + "\n", "--out")[1] if out else None
     typer.echo(text)
+    if failed:
+        raise fail(failed, 1)
 
 
 if __name__ == "__main__":  # python3 -m advise.live, where the console script is not installed (a GPU machine)

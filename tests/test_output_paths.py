@@ -29,6 +29,8 @@ APP = build_app()
 SWEEP = ["sweep", "--rows", "1", "--topk", "64", "--layout", "512+0", "--repeats", "1", "--warmup", "0", "--json"]
 AB = ["bench", "ab", "--calls", "2", "--repeats", "1", "--max-rows", "64", "--gate", "16", "--device", "cpu",
       "--json"]
+LIVE = ["bench", "live", "--rows", "2", "--layout", "512+0", "--kv-pool", "1MiB", "--calls", "1", "--rounds", "1",
+        "--topk", "16", "--device", "cpu"]
 
 
 def typer_cmd(args: list[str], option: str) -> Callable[[Path], tuple[int, str]]:
@@ -54,6 +56,7 @@ def argparse_cmd(main: Callable[[list[str]], int], args: list[str], option: str)
 COMMANDS = {
     "sweep": ("folder", typer_cmd(SWEEP, "--out"), ("sweep.json", "sweep.csv", "sweep.md"), "routescope sweep:"),
     "bench ab": ("file", typer_cmd(AB, "--out"), (), "routescope bench ab:"),
+    "bench live": ("file", typer_cmd(LIVE, "--out"), (), "routescope bench live:"),
     "dashboards.build": ("file", argparse_cmd(dashboards_build.main, [], "--output"), (),
                          "python -m dashboards.build:"),
     "dashboards.rules": ("folder", argparse_cmd(dashboards_rules.main, ["--runbook-base", "https://x.example/r.md"],
@@ -64,7 +67,7 @@ COMMANDS = {
                          "python -m dashboards.fleet:"),
     "bench gpu_replay": ("file", argparse_cmd(gpu_replay.main, [], "--out"), None, "python -m telemetry.bench.gpu_replay:"),
 }
-OPTION = {"sweep": "--out", "bench ab": "--out", "dashboards.build": "--output", "dashboards.rules": "--out",
+OPTION = {"sweep": "--out", "bench ab": "--out", "bench live": "--out", "dashboards.build": "--output", "dashboards.rules": "--out",
           "dashboards.fleet": "--out", "bench gpu_replay": "--out"}
 
 
@@ -168,7 +171,7 @@ def test_a_missing_parent_is_made_and_written(name, tmp_path, capsys):
 
 
 @pytest.mark.needs_mount
-@pytest.mark.parametrize("name", ["sweep", "bench ab", "dashboards.build", "dashboards.rules"])
+@pytest.mark.parametrize("name", ["sweep", "bench ab", "bench live", "dashboards.build", "dashboards.rules"])
 def test_a_write_that_fails_at_the_end_keeps_the_results_in_a_temp_file(name, full_dir, capsys):
     kind = COMMANDS[name][0]
     path = full_dir / ("out" if kind == "folder" else "o.json")

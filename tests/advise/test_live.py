@@ -61,3 +61,25 @@ def test_bench_live_on_the_cpu_writes_points_and_the_comparison(tmp_path):
     assert doc["comparison"]["table"].startswith("h200-sweep-cupti") and len(doc["comparison"]["points"]) == 2
     bad = CliRunner().invoke(build_app(), ["bench", "live", "--kv-pool", "lots", "--device", "cpu"])
     assert bad.exit_code == 2 and "lots" in bad.output
+    assert doc["device"] == "cpu" and doc["clock"] == "host" and "plumbing, not any GPU figure" in doc["note"]
+    for p in doc["comparison"]["points"]:  # the printed figures agree: error is predicted over live, less one
+        assert p["live"] == pytest.approx(next(q["split_us"] / q["prefill_us"] for q in doc["points"]
+                                               if q["rows"] == p["rows"]))
+        if p["predicted"] is not None:
+            assert p["error"] == pytest.approx(p["predicted"] / p["live"] - 1)
+    errors = [abs(p["error"]) for p in doc["comparison"]["points"] if p["error"] is not None]
+    assert doc["comparison"]["worst_error"] == (max(errors) if errors else None)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--layout", "512x64"], "--layout takes NOPE+ROPE pairs like 512+64; '512x64' is not one"),
+    (["--topk", "0"], "--calls, --rounds and --topk must each be at least 1"),
+    (["--device", "tpu"], "--device must be auto, cpu or cuda; got 'tpu'"),
+    (["--kv-pool", ","], "--kv-pool needs at least one size"),
+    (["--table", "/nonexistent/t.json"], "--table: /nonexistent/t.json: (file): no such file"),
+    (["--out", "/proc/routescope-nope/l.json"], "--out /proc/routescope-nope/l.json: cannot create folder "
+                                                "/proc/routescope-nope: No such file or directory"),
+])
+def test_bench_live_refuses_bad_input_in_one_line_before_any_work(args, said):
+    res = CliRunner().invoke(build_app(), ["bench", "live", *args])
+    assert res.exit_code == 2 and res.output.strip() == f"routescope bench live: {said}", res.output
