@@ -29,7 +29,7 @@ write of what preceded it, as without one. HIP has no PDL: plain launches there,
 
 HIP refuses external events in a capture but takes kernels, so on ROCm this is the only graph clock. The stamp kernels
 are compiled, loaded and launched once on a side stream before a capture begins (``before_capture``, from the graph
-hooks), never inside it: inside a capture only its compiled handle is launched. A launch that raises leaves the
+hooks), never inside it: inside a capture only their compiled handles are launched. A launch that raises leaves the
 call untimed and counts the error; the capture itself never sees telemetry fail.
 """
 
