@@ -175,8 +175,10 @@ class Router:
             obs.after(call, None)
             self._sample(obs, route)  # B into scratch, compared by the chooser; the caller has A's output
             return result
-        self.begin(chooser, arm, route.q)
-        exc = self._off_the_books(obs, self.launch_b, arm, route.call, route.call.output)
+        b_call, exc = self.prepare_b(arm, route.call)
+        if exc is None:
+            self.begin(chooser, arm, route.q)
+            exc = self._off_the_books(obs, self.launch_b, arm, b_call, route.call.output)
         if exc is None:
             self.routed["b"] += 1
             self.finish(chooser, arm, Outcome.RAN)
@@ -205,8 +207,10 @@ class Router:
             self.failed("scratch", exc)
             self.finish(chooser, arm, Outcome.FAILED, exc)
             return
-        self.begin(chooser, arm, route.q)
-        exc = self._off_the_books(obs, self.launch_b, arm, call, scratch)
+        b_call, exc = self.prepare_b(arm, call)
+        if exc is None:
+            self.begin(chooser, arm, route.q)
+            exc = self._off_the_books(obs, self.launch_b, arm, b_call, scratch)
         if exc is not None:
             self.routed["b_failed"] += 1
             self.finish(chooser, arm, outcome_of(exc), exc)
@@ -241,6 +245,14 @@ class Router:
             chooser.begin(arm, q, None)
         except Exception as exc:  # noqa: BLE001
             self.failed("begin", exc)
+
+    def prepare_b(self, arm: Arm, call: PrefillCall) -> tuple[PrefillCall, BaseException | None]:
+        """B's call as its launcher takes it (ragged indices laid out dense for pa_prefill_sparse), made before B's
+        clock starts so the layout is not B's time; an exception it raised is B's failure, and A runs instead."""
+        try:
+            return self.arms.prepare(arm.decision.kernel, call), None
+        except Exception as exc:  # noqa: BLE001
+            return call, exc
 
     def launch_b(self, arm: Arm, call: PrefillCall, output: Any) -> BaseException | None:
         """B's launch; the exception it raised, or None."""

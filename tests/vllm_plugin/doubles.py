@@ -95,7 +95,11 @@ def rocm_sparse_attn_prefill(
         if fn is not None:
             fn(q, kv, indices, topk_length, scale, attn_sink=attn_sink, out=output)
             return
+    ragged = locals().get("ragged_indices"), locals().get("ragged_indptr")  # absent from the "old" signature
     LOG.append(("intree", rows))
+    if indices is None and ragged[0] is not None and ragged[1] is not None:  # 0.33.0's ragged fall-through
+        _attend_ragged(q, kv.squeeze(1), ragged[0], ragged[1], scale, sink, output)
+        return
     _attend(q, kv, indices, topk_length, scale, attn_sink, output)
 
 

@@ -26,6 +26,19 @@ def _call(rows: int = 8, *, ragged_only: bool = False, sink: bool = True, nope: 
     return call
 
 
+def vllm_ragged(call: PrefillCall, *, tail: int = 1) -> PrefillCall:
+    """The call's dense indices in vLLM's ragged layout: a buffer of rows x W slots (the backend's
+    paged_kv_indices), row i's valid slots packed from indptr[i]; the buffer's tail past indptr[-1] holds ``tail``
+    (a valid slot, so that reading it would change the output)."""
+    idx = call.indices
+    keep = idx >= 0
+    ptr = torch.zeros(idx.shape[0] + 1, dtype=torch.int32)
+    ptr[1:] = keep.sum(1).cumsum(0)
+    flat = torch.full((idx.numel(),), tail, dtype=torch.int32)
+    flat[: int(ptr[-1])] = idx[keep]
+    return call._replace(indices=None, ragged_indices=flat, ragged_indptr=ptr)
+
+
 @pytest.fixture
 def ops(vllm_doubles):
     return vllm_doubles(getters="opus_only").ops()
@@ -52,8 +65,17 @@ def test_what_each_kernel_takes(ops):
     aiter_double.install()
     try:
         assert arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, _call(), "bfloat16", "bfloat16") is None
-        assert "dense indices" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, _call(ragged_only=True),
-                                                   "bfloat16", "bfloat16")
+        assert arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, vllm_ragged(_call()), "bfloat16", "bfloat16") is None
+        # packed with no room to spare (row 0 one slot short: 23 slots for 8 rows), or an indptr of the wrong length
+        packed = _call(ragged_only=True)
+        packed = packed._replace(ragged_indices=packed.ragged_indices[1:], ragged_indptr=(
+            packed.ragged_indptr - torch.tensor([0] + [1] * 8, dtype=torch.int32)))
+        assert "23 slots for 8 rows is not rows x W" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, packed,
+                                                                         "bfloat16", "bfloat16")
+        short = vllm_ragged(_call())
+        short = short._replace(ragged_indptr=short.ragged_indptr[:-1])
+        assert "expected [rows x W] and [rows + 1]" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, short,
+                                                                       "bfloat16", "bfloat16")
         assert "fp16/bf16" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, _call(), "float32", "float32")
     finally:
         aiter_double.uninstall()
@@ -85,3 +107,38 @@ def test_every_launcher_writes_the_reference(ops, kernel, ragged_only):
     VllmArms(ops).launch(kernel, call, out)
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     assert torch.equal(call.output, expected)  # the caller's output untouched when B writes elsewhere
+
+
+def test_pa_prefill_sparse_takes_vllms_ragged_layout_laid_out_dense(ops):
+    """A ragged-only call (GLM's pure-decode path passes the backend's paged_kv_indices / paged_kv_indptr) reaches
+    pa_prefill_sparse (AITER's TEST DOUBLE) as dense indices and lengths, and writes the reference bit for bit;
+    the buffer's tail past the rows is never read."""
+    aiter = aiter_double.install()
+    try:
+        arms = VllmArms(ops, aiter_module=aiter_double.NAME)
+        _, ref = prefill_args(8, sink=True, nope=12, rope=4, full_lanes=True)
+        for tail in (1, 5):
+            call = vllm_ragged(_call(), tail=tail)
+            ready = arms.prepare(Kernel.AITER_PA_PREFILL_SPARSE, call)
+            assert ready.indices.shape == (8, 4) and ready.indices.dtype == torch.int32
+            assert ready.topk_length.tolist() == (_call().indices >= 0).sum(1).tolist()
+            out = torch.full_like(call.output, 7.0)
+            arms.launch(Kernel.AITER_PA_PREFILL_SPARSE, ready, out)
+            torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        assert [name for name, _ in aiter.calls] == ["pa_prefill_sparse"] * 2
+        dense = _call()
+        assert arms.prepare(Kernel.AITER_PA_PREFILL_SPARSE, dense) is dense  # dense calls go as they are
+        ragged = vllm_ragged(dense)
+        assert arms.prepare(Kernel.INTREE_RAGGED_PREFILL, ragged) is ragged  # only pa_prefill_sparse needs it
+    finally:
+        aiter_double.uninstall()
+
+
+def test_rows_of_unequal_length_are_laid_out_with_their_own_lengths():
+    """Rows of 0, 1 and W slots (W = 3 here: a 9-slot buffer for 3 rows), int64 indices."""
+    from routescope.vllm.arms import dense_from_ragged
+
+    indices = torch.tensor([4, 7, 8, 9, 0, 0, 0, 0, 0], dtype=torch.int64)
+    indptr = torch.tensor([0, 0, 1, 4], dtype=torch.int64)
+    dense, lengths = dense_from_ragged(indices, indptr, 3)
+    assert dense.tolist() == [[-1, -1, -1], [4, -1, -1], [7, 8, 9]] and lengths.tolist() == [0, 1, 3]

@@ -311,10 +311,39 @@ def test_a_b_kernel_this_build_lacks_leaves_the_calls_on_a_counted(vllm_doubles,
     assert s.obs.status()["routing"]["unavailable"] == {OPUS: 1}  # asked once: the cell then stays on A
 
 
+def _ragged_call(s: Server, rows: int, seed: int, *, whole: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """One ragged-only call as GLM's pure-decode path makes it (indices=None, the backend's paged_kv_indices of
+    rows x W slots and paged_kv_indptr); ``whole=False``: row 0 one slot short, so the buffer is not rows x W."""
+    args, expected = prefill_args(rows, seed=seed, sink=True)
+    idx = args[2]
+    keep = idx >= 0
+    ptr = torch.zeros(rows + 1, dtype=torch.int32)
+    ptr[1:] = keep.sum(1).cumsum(0)
+    flat = torch.zeros(idx.numel(), dtype=torch.int32)
+    flat[: int(ptr[-1])] = idx[keep]
+    if not whole:
+        flat, ptr = flat[1:ptr[-1]], ptr - torch.tensor([0] + [1] * rows, dtype=torch.int32)
+        idx = idx.clone()
+        idx[0] = torch.cat([idx[0, 1:], idx.new_full((1,), -1)])  # the reference drops row 0's first slot too
+        expected = _reference(args, idx)
+    s.backend.forward_prefill(args[0], args[1], None, None, *args[4:], ragged_indices=flat, ragged_indptr=ptr)
+    return args[-1], expected
+
+
+def _reference(args: tuple, indices: torch.Tensor) -> torch.Tensor:
+    from dispatcher.kernels.common import KernelArgs, SparseIndex
+    from dispatcher.kernels.torch_ref import ragged_prefill
+
+    out = torch.zeros_like(args[-1])
+    ragged_prefill(KernelArgs(args[0], args[1], SparseIndex(indices, None), args[4], args[8], out))
+    return out
+
+
 def test_gfx942_arm_through_routescopes_aiter_adapter_on_a_vllm_without_the_branch(vllm_doubles, tmp_path):
     """vLLM 0.33.0 has no gfx942 branch: every call stays in-tree. Candidate gfx942_32 measures the seed's change
     (gate 32 here) anyway, launching pa_prefill_sparse through routescope's lazy AITER adapter (tests/dispatcher/aiter_double.py,
-    AITER's TEST DOUBLE); ragged-only calls cannot take the adapter and stay on A."""
+    AITER's TEST DOUBLE), for dense calls and for ragged-only ones in vLLM's layout (laid out dense first); a
+    ragged buffer that is not rows x W cannot be laid out from its shapes and stays on A, counted."""
     aiter = aiter_double.install()
     try:
         s = Server(vllm_doubles, tmp_path, "gfx942", getters="opus_only", layout=Layout(aiter_module=aiter_double.NAME))
@@ -324,11 +353,27 @@ def test_gfx942_arm_through_routescopes_aiter_adapter_on_a_vllm_without_the_bran
             out, expected = s.call(ROWS, seed=i, sink=True)
             assert torch.equal(out, expected), i
             s.call(16, seed=i)  # under the candidate's gate: the arms agree, not eligible
+        n_dense = sum(1 for name, _ in aiter.calls if name == "pa_prefill_sparse")
+        for i in range(200):
+            out, expected = _ragged_call(s, ROWS, seed=1000 + i)
+            assert torch.equal(out, expected), i
         n_b = sum(1 for name, _ in aiter.calls if name == "pa_prefill_sparse")
         item = s.report()
-        (cell,) = item["cells"]
-        assert (cell["kernel_a"], cell["kernel_b"]) == (INTREE, PA) and cell["calls_b"] == n_b >= 5
-        assert item["state"] == "running" and cell["numerics"]["mismatched"] == 0
+        cells = {c["shape"]: c for c in item["cells"]}
+        assert len(cells) == 2 and {(c["kernel_a"], c["kernel_b"]) for c in cells.values()} == {(INTREE, PA)}
+        ragged = next(c for shape, c in cells.items() if "ragged" in shape)
+        dense = next(c for shape, c in cells.items() if "ragged" not in shape)
+        assert dense["calls_b"] == n_dense >= 5 and ragged["calls_b"] == n_b - n_dense >= 5
+        assert item["state"] == "running" and ragged["numerics"]["checked"] >= 1
+        assert all(c["numerics"]["mismatched"] == 0 for c in cells.values())
+        assert item["never_moved"].get("candidate_unavailable", 0) == 0
+        for i in range(100):  # not vLLM's layout: never moved, counted, the call still answers A's output
+            out, expected = _ragged_call(s, ROWS, seed=2000 + i, whole=False)
+            assert torch.equal(out, expected), i
+        assert sum(1 for name, _ in aiter.calls if name == "pa_prefill_sparse") == n_b
+        item = s.report()
+        assert item["never_moved"]["candidate_unavailable"] >= 1 and item["state"] == "running"
+        assert s.obs.status()["routing"]["unavailable"] == {PA: 1}  # asked once: that cell then stays on A
     finally:
         aiter_double.uninstall()
 
