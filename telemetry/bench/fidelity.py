@@ -111,13 +111,7 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
     if not got or not ref:
         return {"regime": regime, "samples": len(got), "cupti_calls": len(ref), "clocks": clocks,
                 "error": "no samples" if not got else "no CUPTI kernel ranges"}
-    out = {"regime": regime, "samples": len(got), "cupti_calls": len(ref), "clocks": clocks}
-    for name, q in (("median", 0.5), ("p90", 0.9)):
-        t, c = _quantile(got, q), _quantile(ref, q)
-        out[f"telemetry_{name}_us"] = t
-        out[f"cupti_{name}_us"] = c
-        out[f"{name}_error_pct"] = 100.0 * (t - c) / c
-    out["within_bound"] = all(abs(out[f"{n}_error_pct"]) <= BOUND_PCT for n in ("median", "p90"))
+    out = {"regime": regime, "clocks": clocks, **figures(got, ref)}
     if clocks == ["device"]:
         out["span_median_us"] = out["telemetry_median_us"] - frame_ns / 1000
         out["frame_gap_ns"] = 1000 * (out["cupti_median_us"] - out["span_median_us"])
@@ -126,6 +120,18 @@ def measure_point(d: Dispatcher, tel: Telemetry, sets: list, layout: Layout, *, 
     if len(got) == len(ref):
         paired = [100.0 * (t - c) / c for t, c in zip(got, ref)]
         out["paired_median_error_pct"] = statistics.median(paired)
+    return out
+
+
+def figures(got: list[float], ref: list[float]) -> dict[str, Any]:
+    """Telemetry's readings against CUPTI's (µs): each side's median and p90, the error of each (%), the bound."""
+    out: dict[str, Any] = {"samples": len(got), "cupti_calls": len(ref)}
+    for name, q in (("median", 0.5), ("p90", 0.9)):
+        t, c = _quantile(got, q), _quantile(ref, q)
+        out[f"telemetry_{name}_us"] = t
+        out[f"cupti_{name}_us"] = c
+        out[f"{name}_error_pct"] = 100.0 * (t - c) / c
+    out["within_bound"] = all(abs(out[f"{n}_error_pct"]) <= BOUND_PCT for n in ("median", "p90"))
     return out
 
 
@@ -181,22 +187,27 @@ def run(*, rows: tuple[int, ...] = DEFAULT_ROWS, regimes: tuple[str, ...] = REGI
             "gated_frame_ns_measured": round(statistics.median(excess)) if excess else None, "points": points}
 
 
+def point_cells(p: dict[str, Any]) -> list[str]:
+    """One point's row as printed; n is the calls telemetry timed / CUPTI saw (each side's quantiles are its own)."""
+    head = [str(p["rows"]), p["regime"], ",".join(p["clocks"]), f"{p['samples']}/{p['cupti_calls']}"]
+    if "error" in p:
+        return [*head, p["error"], *[""] * 6]
+    return [*head, f"{p['telemetry_median_us']:.1f}", f"{p['cupti_median_us']:.1f}", f"{p['median_error_pct']:+.1f}%",
+            f"{p['telemetry_p90_us']:.1f}", f"{p['cupti_p90_us']:.1f}", f"{p['p90_error_pct']:+.1f}%",
+            "yes" if p["within_bound"] else "NO"]
+
+
 def render(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"telemetry vs CUPTI, {result['device']}, {result['layout']}, top-k {result['topk']}, "
                         f"{result['dtype']}, guard {result['guard']}, {result['calls_per_point']} calls a point")
-    for col in ("rows", "regime", "clock", "telemetry p50 µs", "CUPTI p50 µs", "err p50", "telemetry p90 µs",
+    for col in ("rows", "regime", "clock", "n", "telemetry p50 µs", "CUPTI p50 µs", "err p50", "telemetry p90 µs",
                 "CUPTI p90 µs", "err p90", f"within {result['bound_pct']:.0f}%"):
         table.add_column(col, justify="right")
     for p in result["points"]:
-        if "error" in p:
-            table.add_row(str(p["rows"]), p["regime"], ",".join(p["clocks"]), p["error"], *[""] * 6)
-            continue
-        table.add_row(str(p["rows"]), p["regime"], ",".join(p["clocks"]), f"{p['telemetry_median_us']:.1f}",
-                      f"{p['cupti_median_us']:.1f}", f"{p['median_error_pct']:+.1f}%", f"{p['telemetry_p90_us']:.1f}",
-                      f"{p['cupti_p90_us']:.1f}", f"{p['p90_error_pct']:+.1f}%", "yes" if p["within_bound"] else "NO")
+        table.add_row(*point_cells(p))
     console = Console(width=160)
     console.print(table)
     if result.get("gated_frame_ns_measured") is not None:

@@ -46,3 +46,23 @@ def test_the_unstamped_registry_withholds_every_stamp_and_keeps_every_implementa
     except Exception:  # noqa: BLE001 - the torch launch cannot run on a stand-in; what it was handed is the point
         pass
     assert seen == [{"stamp": None}]
+
+
+def test_a_printed_row_adds_up():
+    """The printed error is the printed telemetry figure against the printed CUPTI one (to their rounding), the
+    bound column agrees with both errors, and n says how many readings each side's quantiles came from."""
+    import random
+
+    from telemetry.bench.fidelity import BOUND_PCT, figures, point_cells
+
+    rng = random.Random(3)
+    for scale in (1.0, 1.04, 1.3):
+        ref = [rng.uniform(7.0, 9.0) for _ in range(60)]
+        got = [x * scale + rng.uniform(-0.2, 0.2) for x in ref[:57]]
+        cells = point_cells({"rows": 16, "regime": "idle", "clocks": ["device"], **figures(got, ref)})
+        assert cells[:4] == ["16", "idle", "device", "57/60"]
+        for t, c, err in ((cells[4], cells[5], cells[6]), (cells[7], cells[8], cells[9])):
+            t, c, err = float(t), float(c), float(err.rstrip("%"))
+            assert abs(err - 100 * (t - c) / c) <= 100 * 0.05 / c * 2 + 0.05
+        errors = [abs(float(cells[6].rstrip("%"))), abs(float(cells[9].rstrip("%")))]
+        assert cells[10] == ("yes" if max(errors) <= BOUND_PCT else "NO") or abs(max(errors) - BOUND_PCT) < 0.1
