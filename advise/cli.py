@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Annotated, Optional
 
@@ -79,6 +80,8 @@ def _read_source(url: str | None, multiproc_dir: str | None, prometheus: str | N
     if range_ or at or selector:
         raise ValueError("--range, --at and --selector go with --prometheus")
     if multiproc_dir:
+        if not os.path.isdir(multiproc_dir):  # as serve and experiment say it: a bad option, exit 2
+            raise ValueError(f"--multiproc-dir {multiproc_dir} is not a directory")
         try:
             span_s = duration_seconds(span) if span else None
         except ValueError as exc:

@@ -132,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     chromium = find_chromium()
     if chromium is None:
         ap.exit(2, f"{ap.prog}: chromium is not installed (apt-get install chromium)\n")
+    if a.url is not None:  # a page that will not load is said now, in one line, not as chromium's log
+        try:
+            _get(a.url.rstrip("/") + "/routing")
+        except (OSError, ValueError) as exc:
+            ap.exit(2, f"{ap.prog}: --url {a.url}: no routescope page there ({exc})\n")
     say = lambda text: print(f"screenshot: {text}", file=sys.stderr)  # noqa: E731
     import tempfile
 

@@ -71,6 +71,24 @@ def render(load: Load, clients: int, demo: dict | None = None) -> list[str]:
     return lines
 
 
+def unreachable(base: str) -> str | None:
+    """Why ``base`` cannot be loaded (not an http URL, or no answer to /healthz), checked before any load; None: it
+    answers."""
+    url = urllib.parse.urlsplit(base)
+    if url.scheme != "http" or not url.hostname:
+        return "give the http URL of a running `routescope serve`, like http://127.0.0.1:9475"
+    try:
+        conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=10)
+        try:
+            conn.request("GET", "/healthz")
+            status = conn.getresponse().status
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return f"no answer ({exc}); is `routescope serve` running there?"
+    return None if status == 200 else f"/healthz answered HTTP {status}; is it a `routescope serve`?"
+
+
 def _demo(base: str) -> dict | None:
     """/routing's demo section after the load (None without a demo, or when the server no longer answers)."""
     url = urllib.parse.urlsplit(base)
@@ -106,6 +124,10 @@ def serve_bench_command(
 
     results: list[tuple[Load, dict | None]] = []
     if url:
+        why = unreachable(url)
+        if why:
+            typer.echo(f"routescope bench serve: --url {url}: {why}", err=True)
+            raise typer.Exit(2)
         results = [one_run(url.rstrip("/")) for _ in range(runs)]
         setting = {"url": url}
     else:

@@ -66,6 +66,8 @@ def test_a_published_table_on_request(demo_url):
     (["--url", "http://x", "--gates", "a,b"], "--gates takes comma-separated row counts"),
     (["--multiproc-dir", "/tmp", "--span", "2"], "--span: '2' is not a Prometheus duration"),
     (["--url", "http://x", "--demo-shapes"], "--demo-shapes goes with --prometheus or --multiproc-dir"),
+    (["--multiproc-dir", "/nonexistent/mp"], "--multiproc-dir /nonexistent/mp is not a directory"),
+    (["--multiproc-dir", "/etc/hostname"], "--multiproc-dir /etc/hostname is not a directory"),  # as serve says it
 ])
 def test_bad_options_exit_2_naming_the_option(args, words):
     res = run(*args)

@@ -32,6 +32,16 @@ def test_a_bad_out_is_refused_before_the_demo_starts(out, capsys):
     assert exc.value.code == 2 and err.startswith(f"python scripts/screenshot.py: --out {out}: ") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9", "notaurl"])
+def test_a_url_without_a_page_is_refused_before_chromium_starts(url, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        shot.main(["--url", url, "--out", str(tmp_path / "s.png")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"python scripts/screenshot.py: --url {url}: no routescope page there (")
+    assert not (tmp_path / "s.png").exists()
+
+
 def test_ready_waits_for_the_whole_picture():
     doc = {"counts": [{"model": "a"}, {"model": "b"}], "decode_in_prefill": {"calls": 3}, "latency": [{}],
            "history": {"rates": [{"dt_s": 20.0}, {"dt_s": 25.0}]}, "advice": {"status": "ok"}}

@@ -36,3 +36,20 @@ def test_the_p99_over_runs_is_each_runs_printed_p99():
     lines = {line.split(" p99 over runs: ")[0].strip(): line.split(" p99 over runs: ")[1] for line in over_runs(runs)}
     assert lines["/routing"] == f"{printed[0]['/routing']} ms, {printed[1]['/routing']} ms"
     assert lines["/metrics"] == f"{printed[0]['/metrics']} ms, none"  # run 2 had no /metrics answer: said, not dropped
+
+
+def test_a_url_that_cannot_be_loaded_is_refused_before_any_load():
+    import socket
+
+    from typer.testing import CliRunner
+
+    from routescope.cli import build_app
+
+    with socket.socket() as s:  # a free loopback port, nothing listening on it once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for url, said in ((f"http://127.0.0.1:{port}", "no answer ("), ("https://127.0.0.1:9475", "give the http URL"),
+                      ("localhost:9475", "give the http URL")):
+        res = CliRunner().invoke(build_app(), ["bench", "serve", "--url", url, "--seconds", "1"])
+        assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+        assert res.output.startswith(f"routescope bench serve: --url {url}: {said}"), res.output
