@@ -23,6 +23,7 @@ from dispatcher.types import Batch, CallShape, Decision, Gate, Kernel
 from .calls import AITER_KERNELS, Call, PoolBuckets, call_shape, is_compiling, mark, positional_capacity
 from .context import ForwardBatch, ModelName
 
+_getpid = os.getpid
 log = logging.getLogger("vllm.routescope")
 
 _BRANCH = {Kernel.AITER_PA_PREFILL_SPARSE: "gfx942", Kernel.AITER_OPUS: "gfx950"}
@@ -150,6 +151,7 @@ class Observer:
 
     # ---- decisions ----------------------------------------------------------------------
     def decide(self, shape: CallShape, batch: Batch, gate_args: tuple = ()) -> tuple[tuple, Decision]:
+        """The call's decision-cache key and decision (``before`` looks the key up inline first: same key)."""
         rows = shape[0]
         policy = self.policy
         key = (shape[1:], rows >= policy.gfx950_min_rows, rows >= policy.gfx942_min_rows, batch.call_class)
@@ -237,7 +239,7 @@ class Observer:
 
     def before(self, args: tuple, kwargs: dict) -> Call | None:
         q, kv, indices, attn_sink, output, hd, nope, rope, r_indices, r_indptr = self._read(args, kwargs)
-        if not self.ready(q):
+        if (self._pid != _getpid() or self.probe is None) and not self.ready(q):  # ready(), its fast path inline
             return None
         self.calls += 1
         shape = call_shape(q, kv, indices, attn_sink, output, r_indices is not None and r_indptr is not None,
@@ -247,7 +249,12 @@ class Observer:
         except Exception as exc:  # noqa: BLE001 - an odd metadata object reads as unknown
             self.failed("metadata", exc)
             batch = Batch()
-        key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
+        rows = shape[0]  # decide()'s key and lookup, inline: a hit pays no call and builds no gate arguments
+        policy = self.policy
+        key = (shape[1:], rows >= policy.gfx950_min_rows, rows >= policy.gfx942_min_rows, batch.call_class)
+        decision = self._decisions.get(key)
+        if decision is None:
+            key, decision = self.decide(shape, batch, (q, kv, attn_sink, output) if self.vllm_gates else ())
         router = self.router
         route = None
         if router is not None and (router.chooser is not None or router.batch_invariant):  # routing.py
