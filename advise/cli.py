@@ -176,6 +176,9 @@ def advise_command(
     except SourceError as exc:
         raise _fail(str(exc), 1) from None
     if model:
+        seen = {e.model for e in traffic.entries}
+        if seen and not seen & set(model):  # a filter that keeps nothing is a typo, not "no traffic yet"
+            raise _fail(f"--model {', '.join(model)}: not in the traffic (its models: {', '.join(sorted(seen))})")
         traffic = replace(traffic, entries=tuple(e for e in traffic.entries if e.model in set(model)))
     if pool is not None:
         traffic = replace(traffic, entries=with_pool(traffic.entries, pool)).with_notes(

@@ -42,13 +42,25 @@ def duration_seconds(text: str) -> float:
     return sum(int(n) * _UNIT_S[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text))
 
 
+def _error_text(body: bytes) -> str:
+    """An error reply in one line: the API's own message (Prometheus' ``error``, FastAPI's ``detail``), or what
+    the reply is when it is not this API's JSON."""
+    text = body.decode(errors="replace")
+    try:
+        doc = json.loads(text)
+        text = str(doc.get("error") or doc.get("detail") or text) if isinstance(doc, dict) else text
+    except json.JSONDecodeError:
+        if text.lstrip().startswith("<"):
+            return "an HTML page, not the JSON this API answers: is the URL right?"
+    return " ".join(text.split())[:300]
+
+
 def _get_json(url: str, timeout: float) -> Any:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as exc:
-        body = exc.read()[:300].decode(errors="replace")
-        raise SourceError(f"GET {url}: HTTP {exc.code}: {body}") from None
+        raise SourceError(f"GET {url}: HTTP {exc.code}: {_error_text(exc.read()[:2000])}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise SourceError(f"GET {url}: {getattr(exc, 'reason', exc)}") from None
     except json.JSONDecodeError as exc:

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
         if current != text:
-            print(f"{args.output} is stale: run python -m dashboards.build", file=sys.stderr)
+            state = "is stale" if args.output.exists() else "does not exist"
+            print(f"{args.output} {state}: run python -m dashboards.build --output {args.output}", file=sys.stderr)
             return 1
         print(f"{args.output} is up to date")
         return 0

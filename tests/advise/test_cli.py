@@ -99,3 +99,30 @@ def test_the_demo_generator_without_a_server():
     assert all(m.decode_in_prefill.calls == 0 for m in off.models)  # without the bug GLM decodes use the decode entry
     bad = run("--url", "http://x", "--demo-glm-bug")
     assert bad.exit_code == 2 and "--demo-glm-bug goes with --demo-traffic" in bad.output
+
+
+def test_a_model_filter_that_keeps_nothing_is_refused_naming_the_models_seen():
+    res = run("--demo-traffic", "100", "--model", "nosuch")
+    assert res.exit_code == 2 and res.output.strip() == (
+        "routescope advise: --model nosuch: not in the traffic (its models: DeepSeek-V4.1-Flash, GLM-5.3-Flash)")
+
+
+def test_an_error_page_is_one_line_saying_what_answered():
+    """A real HTTP server that is not routescope's (the standard library's, answering 404 with an HTML page)."""
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # noqa: ANN002, D102 - no request log in the test's output
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        res = run("--url", url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.exit_code == 1 and res.output.strip() == (
+        f"routescope advise: GET {url}/routing: HTTP 404: an HTML page, not the JSON this API answers: is the URL right?")

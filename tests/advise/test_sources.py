@@ -156,3 +156,17 @@ def test_merged_routing_without_decode_rows_per_entry_estimates_them():
     t = traffic_from_routing(doc, "here")
     got = {e.rows_bucket: e.decode_rows for e in t.entries}
     assert got == {"2048-4095": 30, "4096-8191": 10, "2-3": 10} and MIXED_ESTIMATE in t.notes
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b'{"status":"error","errorType":"bad_data","error":"invalid parameter \\"query\\": parse error"}',
+     'invalid parameter "query": parse error'),  # Prometheus' own words
+    (b'{"detail":"Not Found"}', "Not Found"),  # FastAPI's
+    (b"<!DOCTYPE HTML>\n<html>\n<body>404</body></html>", "an HTML page, not the JSON this API answers"),
+    (b"upstream\n  timed out", "upstream timed out"),
+])
+def test_an_error_reply_is_one_line_in_the_apis_own_words(body, said):
+    from advise.sources import _error_text
+
+    text = _error_text(body)
+    assert "\n" not in text and text.startswith(said)

@@ -104,6 +104,9 @@ def test_build_cli_check_detects_stale_file(tmp_path):
     cmd = [sys.executable, "-m", "dashboards.build", "--check", "--output"]
     bad = subprocess.run(cmd + [str(stale)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "stale" in bad.stderr
+    missing = subprocess.run(cmd + [str(tmp_path / "none.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and missing.stderr.strip() == (
+        f"{tmp_path / 'none.json'} does not exist: run python -m dashboards.build --output {tmp_path / 'none.json'}")
     good = subprocess.run(cmd + [str(DASH / "routescope.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert good.returncode == 0, good.stderr
 
