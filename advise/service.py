@@ -128,10 +128,14 @@ def families(advice: Mapping[str, Any] | None) -> list[Metric]:
 
 
 class AdviceCollector:
-    """Registered on the service's registry: each scrape exports the advice of that moment."""
+    """Registered on the service's registry: each scrape exports the advice of that moment.
+
+    The families are built again only when ``advice`` returns another object (a cached advice is the same object
+    between its refreshes), so scrapes in between share them: read them, never change them."""
 
     def __init__(self, advice: Callable[[], Mapping[str, Any] | None]) -> None:
         self._advice = advice
+        self._built: tuple[Any, list[Metric]] | None = None  # (the advice, its families)
 
     def describe(self) -> list[Metric]:
         return families(None)
@@ -142,4 +146,7 @@ class AdviceCollector:
         except Exception as exc:  # noqa: BLE001 - a scrape always answers
             log.warning("advice for /metrics failed: %s: %s", exc.__class__.__name__, exc)
             advice = None
-        yield from families(advice)
+        built = self._built
+        if built is None or built[0] is not advice or advice is None:
+            built = self._built = (advice, families(advice))
+        yield from built[1]

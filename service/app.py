@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_fastapi_instrumentator import Instrumentator
 
-from advise.service import AdviceCollector, Cached, CachedAdvice
+from advise.service import AdviceCollector, CachedAdvice
 from dispatcher import Dispatcher, Platform, Policy, detect, probe_aiter
 from routescope import __version__
 from telemetry import Telemetry, TelemetryConfig
@@ -139,7 +139,8 @@ def create_app(
         demo=demo,
         http_registry=http_registry,
         metrics=ChainedCollector((telemetry.collect_registry, lambda: http_registry), on_error=telemetry.count_error,
-                                 generation=lambda: telemetry.totals, max_age_s=2 * settings.flush_interval_s,
+                                 generation=lambda: telemetry.last_background_flush,
+                                 max_age_s=2 * settings.flush_interval_s,
                                  histogram_mode=telemetry.config.histogram_mode),
         malformed_requests=Counter("routescope_http_malformed_requests", "Requests the HTTP server could not parse "
                                    "(head or chunked body) and answered 400 before the app.", registry=http_registry),
@@ -202,8 +203,9 @@ def create_app(
     Instrumentator(registry=http_registry, should_group_status_codes=False, excluded_handlers=["/static/.*"]).instrument(
         app, metric_namespace="routescope"
     )
-    # the gauges build their own document (at most once a second): /routing's kept one may predate a scrape
-    http_registry.register(AdviceCollector(Cached(lambda: routing_of(state)["advice"])))  # docs/advise.md
+    # the gauges read /routing's document (built at most once a flush, in the background): advice at most two flush
+    # intervals old, and no scrape waits for the scan, nor pays for a second document
+    http_registry.register(AdviceCollector(lambda: (state.routing.kept() or state.routing.get()).doc["advice"]))
     http_registry.register(ExperimentCollector(lambda: experiments_of(state.experiments)))  # docs/metrics.md
     app.add_middleware(HeadAsGet)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=default_hosts(settings.host, settings.allowed_hosts))

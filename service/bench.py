@@ -12,11 +12,12 @@ import json
 import math
 import urllib.parse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .load import Endpoint, Load, run_clients, scrapers, served
+from .load import ROOT, Endpoint, Load, run_clients, scrapers, serving, writing
 
 __all__ = ["Load", "quantile", "render", "run_load", "summary"]
 
@@ -113,33 +114,50 @@ def serve_bench_command(
     path: Annotated[Optional[list[str]], typer.Option("--path", help="a path to load (repeat); client i takes path "
                                                                    "i mod n (default: odd clients /routing, even "
                                                                    "/metrics in text and protobuf by turns)")] = None,
+    against: Annotated[Optional[Path], typer.Option(
+        exists=True, file_okay=False, help="without --url: another checkout whose server takes turns with this "
+                                           "tree's over the same writers, each run (before and after, side by side)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
 ) -> None:
     """Closed-loop load: p50/p99/max per endpoint, by default with 8 real writer processes beside the server."""
     paths = tuple(path) if path else None
+    if url and against:
+        raise typer.BadParameter("--against starts its own servers: leave out --url", param_hint="--against")
 
     def one_run(base: str) -> tuple[Load, dict | None]:
         load = run_load(base, clients=clients, seconds=seconds, paths=paths)
         return load, _demo(base)
 
     results: list[tuple[Load, dict | None]] = []
+    trees: list[str] = []
     if url:
         why = unreachable(url)
         if why:
             typer.echo(f"routescope bench serve: --url {url}: {why}", err=True)
             raise typer.Exit(2)
         results = [one_run(url.rstrip("/")) for _ in range(runs)]
+        trees = [url] * runs
         setting = {"url": url}
     else:
         progress = (lambda msg: None) if as_json else (lambda msg: typer.echo(f"bench serve: {msg}", err=True))
-        with served(writers, progress=progress) as (port, _path):
-            results = [one_run(f"http://127.0.0.1:{port}") for _ in range(runs)]
+        roots = [ROOT] if against is None else [ROOT, against.resolve()]
+        with writing(writers, progress=progress) as directory:
+            if against is None:
+                with serving(directory, progress=progress) as port:
+                    results = [one_run(f"http://127.0.0.1:{port}") for _ in range(runs)]
+                trees = [str(ROOT)] * runs
+            else:
+                for _ in range(runs):
+                    for root in roots:
+                        with serving(directory, root=root, progress=progress) as port:
+                            results.append(one_run(f"http://127.0.0.1:{port}"))
+                        trees.append(str(root))
         setting = {"writers": writers, "server": "routescope serve --demo"
                    + (f" --multiproc-dir (with {writers} writer processes)" if writers else "")}
     failed = any(load.failures for load, _ in results)
     if as_json:
-        out = [{"seconds": load.seconds, "paths": summary(load), "failures": load.failures[:20], "demo": demo}
-               for load, demo in results]
+        out = [{"seconds": load.seconds, "paths": summary(load), "failures": load.failures[:20], "demo": demo,
+                **({"tree": trees[i]} if against is not None else {})} for i, (load, demo) in enumerate(results)]
         doc = {"clients": clients, **setting, "runs": out}
         if len(out) == 1:
             doc.update(out[0])
@@ -147,12 +165,19 @@ def serve_bench_command(
     else:
         typer.echo(f"{setting.get('server', setting.get('url'))}")
         for i, (load, demo) in enumerate(results):
-            if runs > 1:
+            if against is not None:
+                typer.echo(f"run {i // 2 + 1} of {runs}, server from {trees[i]}:")
+            elif runs > 1:
                 typer.echo(f"run {i + 1} of {runs}:")
             for line in render(load, clients, demo):
                 typer.echo(line)
-        if runs > 1:
-            for line in over_runs([load for load, _ in results]):
+        for tree in dict.fromkeys(trees) if against is not None else [None]:
+            mine = [load for (load, _), t in zip(results, trees) if tree is None or t == tree]
+            if len(mine) < 2:
+                continue
+            if tree is not None:
+                typer.echo(f"server from {tree}:")
+            for line in over_runs(mine):
                 typer.echo(line)
     if failed:
         raise typer.Exit(1)

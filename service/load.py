@@ -8,7 +8,8 @@ clients cost the machine as little as a Python client can.
 Without a URL the bench starts what it measures (``served``): a real ``routescope serve --demo`` on a free loopback
 port, over a multiprocess directory that ``writers`` real processes (``telemetry.bench.load_writer``: a real
 Telemetry each, calling and flushing every second) write into, or over no directory (``writers`` 0: the demo's
-own registry).
+own registry). The writers (``writing``) and the server (``serving``) start apart, so one directory can be loaded
+through servers of two checkouts in turn (``routescope bench serve --against DIR``: before and after in one run).
 """
 
 from __future__ import annotations
@@ -112,9 +113,10 @@ def run_clients(host: str, port: int, plan: Sequence[Sequence[Endpoint]], *, sec
     return load
 
 
-def _clean_env() -> dict[str, str]:
+def _clean_env(root: Path = ROOT) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROUTESCOPE_", "OTEL_", "PROMETHEUS_MULTIPROC"))}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *kept])
     return env
 
 
@@ -152,34 +154,49 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def served(writers: int, *, demo: bool = True, extra: Sequence[str] = (), progress=None,
-           timeout_s: float = 180.0) -> Iterator[tuple[int, str | None]]:
-    """(port, directory or None): ``routescope serve`` on a free loopback port, ``writers`` real writer processes
-    flushing into its directory (started first, each ready after its first calls); everything stopped after."""
+def writing(writers: int, *, progress=None) -> Iterator[str | None]:
+    """A multiprocess directory that ``writers`` real writer processes flush into (each ready after its first calls),
+    or None for 0 writers; the writers stopped and the directory removed after."""
     say = progress or (lambda msg: None)
+    if not writers:
+        yield None
+        return
     env = _clean_env()
     with tempfile.TemporaryDirectory(prefix="routescope-load-") as tmp:
-        path = os.path.join(tmp, "mp") if writers else None
+        path = os.path.join(tmp, "mp")
+        os.mkdir(path)
         procs: list[subprocess.Popen] = []
         try:
-            if path:
-                os.mkdir(path)
-                for rank in range(writers):
-                    procs.append(subprocess.Popen(
-                        [sys.executable, "-m", "telemetry.bench.load_writer", "--dir", path, "--rank", str(rank)],
-                        cwd=ROOT, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True))
-                for rank, p in enumerate(procs):
-                    if p.stdout.readline().strip() != "ready":
-                        raise RuntimeError(f"writer {rank} exited {p.wait(timeout=30)} before it was ready")
-                say(f"{writers} writer processes flushing into {path}")
-            log = Path(tmp) / "serve.log"
-            with log.open("wb") as out:
-                server = subprocess.Popen(
-                    [sys.executable, "-c", "from routescope.cli import main; main()", "serve", "--port", "0",
-                     "--log-level", "warning", *(("--demo",) if demo else ()),
-                     *(("--multiproc-dir", path) if path else ()), *extra],
-                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            procs.insert(0, server)
+            for rank in range(writers):
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "telemetry.bench.load_writer", "--dir", path, "--rank", str(rank)],
+                    cwd=ROOT, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True))
+            for rank, p in enumerate(procs):
+                if p.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"writer {rank} exited {p.wait(timeout=30)} before it was ready")
+            say(f"{writers} writer processes flushing into {path}")
+            yield path
+        finally:
+            for p in procs:
+                _stop(p)
+
+
+@contextmanager
+def serving(path: str | None, *, root: Path = ROOT, demo: bool = True, extra: Sequence[str] = (), progress=None,
+            timeout_s: float = 180.0) -> Iterator[int]:
+    """The port of ``routescope serve`` (from the checkout at ``root``) on a free loopback port, over ``path`` (None:
+    no directory), after one warm-up request per endpoint; stopped after."""
+    say = progress or (lambda msg: None)
+    env = _clean_env(root)
+    with tempfile.TemporaryDirectory(prefix="routescope-serve-") as tmp:
+        log = Path(tmp) / "serve.log"
+        with log.open("wb") as out:
+            server = subprocess.Popen(
+                [sys.executable, "-c", "from routescope.cli import main; main()", "serve", "--port", "0",
+                 "--log-level", "warning", *(("--demo",) if demo else ()),
+                 *(("--multiproc-dir", path) if path else ()), *extra],
+                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
             deadline = time.monotonic() + timeout_s
             while True:
                 if server.poll() is not None:
@@ -195,8 +212,16 @@ def served(writers: int, *, demo: bool = True, extra: Sequence[str] = (), progre
             port = int(m.group(2))
             for e in (METRICS_TEXT, METRICS_PROTOBUF, ROUTING):  # the first read of every file is not the load's
                 _get(port, e)
-            say(f"routescope serve{' --demo' if demo else ''} ready on 127.0.0.1:{port}")
-            yield port, path
+            say(f"routescope serve{' --demo' if demo else ''} from {root} ready on 127.0.0.1:{port}")
+            yield port
         finally:
-            for p in procs:
-                _stop(p)
+            _stop(server)
+
+
+@contextmanager
+def served(writers: int, *, demo: bool = True, extra: Sequence[str] = (), progress=None,
+           timeout_s: float = 180.0) -> Iterator[tuple[int, str | None]]:
+    """(port, directory or None): ``writing`` and ``serving`` together, this checkout's server."""
+    with writing(writers, progress=progress) as path:
+        with serving(path, demo=demo, extra=extra, progress=progress, timeout_s=timeout_s) as port:
+            yield port, path

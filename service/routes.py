@@ -14,7 +14,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from dispatcher.explain import explain
 
 from .demo.runner import READY as DEMO_READY
-from .metrics import render
 from .page import page_for
 from .models import ExplainQuery, ExplainResponse, HealthOut, ReadyCheck, ReadyOut, ValidationErrorOut
 from .routing import RoutingOut
@@ -110,11 +109,17 @@ def _directory_check(telemetry) -> ReadyCheck:
 async def metrics(request: Request, accept: Annotated[str | None, Header()] = None) -> Response:
     """Telemetry's series (every process's, in multiprocess mode) and this service's HTTP metrics.
 
-    One render at a time: a render holds the GIL for milliseconds, so concurrent ones only slow each
-    other and starve the event loop that answers every other path.
+    Telemetry's part is the last complete encoding (built in the background, at most two flush intervals
+    old: service/metrics.py); only the HTTP metrics are encoded per request, one render at a time, since a
+    render holds the GIL and concurrent ones only slow each other and the event loop.
     """
     st = _state(request)
-    body, content_type = await to_thread.run_sync(render, st.metrics, accept, limiter=st.metrics_renders)
+    chain = st.metrics
+    arrived = chain.clock()
+    head = chain.head(accept, arrived, wait=False)  # the kept encoding, on the event loop: no thread hop
+    if head is None and chain.keeps:  # nothing young enough kept: wait for the build, outside the render limit
+        head = await to_thread.run_sync(chain.head, accept, arrived)
+    body, content_type = await to_thread.run_sync(chain.render, accept, head, limiter=st.metrics_renders)
     return Response(content=body, media_type=content_type)
 
 

@@ -9,7 +9,6 @@ native schema, zero bucket and positive spans/deltas in the same ``Histogram`` m
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
@@ -17,23 +16,11 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import NativeHistogram, Sample
 
 from . import metrics_pb2 as pb
+from .protobuf_direct import histogram_family_bytes, scalar_family_bytes, varint
 
 _SCALAR_TYPES = {"gauge": pb.GAUGE, "info": pb.GAUGE, "stateset": pb.GAUGE, "unknown": pb.UNTYPED,
                  "untyped": pb.UNTYPED}
 _HISTOGRAM_TYPES = {"histogram": pb.HISTOGRAM, "gaugehistogram": pb.GAUGE_HISTOGRAM}
-
-
-def _varint(n: int) -> bytes:
-    """Base-128 varint of a non-negative int: the length prefix of one delimited message."""
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _labels(metric: pb.Metric, labels: dict[str, str]) -> None:
@@ -215,64 +202,19 @@ def encode_messages(messages: Iterable[pb.MetricFamily]) -> bytes:
     chunks: list[bytes] = []
     for message in messages:
         body = message.SerializeToString()
-        chunks.append(_varint(len(body)))
+        chunks.append(varint(len(body)))
         chunks.append(body)
     return b"".join(chunks)
 
 
-_DOUBLE = struct.Struct("<d")
-_label_bytes: dict[int, tuple[dict[str, str], bytes]] = {}  # id(labels) -> (that dict, its LabelPair fields)
-_MAX_KEPT = 1 << 17
-
-
-def _field(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + _varint(len(payload)) + payload
-
-
-def _labels_of(labels: dict[str, str]) -> bytes:
-    """A Metric's LabelPair fields for a labels dict, kept while the collector yields the same dict again (the
-    multiprocess reader keeps one per series between scrapes)."""
-    got = _label_bytes.get(id(labels))
-    if got is not None and got[0] is labels:
-        return got[1]
-    raw = b"".join(_field(0x0A, _field(0x0A, k.encode()) + _field(0x12, v.encode())) for k, v in labels.items())
-    if len(_label_bytes) >= _MAX_KEPT:
-        _label_bytes.clear()
-    _label_bytes[id(labels)] = (labels, raw)
-    return raw
-
-
-def _scalar_family_bytes(fam: Metric) -> bytes | None:
-    """A counter or gauge family's MetricFamily bytes written directly, the same bytes as ``family_message``'s
-    serialization (tests/telemetry/test_exposition.py compares them); None where that path is needed (exemplars,
-    timestamps, other types)."""
-    if fam.type == "counter":
-        name, kind, field, wanted = fam.name + "_total", pb.COUNTER, 0x1A, fam.name + "_total"
-    elif fam.type == "gauge":
-        name, kind, field, wanted = fam.name, pb.GAUGE, 0x12, None
-    else:
-        return None
-    metrics = []
-    for s in fam.samples:
-        if wanted is not None and s.name != wanted:
-            continue
-        if s.exemplar is not None or s.timestamp is not None:
-            return None
-        body = _labels_of(s.labels) + bytes((field, 9, 0x09)) + _DOUBLE.pack(s.value)
-        metrics.append(_field(0x22, body))
-    if not metrics:
-        return b""
-    head = _field(0x0A, name.encode()) + _field(0x12, fam.documentation.encode()) + bytes((0x18, kind))
-    message = head + b"".join(metrics)
-    return _varint(len(message)) + message
-
-
 def encode_families(families: Iterable[Metric]) -> bytes:
-    """Length-delimited MetricFamily messages, one per family with samples (counters and gauges written directly:
-    building their messages cost most of a scrape's encoding)."""
+    """Length-delimited MetricFamily messages, one per family with samples (counters, gauges and histograms written
+    directly, ``protobuf_direct``: building their messages cost most of a scrape's encoding)."""
     chunks: list[bytes] = []
     for fam in families:
-        direct = _scalar_family_bytes(fam)
+        direct = scalar_family_bytes(fam)
+        if direct is None:
+            direct = histogram_family_bytes(fam)
         if direct is not None:
             chunks.append(direct)
             continue

@@ -1,9 +1,12 @@
-"""/metrics keeps telemetry's encoding per format between flushes: the same bytes as a render from scratch, never
-older than one flush interval, a failing source still left out and counted, concurrent scrapes sharing one encoding."""
+"""/metrics keeps telemetry's encoding per format, built by one worker: the same bytes as a render from scratch, never
+from a read older than two flush intervals (slow builds and concurrent flushes included), no scrape encoding it after
+a flush, one build per format and flush, a failing source still left out and counted."""
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -91,39 +94,181 @@ def _calls(body: bytes) -> float:
     return float(line.split()[1])
 
 
-def test_a_scrape_serves_the_last_flush_before_it_and_nothing_older_than_max_age():
+def test_a_scrape_gets_the_kept_bytes_while_the_worker_builds_and_nothing_older_than_max_age():
     source, errors, now = _Source(), [], [100.0]
     chain = _chain(source, errors, now)
+    assert _calls(chain.render(None)[0]) == 0 and source.collects == 1  # nothing kept: this scrape waited
+    source.calls.inc()
+    now[0] = 100.5  # no flush since the kept read: served as it is, nothing asked of the worker
     assert _calls(chain.render(None)[0]) == 0
-    source.calls.inc()
-    now[0] = 100.5  # no flush since the kept encoding: served as it is
-    assert _calls(chain.render(None)[0]) == 0 and source.collects == 1
-    source.flush()  # the background flush: the next scrape encodes again
+    assert chain.idle() and source.collects == 1
+    source.flush()  # the background flush
     now[0] = 101.0
-    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
+    assert _calls(chain.render(None)[0]) == 0  # the previous bytes at once: the worker builds the new ones
+    assert chain.idle() and source.collects == 2
+    assert _calls(chain.render(None)[0]) == 1 and chain.head(None).made_at == 101.0
     source.calls.inc()
-    now[0] = 102.9  # made at 101.0, no flush since: 1.9 s old, served
+    now[0] = 102.9  # made at 101.0 and no flush since: 1.9 s old, still served, and its successor asked for
     assert _calls(chain.render(None)[0]) == 1
-    now[0] = 103.1  # 2.1 s old: older than max_age, encoded again
-    assert _calls(chain.render(None)[0]) == 2 and source.collects == 3
+    assert chain.idle() and source.collects == 3 and _calls(chain.render(None)[0]) == 2
+    source.calls.inc()
+    now[0] = 105.0  # made at 102.9: 2.1 s old, older than max_age: this scrape waits for a build of its own
+    assert _calls(chain.render(None)[0]) == 3 and source.collects == 4
     assert errors == []
 
 
-def test_while_a_newer_flush_is_encoded_a_scrape_gets_the_previous_one_at_once():
+def test_a_build_slower_than_the_flush_interval_never_serves_older_bytes():
+    """While a build is stuck, scrapes get the kept bytes until those pass max_age; then a scrape waits for the build
+    in flight if its read began within max_age before the scrape arrived, else for the next one."""
     source, errors, now = _Source(), [], [0.0]
     chain = _chain(source, errors, now)
     chain.render(None)
-    source.calls.inc()
-    source.flush()
     source.go.clear()
     source.inside.clear()
-    with ThreadPoolExecutor(1) as pool:
-        making = pool.submit(lambda: chain.render(None)[0])
-        assert source.inside.wait(10)  # the encoding of the new flush has begun, and waits
-        assert _calls(chain.render(None)[0]) == 0  # one flush behind, not queued behind it
+    source.flush()
+    now[0] = 1.0
+    assert chain.head(None).made_at == 0.0  # kept, and a build asked for: its read begins at 1.0 and is stuck
+    assert source.inside.wait(10)
+    now[0] = 1.9
+    assert chain.head(None).made_at == 0.0  # still within max_age
+    with ThreadPoolExecutor(2) as pool:
+        now[0] = 2.5  # kept bytes 2.5 s old: too old; the read in flight began 1.5 s before: young enough
+        waiting = pool.submit(chain.head, None, 2.5)
+        late = pool.submit(chain.head, None, 3.5)  # arrived 2.5 s after that read began: needs the next build
+        time.sleep(0.2)
+        assert not waiting.done() and not late.done()  # neither is served the old bytes
+        now[0] = 3.6  # when the next read begins
         source.go.set()
-        assert _calls(making.result(10)) == 1
-    assert _calls(chain.render(None)[0]) == 1
+        assert waiting.result(10).made_at in (1.0, 3.6)  # the one in flight (or, if it woke late, the next)
+        assert late.result(10).made_at == 3.6 and source.collects == 3
+    assert errors == []
+
+
+def test_no_scrape_is_served_a_read_older_than_two_flush_intervals_under_concurrent_flushes_and_slow_builds():
+    """Real clock: a flush every 50 ms, reads that take 0-120 ms (some longer than the interval), six scrapers in
+    three formats. Every body's generation (the counter's value when its read ran) is at least the one current two
+    intervals before the scrape arrived, and the scrapers mostly did not wait."""
+    interval = 0.05
+    registry = CollectorRegistry()
+    gen = Counter("demo_generation", "Flushes so far.", registry=registry)
+    flushed_at: list[float] = [time.monotonic()]
+    token = [object()]
+    stop = threading.Event()
+    rng = random.Random(7)
+
+    def source() -> CollectorRegistry:
+        time.sleep(rng.random() * 0.12)
+        return registry
+
+    def flusher() -> None:
+        while not stop.wait(interval):
+            gen.inc()
+            flushed_at.append(time.monotonic())
+            token[0] = object()
+
+    chain = ChainedCollector((source, CollectorRegistry), generation=lambda: token[0], max_age_s=2 * interval)
+    seen: list[tuple[float, float, float]] = []  # arrived, generation served, seconds waited
+    lock = threading.Lock()
+
+    def scraper(accept: str | None) -> None:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            arrived = time.monotonic()
+            body = chain.render(accept)[0]
+            took = time.monotonic() - arrived
+            with lock:
+                seen.append((arrived, _generation_of(body), took))
+
+    flushing = threading.Thread(target=flusher)
+    flushing.start()
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(scraper, [None, ACCEPTS["protobuf"], ACCEPTS["OpenMetrics 1.0"]] * 2))
+    finally:
+        stop.set()
+        flushing.join()
+    assert chain.idle()
+    for arrived, served, _took in seen:
+        promised = sum(1 for t in flushed_at[1:] if t <= arrived - 2 * interval)  # flushes before the limit
+        assert served >= promised, (arrived, served, promised)
+    quick = sum(1 for *_x, took in seen if took < 0.01)
+    assert len(seen) > 100 and quick > 0.8 * len(seen), (len(seen), quick)
+
+
+def _generation_of(body: bytes) -> float:
+    if body.startswith(b"\n") or b"demo_generation_total" in body:
+        text = body.decode(errors="replace")
+        for line in text.splitlines():
+            if line.startswith("demo_generation_total "):
+                return float(line.split()[1])
+    (fam,) = [f for f in decode_delimited(body) if f.name == "demo_generation_total"]
+    return fam.metric[0].counter.value
+
+
+def test_a_scrape_after_a_flush_never_encodes_and_one_build_serves_each_format_once():
+    source, errors, now = _Source(), [], [0.0]
+    chain = _chain(source, errors, now)
+    chain.render(None)
+    chain.render(ACCEPTS["protobuf"])
+    assert source.collects == 1 and chain.builds == 2  # the second format encoded from the first one's read
+    source.calls.inc()
+    source.flush()
+    with ThreadPoolExecutor(8) as pool:  # many scrapes of both formats after the flush: the old bytes at once
+        bodies = list(pool.map(lambda i: chain.render(None if i % 2 else ACCEPTS["protobuf"])[0], range(32)))
+    assert chain.idle()
+    assert source.collects == 2 and chain.builds == 4  # one read and one encoding per format for that flush
+    assert {_calls(b) if b.startswith(b"#") else _pb_calls(b) for b in bodies} <= {0, 1}
+    assert _pb_calls(chain.render(ACCEPTS["protobuf"])[0]) == 1 and _calls(chain.render(None)[0]) == 1
+
+
+def _pb_calls(body: bytes) -> float:
+    return {f.name: f.metric[0].counter.value for f in decode_delimited(body)}["demo_calls_total"]
+
+
+def test_a_scrape_that_must_wait_waits_for_its_own_format_first():
+    source, errors, now = _Source(), [], [0.0]
+    chain = _chain(source, errors, now)
+    order: list[str] = []
+    encoders = {}
+    for name, accept in (("text", None), ("protobuf", ACCEPTS["protobuf"])):
+        encoder, content_type = negotiate(accept)
+        encoders[content_type] = (name, encoder)
+    with chain._cond:
+        for content_type, (name, encoder) in encoders.items():
+            chain._asked[content_type] = (lambda c, name=name, enc=encoder: order.append(name) or enc(c))
+        chain._waited.add(next(ct for ct, (name, _e) in encoders.items() if name == "protobuf"))
+        chain._building = True
+    chain._run()
+    assert order == ["protobuf", "text"] and source.collects == 1
+
+
+def test_an_encoder_that_raises_fails_the_scrapes_that_waited_and_the_worker_goes_on(monkeypatch):
+    import service.metrics as metrics
+
+    source, errors, now = _Source(), [], [0.0]
+    chain = _chain(source, errors, now)
+    broken = [True]
+    real = metrics.negotiate
+
+    def negotiate(accept, **kw):
+        encoder, content_type = real(accept, **kw)
+        if "lines" in kw:  # the tail's
+            return encoder, content_type
+
+        def failing(collector):
+            if broken[0]:
+                raise RuntimeError("encoder down")
+            return encoder(collector)
+
+        return failing, content_type
+
+    monkeypatch.setattr(metrics, "negotiate", negotiate)
+    with pytest.raises(RuntimeError, match="encoder down"):
+        chain.render(None)
+    assert chain.idle()
+    broken[0] = False
+    assert _calls(chain.render(None)[0]) == 0  # nothing was kept from the failed build: this scrape waited again
+    assert source.collects == 1  # from the same read
 
 
 def test_formats_are_kept_apart_and_the_tail_is_encoded_every_scrape():
@@ -172,42 +317,20 @@ def test_concurrent_scrapes_of_one_generation_share_one_encoding():
     assert source.collects == 1 and len(set(bodies)) == 1
 
 
-def test_a_renders_own_flush_keeps_the_other_formats_and_after_a_background_flush_one_read_serves_all():
+def test_a_read_is_shared_by_the_formats_asked_for_after_it_until_the_next_flush():
     source, errors, now = _Source(flushes=True), [], [0.0]
     chain = _chain(source, errors, now)
-    chain.render(None)  # its read flushed, as telemetry's does: that flush is this read's own
+    chain.render(None)  # its read flushed, as telemetry's does: the generation after it is the read's own
     chain.render(ACCEPTS["protobuf"])  # no flush since but that one: encoded from the same read
     chain.render(None)
     chain.render(ACCEPTS["protobuf"])
     assert source.collects == 1
     source.flush()  # the background flush
     source.calls.inc()
-    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
-    proto = chain.render(ACCEPTS["protobuf"])[0]  # encoded now, from the text scrape's read
-    calls = {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls_total"]
-    assert source.collects == 2 and calls == 1
-    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # never asked for: made now, from the same read
-    assert source.collects == 2 and _calls(om) == 1
-    source.flush()  # another background flush: that read is no longer current
-    source.calls.inc()
-    assert _calls(chain.render(ACCEPTS["OpenMetrics 1.0"])[0]) == 2 and source.collects == 3
-
-
-def test_after_a_flush_a_scrape_waits_for_its_own_format_only():
-    """The text scrape after a flush encodes text alone: a protobuf scrape meanwhile gets its previous bytes, and
-    the next one encodes protobuf from the text scrape's read."""
-    source, errors, now = _Source(), [], [0.0]
-    chain = _chain(source, errors, now)
     chain.render(None)
-    chain.render(ACCEPTS["protobuf"])
-    source.calls.inc()
-    source.flush()
-    encoded: list[str] = []
-    for ct, k in list(chain._kept.items()):
-        chain._kept[ct] = type(k)(k.body, k.made_at, k.names, lambda c, enc=k.encoder, ct=ct: encoded.append(ct)
-                                  or enc(c))
-    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2
-    assert encoded == []  # the kept protobuf encoder was not run by the text scrape
+    chain.render(ACCEPTS["protobuf"])  # both served the old bytes and asked for new ones: one read for both
+    assert chain.idle() and source.collects == 2
     proto = chain.render(ACCEPTS["protobuf"])[0]
-    assert source.collects == 2
     assert {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls_total"] == 1
+    om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # never asked for: waited for, from the same read
+    assert source.collects == 2 and _calls(om) == 1
