@@ -117,12 +117,17 @@ def serve_bench_command(
     against: Annotated[Optional[Path], typer.Option(
         exists=True, file_okay=False, help="without --url: another checkout whose server takes turns with this "
                                            "tree's over the same writers, each run (before and after, side by side)")] = None,
+    phases: Annotated[int, typer.Option(min=0, max=600, help="instead of the clients: this many reads of the "
+                                                          "writers' directory here, the CPU of each build phase")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
 ) -> None:
     """Closed-loop load: p50/p99/max per endpoint, by default with 8 real writer processes beside the server."""
     paths = tuple(path) if path else None
     if url and against:
         raise typer.BadParameter("--against starts its own servers: leave out --url", param_hint="--against")
+    if phases:
+        _phases(writers, phases, as_json)
+        return
 
     def one_run(base: str) -> tuple[Load, dict | None]:
         load = run_load(base, clients=clients, seconds=seconds, paths=paths)
@@ -195,3 +200,23 @@ def summary_of(load: Load, name: str) -> float | None:
     """p99 in ms of one endpoint of a run (None: no answers)."""
     xs = load.latencies.get(name) or []
     return quantile(xs, 0.99) * 1e3 if xs else None
+
+
+def _phases(writers: int, reads: int, as_json: bool) -> None:
+    """``--phases``: the build's CPU per phase over the writers' directory (service.build_phases)."""
+    from .build_phases import measure
+    from .build_phases import render as render_phases
+
+    if not writers:
+        raise typer.BadParameter("--phases reads the writers' directory: give --writers 1 or more",
+                                 param_hint="--phases")
+    progress = (lambda msg: None) if as_json else (lambda msg: typer.echo(f"bench serve: {msg}", err=True))
+    with writing(writers, progress=progress) as directory:
+        result = measure(directory, reads)
+    result["writers"] = writers
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(f"{writers} writer processes' directory")
+    for line in render_phases(result):
+        typer.echo(line)

@@ -9,6 +9,7 @@ The clients are the benchmark's own (``service.bench.run_load``), so this test k
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,6 +30,16 @@ def total(text: str, name: str) -> float:
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
+def _metrics_after(s: Served, calls: int, timeout: float = 10.0) -> str:
+    """/metrics once it holds ``calls`` prefill calls: its kept encoding may be up to two flush intervals old."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = s.get("/metrics").text
+        if total(text, "routescope_calls_total") >= calls or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
 def test_concurrent_scrapes_while_the_demo_runs_lose_nothing(tmp_path):
     s = Served("--demo", log=tmp_path / "serve.log",
                env={"ROUTESCOPE_DEMO_LIMIT": str(CALLS), "ROUTESCOPE_DEMO_DUTY": "0.5"}).wait_ready()
@@ -38,7 +49,7 @@ def test_concurrent_scrapes_while_the_demo_runs_lose_nothing(tmp_path):
         cli = CliRunner().invoke(build_app(), ["bench", "serve", "--url", s.base, "--seconds", "1", "--clients", "2",
                                                "--path", "/routing", "--json"])
         final = s.wait_for(lambda b: b["demo"]["state"] != "running", 120, "the demo's last call")
-        metrics = s.get("/metrics").text
+        metrics = _metrics_after(s, final["demo"]["prefill_calls"])
     finally:
         s.stopped_cleanly()
 
