@@ -68,6 +68,6 @@ from .covariate import Predictor, predictor_for
 from .runtime import Experiment
 
 __all__ = [
-    "Arm", "ArmChooser", "CellName", "Experiment", "ExperimentConfig", "ExperimentError", "NotMoved", "NotStopped", "Outcome",
-    "Predictor", "Registry", "StartRefused", "acknowledge", "experiments", "predictor_for", "start", "stop",
+    "Arm", "ArmChooser", "CellName", "Experiment", "ExperimentConfig", "ExperimentError", "NotMoved", "NotStopped",
+    "Outcome", "Predictor", "Registry", "StartRefused", "acknowledge", "experiments", "predictor_for", "start", "stop",
 ]

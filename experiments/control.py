@@ -269,7 +269,7 @@ def acknowledge(target: Target, experiment_id: str, by: str = "user") -> dict:
 def _check_ackable(experiment_id: str, state: str) -> None:
     if state != State.STOPPED:
         raise NotStopped(f"experiment {experiment_id!r} is {state}: only a stopped experiment's stop is "
-                              "acknowledged")
+                         "acknowledged")
 
 
 def _with_ack(item: dict, ack: dict | None) -> dict:

@@ -2,7 +2,7 @@
 
 The endpoints only translate: the experiment itself (assignment, statistics, stops) is the
 experiments package's, reached through one ``Control``. Reading is open like `/routing`; the
-POSTs change what the dispatcher launches or what pages a person, so they answer only a loopback client
+POSTs change what the dispatcher launches or whether an alert fires, so they answer only a loopback client
 that names a loopback Host (and, from a browser, a loopback Origin): a page elsewhere cannot start, stop
 or acknowledge one.
 """

@@ -68,7 +68,8 @@ def test_an_ack_is_loopback_only_refused_when_there_is_no_stop_and_resolves_the_
         name, labels = key
         values = [before.get(key)] * 10 + [after.get(key)] * 10
         text = ",".join(f'{k}="{v}"' for k, v in labels)
-        series.append({"series": f"{name}{{{text}}}", "values": " ".join("_" if v is None else repr(v) for v in values)})
+        series.append({"series": f"{name}{{{text}}}",
+                       "values": " ".join("_" if v is None else repr(v) for v in values)})
     fired = {"labels": '{candidate="aa",experiment="g",instance="127.0.0.1:9475",job="routescope",stop_reason="harm"}',
              "value": 1}
     doc = {"rule_files": [], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": series,

@@ -248,7 +248,8 @@ def test_each_cells_prediction_carries_advises_band_everywhere_it_is_read():
                      experiments=CoreControl(core, registry, registry=registry))
     try:
         c = client(app)
-        assert c.post("/experiments", json={"id": "s", "candidate": "split_below_256", "fraction": 0.1}).status_code == 201
+        r = c.post("/experiments", json={"id": "s", "candidate": "split_below_256", "fraction": 0.1})
+        assert r.status_code == 201, r.text
         gen = torch.Generator().manual_seed(1)
         for i in range(40):
             call(dispatcher, (16, 100)[i % 2], gen)
