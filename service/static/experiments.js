@@ -190,9 +190,12 @@
 
   function stateBadge(e) {
     const byPerson = e.stop_reason === "user";  // stopped by CLI or HTTP; any other reason is the kill switch
-    const cls = e.state === "stopped" && !byPerson ? "self-stop" : e.state;
-    const text = e.state === "stopped" ? `stopped: ${e.stop_reason || "no reason given"}` : e.state;
-    return el("span", { class: `badge ${cls}`, "data-state": e.state, text });
+    const acked = e.state === "stopped" && e.acknowledged && typeof e.acknowledged === "object";
+    const cls = e.state === "stopped" && !byPerson && !acked ? "self-stop" : e.state;  // red until acknowledged
+    let text = e.state === "stopped" ? `stopped: ${e.stop_reason || "no reason given"}` : e.state;
+    if (acked) text += `, acknowledged${e.acknowledged.by ? " by " + e.acknowledged.by : ""}`;
+    else if (e.state === "stopped" && !byPerson) text += ` (alerting until: routescope experiment ack ${e.id})`;
+    return el("span", { class: `badge ${cls}`, "data-state": e.state, "data-acknowledged": acked ? "1" : null, text });
   }
 
   function savingText(e) {

@@ -65,10 +65,20 @@ document.getElementById("api").textContent = Object.keys(window.routescopeExperi
     aa = [c for c in charts if c["data-cell"].startswith("DeepSeek")]
     assert [c["data-points"] for c in aa] == ["1"] and dom.find("p", **{"class": "note waiting", "data-cells": "1"})
     assert dom.find("span", **{"class": "badge self-stop", "data-state": "stopped"})
-    assert "stopped: harm" in dom.text.get("experiments", "")
+    assert "stopped: harm (alerting until: routescope experiment ack aa)" in dom.text.get("experiments", "")
     text = dom.text.get("experiments", "")
     assert "saving over the observed traffic: 420.000 ms" in text and "measured crossover: 512 rows" in text
     assert "crossover: not shown by the bands yet" in text  # the A/A control's
     assert "calls never moved to B: capture 12, candidate_unavailable 3" in text
     assert "No experiment" in dom.text.get("empty", "")
     assert dom.text.get("api") == "band,grids,render,verdict"
+
+
+def test_an_acknowledged_stop_is_no_longer_shown_as_alerting(tmp_path):
+    docs = experiments()
+    docs[1]["acknowledged"] = {"at": 1.0e9, "by": "user"}
+    js = f"""window.routescopeExperiments.render(document.getElementById("experiments"), {json.dumps(docs)});"""
+    dom = dump_dom(page(tmp_path, js), tmp_path / "profile")
+    (badge,) = dom.find("span", **{"data-state": "stopped"})
+    assert badge["class"] == "badge stopped" and badge["data-acknowledged"] == "1"
+    assert "stopped: harm, acknowledged by user" in dom.text.get("experiments", "")
