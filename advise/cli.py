@@ -95,12 +95,24 @@ def _read_source(url: str | None, multiproc_dir: str | None, prometheus: str | N
         raise ValueError(f"--url: {exc}") from None
 
 
-def _band(b: BandOut | None, *, share: bool = False) -> str:
+def _band(b: BandOut | None, *, share: bool = False, digits: int = 3) -> str:
     if b is None:
         return "–"
     if share:
         return f"{fmt_share(b.mid, sign=True)} ({fmt_share(b.low, sign=True)}…{fmt_share(b.high, sign=True)})"
-    return f"{fmt_seconds(b.mid)} ({fmt_seconds(b.low)}…{fmt_seconds(b.high)})"
+    return f"{fmt_seconds(b.mid, digits)} ({fmt_seconds(b.low)}…{fmt_seconds(b.high)})"
+
+
+def total_digits(totals: list[float], savings: list[float]) -> int:
+    """Significant digits the totals' middles need for the smallest saving shown to be their difference (a 1 ms
+    saving between two totals of 2.9 s shows as 2.9153 s against 2.9143 s, not as 2.92 s against 2.91 s)."""
+    import math
+
+    top = max((abs(t) for t in totals), default=0.0)
+    low = min((abs(x) for x in savings if x), default=0.0)
+    if not top or not low:
+        return 3
+    return min(9, max(3, math.ceil(math.log10(top / low)) + 2))
 
 
 def render(out: AdviceOut, console: Console, *, every: bool = False) -> None:
@@ -121,13 +133,15 @@ def render(out: AdviceOut, console: Console, *, every: bool = False) -> None:
         per = "per hour" if hourly else "over the traffic"
         table = Table("policy", "what", f"prefill-entry kernel time {per}", f"saving {per}",
                       "share of prefill-entry time", "moved calls", "unpriced calls")
-        for c in m.candidates:
-            if not every and ((c.kind == "gate" and c.name != m.best) or (c.kind == "fix" and not c.moved_calls)):
-                continue
-            total = c.seconds_per_hour if hourly else c.seconds
-            saving = c.saving_per_hour if hourly else c.saving
+        shown = [c for c in m.candidates
+                 if every or not ((c.kind == "gate" and c.name != m.best) or (c.kind == "fix" and not c.moved_calls))]
+        bands = [(c.seconds_per_hour if hourly else c.seconds, c.saving_per_hour if hourly else c.saving)
+                 for c in shown]
+        digits = total_digits([t.mid for t, _ in bands if t], [x.mid for _, x in bands if x])
+        for c, (total, saving) in zip(shown, bands):
             style = "bold green" if c.name == m.best else ("red" if c.kind == "fix" else None)
-            table.add_row(c.name, c.label, _band(total), c.saving_note or _band(saving) if c.kind != "active" else "–",
+            table.add_row(c.name, c.label, _band(total, digits=digits),
+                          c.saving_note or _band(saving) if c.kind != "active" else "–",
                           _band(c.saving_share, share=True), str(c.moved_calls), str(c.calls - c.covered_calls),
                           style=style)
         console.print(table)

@@ -151,14 +151,15 @@ class AdviceOut(BaseModel):
     models: list[ModelAdviceOut] = []
 
 
-def fmt_seconds(s: float) -> str:
-    """Three significant digits in the unit they round into (999.6 µs prints as 1 ms, never as 1e+03 µs)."""
+def fmt_seconds(s: float, digits: int = 3) -> str:
+    """``digits`` significant digits (at least whole seconds) in the unit they round into (999.6 µs prints as
+    1 ms, never as 1e+03 µs)."""
     if abs(s) >= 99.95:
-        return f"{s:.0f} s"
+        return f"{s:.{max(0, digits - 3)}f} s"
     for scale, unit in ((1e6, "µs"), (1e3, "ms")):
-        if abs(float(text := f"{s * scale:.3g}")) < 1000:
+        if abs(float(text := f"{s * scale:.{digits}g}")) < 1000:
             return f"{text} {unit}"
-    return f"{s:.3g} s"
+    return f"{s:.{digits}g} s"
 
 
 def fmt_share(x: float, *, sign: bool = False) -> str:
