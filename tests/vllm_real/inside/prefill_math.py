@@ -60,4 +60,29 @@ for nope, rope in ((448, 64), (512, 0), (512, 64)):
 cases.append(case(512, 64, torch.float16, True, True, 576, 100))  # output of all D lanes: V is the whole row
 cases.append(case(448, 64, torch.float16, False, False, 448, 101))
 cases.append(case(512, 0, torch.float32, True, False, 512, 102))
-emit(cases=cases, mid_call=mid_call, samples=flushed_samples(), calls=observer().calls, errors=dict(observer().errors))
+
+
+def ragged_layout(rows: int, width: int, seed: int) -> dict:
+    """vLLM's own build_ragged_indices_from_dense (its Triton kernels, interpreted) makes the ragged layout the
+    gfx942 arm lays out dense again (routescope/vllm/arms.py): is it sized from the shapes, and read back exactly?"""
+    from routescope.vllm.arms import PrefillCall, dense_from_ragged, ragged_refusal
+
+    g = torch.Generator().manual_seed(seed)
+    dense = torch.randint(0, SKV, (rows, width), generator=g, dtype=torch.int32)
+    dense[0, 3:] = -1  # a short row
+    dense[1, :] = -1  # an empty one
+    dense[-1, 1] = -1  # a -1 inside the row's length, which vLLM skips
+    dense[-1, 2] = SKV + 5  # a slot past the pool, which vLLM skips too
+    lengths = torch.full((rows,), width, dtype=torch.int32)
+    flat, ptr = ops.build_ragged_indices_from_dense(dense, lengths, num_rows=SKV)
+    call = PrefillCall(torch.empty(rows, 1, 1), None, None, None, 1.0, 1, 1, 0, None, None, flat, ptr)
+    got, got_len = dense_from_ragged(flat, ptr, rows)
+    want = [[int(v) for v in row if 0 <= v < SKV] for row in dense]
+    match = all(got[i, : int(got_len[i])].tolist() == want[i] and bool((got[i, int(got_len[i]):] == -1).all())
+                for i in range(rows))
+    return {"rows": rows, "width": width, "numel": int(flat.numel()), "refusal": ragged_refusal(call), "match": match}
+
+
+layouts = [ragged_layout(5, 8, 7), ragged_layout(3, 16, 8), ragged_layout(6, 2048, 9)]
+emit(cases=cases, mid_call=mid_call, samples=flushed_samples(), calls=observer().calls, errors=dict(observer().errors),
+     layouts=layouts)
