@@ -15,7 +15,6 @@ One run, one device:
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any
 
@@ -26,11 +25,12 @@ from dispatcher.kernels import default_registry
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.types import Kernel
 from workloads.scale import scaled
-from workloads.traffic import DEMO_MODELS, CallSpec, traffic
+from workloads.traffic import DEMO_MODELS, CallSpec
 
 from .config import ExperimentConfig
 from .control import Registry, experiments, start
 from .covariate import predictor_for
+from .sample import stream, thinned
 from .stats import crossover
 from .throughput import drive as _drive
 from .throughput import sync as _sync
@@ -71,21 +71,19 @@ class Operands:
         return KernelArgs(self.q[:r], self.kv, SparseIndex(self.indices[:r], None), self.scale, None, self.out[:r])
 
 
-def stream(calls: int, *, seed: int, max_rows: int) -> list[CallSpec]:
-    """The first ``calls`` prefill-entry calls of the demo's traffic with at most ``max_rows`` rows."""
-    gen = (c for c in traffic(seed, glm_bug=True) if c.entry == "prefill" and c.rows <= max_rows)
-    return list(itertools.islice(gen, calls))
-
-
 def _experiment(d: Dispatcher, ops: dict, specs: list[CallSpec], config: ExperimentConfig,
-                device: torch.device) -> dict:
+                device: torch.device, say: Any = None) -> dict:
     """One experiment over the stream; its view once every timing is in."""
     reg = Registry(d.platform, d.policy, torch_mod=torch, predictor=predictor_for(d.platform))
     reg.attach(d)
     start(reg, config)
     reg.start_flusher(0.5)
     t0 = time.perf_counter()
-    _drive(d, ops, specs)
+    chunk = max(len(specs) // 4, 1)
+    for i in range(0, len(specs), chunk):
+        _drive(d, ops, specs[i:i + chunk])
+        if say is not None and i + chunk < len(specs):
+            say(f"  {config.id}: {i + chunk:,} of {len(specs):,} calls ({time.perf_counter() - t0:.0f} s)")
     _sync(device)
     wall = time.perf_counter() - t0
     reg.close()
@@ -93,18 +91,25 @@ def _experiment(d: Dispatcher, ops: dict, specs: list[CallSpec], config: Experim
         reg.flush()
     view = experiments(reg)[0]
     view["wall_s"] = wall
+    view["clock_calibration"] = reg.current.state()["clock_calibration"] if reg.current is not None else {}
     return view
 
 
 def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), threshold: int = 256, seed: int = 7,
         max_rows: int = 1024, per_cell: int = 200, tp_calls: int = 8000, tp_repeats: int = 6,
-        device: str | None = None, clock: str = "stamp", progress: Any = None) -> dict:
+        device: str | None = None, clock: str = "gated", keep_rows: int = 0, thin: int = 1,
+        progress: Any = None) -> dict:
     """The whole bench; a JSON-ready result."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     say = progress or (lambda text: None)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     full = dev.type == "cuda"
-    specs = stream(calls, seed=seed, max_rows=max_rows)
+    t_gen = time.perf_counter()
+    if thin > 1:
+        specs, generated = thinned(calls, seed=seed, max_rows=max_rows, keep_rows=keep_rows, thin=thin, progress=say)
+    else:
+        specs, generated = stream(calls, seed=seed, max_rows=max_rows), None
+    traffic_s = time.perf_counter() - t_gen
     ops = {m.name: Operands(scaled(m, full=full), max_rows, dev, dtype, seed + i) for i, m in enumerate(DEMO_MODELS)}
     d = Dispatcher(registry=default_registry(triton=dev.type == "cuda"))
     say(f"warming up on {dev} ({d.platform.arch}, {d.platform.device_name or 'cpu'})")
@@ -117,7 +122,8 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
     _sync(dev)
     result: dict[str, Any] = {"device": d.platform.device_name or dev.type, "arch": d.platform.arch,
                               "calls": len(specs), "threshold": threshold, "seed": seed, "max_rows": max_rows,
-                              "clock": clock,
+                              "clock": clock, "keep_rows": keep_rows, "thin": thin,
+                              "traffic": {"generated": generated, "seconds": traffic_s},
                               "fractions": list(fractions),
                               "experiments": {}}
     say("ground truth: interleaved replay of the same calls under both arms")
@@ -132,18 +138,21 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
         say(f"experiment split_below_{threshold} at fraction {f}")
         config = ExperimentConfig(id=f"split-{f}", candidate=f"split_below_{threshold}", fraction=f, seed=seed,
                                   harm_bound=1.0, budget=1.0, clock=clock)
-        view = _experiment(d, ops, specs, config, dev)
+        view = _experiment(d, ops, specs, config, dev, say)
         rows = []
         for cell in view["cells"]:
             gt = truth.get((cell["model"], cell["rows_bucket"], cell["call_class"]))
             ratio, lo, hi = cell["ratio"], cell["ratio_low"], cell["ratio_high"]
             rows.append({**{k: cell[k] for k in ("model", "rows_bucket", "call_class", "calls_a", "calls_b",
                                                 "timed_a", "timed_b", "ratio", "ratio_low", "ratio_high", "cuped",
-                                                "mean_a_s", "mean_b_s")},
+                                                "mean_a_s", "mean_b_s", "ratio_low_stat", "ratio_high_stat",
+                                                "clock_bound_s")},
                          "prediction": cell["prediction"].get("ratio"),
                          "truth": gt["ratio"] if gt else None,
                          "off": (ratio / gt["ratio"] - 1.0) if gt and ratio else None,
-                         "inside": (lo <= gt["ratio"] <= hi) if gt and lo is not None else None})
+                         "inside": (lo <= gt["ratio"] <= hi) if gt and lo is not None else None,
+                         "inside_stat": (cell["ratio_low_stat"] <= gt["ratio"] <= cell["ratio_high_stat"])
+                         if gt and cell["ratio_low_stat"] is not None else None})
         pooled_rows = []
         for b in view["buckets"]:
             gt = by_label.get(b["rows_bucket"])
@@ -153,6 +162,8 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
                                 if gt and b["ratio_low"] is not None else None})
         result["experiments"][str(f)] = {"cells": rows, "buckets": pooled_rows,
                                          "crossover": view["crossover"]["rows"],
+                                         "crossover_detail": view["crossover"],
+                                         "clock_calibration": view["clock_calibration"],
                                          "saving": view["saving"], "state": view["state"],
                                          "stop_reason": view["stop_reason"], "wall_s": view["wall_s"],
                                          "clock_dropped": view["clock_dropped"], "never_moved": view["never_moved"]}
@@ -170,6 +181,15 @@ def render(result: dict) -> None:
     for f, e in result["experiments"].items():
         typer.echo(f"\nfraction {f}: crossover {e['crossover']}, saving {e['saving']['seconds']:.4g} s "
                    f"[{e['saving']['low']:.4g}, {e['saving']['high']:.4g}], state {e['state']}")
+        thin = (e.get("crossover_detail") or {}).get("undecided")
+        if thin:
+            need = thin["calls_needed"]
+            typer.echo(f"  undecided: the {thin['rows_bucket']} bucket ({thin['calls']} calls) is too thin; "
+                       + (f"about {need} of its calls would decide it" if need is not None
+                          else thin["needed_because"]))
+        for device, cal in (e.get("clock_calibration") or {}).items():
+            typer.echo(f"  clock on {device}: {cal['offset_ns']} ns off each gated reading ({cal['pairs']} empty "
+                       f"pairs, median {cal['empty_median_ns']} ns), bound {cal['bound_ns']} ns")
         typer.echo(f"{'model':<22}{'rows':>10}{'class':>12}{'B':>6}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
                    f"{'in':>5}")
         for c in e["cells"]:
@@ -179,13 +199,14 @@ def render(result: dict) -> None:
                        f"{c['truth'] if c['truth'] is not None else float('nan'):>8.3f}"
                        f"{(c['off'] or 0) * 100:>7.1f}%{str(c['inside']):>5}")
         typer.echo(f"{'rows bucket':>12}{'calls':>8}{'covered':>9}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
-                   f"{'in':>6}")
+                   f"{'in':>6}  verdict")
         for b in e["buckets"]:
             band = "" if b["ratio_low"] is None else f"[{b['ratio_low']:.3f}, {b['ratio_high']:.3f}]"
             typer.echo(f"{b['rows_bucket']:>12}{b['calls']:>8}{b['covered']:>9.2f}"
                        f"{b['ratio'] if b['ratio'] is not None else float('nan'):>8.3f}{band:>18}"
                        f"{b['truth'] if b['truth'] is not None else float('nan'):>8.3f}"
-                       f"{(b['off'] or 0) * 100:>7.1f}%{str(b['inside']):>6}")
+                       f"{(b['off'] or 0) * 100:>7.1f}%{str(b['inside']):>6}  {b['verdict']}"
+                       + (f" (needs about {b['calls_needed']} calls)" if b.get("calls_needed") else ""))
     tp = result["throughput"]
     typer.echo("\nthroughput cost against no experiment: " +
                ", ".join(f"{k} {v * 100:+.2f}%" for k, v in tp["cost"].items()))
@@ -201,7 +222,9 @@ def experiment_command(
     tp_repeats: int = typer_option(6, "throughput passes per variant"),
     seed: int = typer_option(7, "the traffic's and the assignment's seed"),
     device: str = typer_option("", "cuda or cpu (default: cuda where torch sees one)"),
-    clock: str = typer_option("stamp", "GPU clock of the experiment's timed calls: stamp or gated"),
+    clock: str = typer_option("gated", "GPU clock of the experiment's timed calls: gated or stamp"),
+    keep_rows: int = typer_option(0, "with --thin: every call of this many rows or more is kept (a rows bucket edge)"),
+    thin: int = typer_option(1, "keep one in this many calls under --keep-rows, over more traffic (1: none thinned)"),
     as_json: bool = typer_option(False, "print JSON", "--json"),
 ) -> None:
     """split_below_N experiments on the demo's traffic through the Dispatcher, against an interleaved replay."""
@@ -213,6 +236,16 @@ def experiment_command(
         values = tuple(float(v) for v in fractions.split(",") if v.strip())
     except ValueError as exc:
         raise typer.BadParameter(f"{fractions!r}: expected numbers like 0.01,0.05", param_hint="--fractions") from exc
+    if thin < 1:
+        raise typer.BadParameter(f"{thin}: one in at least 1", param_hint="--thin")
+    if thin > 1:
+        from dispatcher.policy import Policy
+        from telemetry.buckets import rows_edges
+
+        edges = rows_edges(Policy().thresholds + (threshold,))
+        if keep_rows not in edges or keep_rows < 2:
+            raise typer.BadParameter(f"{keep_rows}: thinning keeps whole rows buckets, so --keep-rows is one of their "
+                                     f"edges ({', '.join(map(str, edges[1:12]))}, ...)", param_hint="--keep-rows")
     for f in values:
         try:  # the same bounds as a start
             ExperimentConfig(id="check", candidate=f"split_below_{threshold}", fraction=f, clock=clock)
@@ -223,6 +256,7 @@ def experiment_command(
             raise typer.BadParameter(text) from exc
     result = run(calls=calls, fractions=values, threshold=threshold, seed=seed, max_rows=max_rows, per_cell=per_cell,
                  tp_calls=tp_calls, tp_repeats=tp_repeats, device=device or None, clock=clock,
+                 keep_rows=keep_rows, thin=thin,
                  progress=lambda text: typer.echo(f"bench experiment: {text}", err=True))
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))

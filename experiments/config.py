@@ -42,8 +42,9 @@ class ExperimentConfig(BaseModel):
     cells: tuple[CellName, ...] = Field((), description="aa only: the cells it runs in (none given: every "
                                         "prefill-kernel call)")
     min_samples: int = Field(30, ge=2, description="timed calls of each arm a cell needs before its band may stop it")
-    clock: Literal["stamp", "gated"] = Field("stamp", description="GPU clock of timed calls: device stamps where "
-                                             "the kernels write them (else event pairs), or gated event pairs for all")
+    clock: Literal["stamp", "gated"] = Field("gated", description="GPU clock of timed calls: gated event pairs "
+                                             "(the kernels unstamped), or device stamps where the kernels write "
+                                             "them (gated pairs for the rest)")
     tolerance: float | None = Field(None, gt=0, description="numerics bound on relative error (None: the sweep's, "
                                     "by dtype)")
 

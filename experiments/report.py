@@ -11,24 +11,31 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .config import ExperimentConfig
-from .stats import ALPHA, Moments, crossover, pooled, ratio, saving
+from .stats import ALPHA, Moments, calls_needed, crossover, pooled, ratio, saving
 
 STATE_ORDER = {"running": 0, "finished": 1, "stopped": 2}  # merged state: the most final any process reached
 
 
-def _ratio_fields(a: Moments, b: Moments) -> dict:
-    r = ratio(a, b)
+def bounds(cell: dict) -> tuple[float, float]:
+    """(A's, B's) clock bound in seconds: the most each arm's mean reading may lie off its kernels' time."""
+    return float(cell.get("bound_a_s") or 0.0), float(cell.get("bound_b_s") or 0.0)
+
+
+def _ratio_fields(a: Moments, b: Moments, bound: tuple[float, float]) -> dict:
+    r = ratio(a, b, bound_a=bound[0], bound_b=bound[1])
     return {"ratio": r.ratio, "ratio_low": r.low, "ratio_high": r.high, "mean_a_s": r.mean_a, "mean_b_s": r.mean_b,
-            "cuped": r.cuped}
+            "cuped": r.cuped, "ratio_low_stat": r.stat_low, "ratio_high_stat": r.stat_high,
+            "clock_bound_s": {"a": bound[0], "b": bound[1]}}
 
 
 def cell_view(cell: dict) -> dict:
-    """One merged cell in the contract's shape (and a few fields beside it)."""
+    """One merged cell in the contract's shape (and a few fields beside it): the band holds the statistical band
+    and the clock's bound (``ratio_low_stat``/``ratio_high_stat``: the statistical band alone)."""
     a, b = Moments.of(cell["a"]), Moments.of(cell["b"])
     return {"model": cell["model"], "rows_bucket": cell["rows_bucket"], "kernel_a": cell["kernel_a"],
             "kernel_b": cell["kernel_b"], "calls_a": cell["calls_a"], "calls_b": cell["calls_b"], "timed_a": a.n,
-            "timed_b": b.n, **_ratio_fields(a, b), "shape": cell["shape"], "call_class": cell["call_class"],
-            "prediction": prediction_view(cell.get("prediction")),
+            "timed_b": b.n, **_ratio_fields(a, b, bounds(cell)), "shape": cell["shape"],
+            "call_class": cell["call_class"], "prediction": prediction_view(cell.get("prediction")),
             "numerics": {"checked": cell.get("checked", 0), "mismatched": cell.get("mismatched", 0)}}
 
 
@@ -65,7 +72,8 @@ def stops_from(config: ExperimentConfig, cells: list[dict], elapsed: float) -> s
         a, b = Moments.of(cell["a"]), Moments.of(cell["b"])
         if min(a.n, b.n) < config.min_samples:
             continue
-        r = ratio(a, b)
+        bound_a, bound_b = bounds(cell)
+        r = ratio(a, b, bound_a=bound_a, bound_b=bound_b)
         if r.low is not None and r.low > 1.0 + config.harm_bound:
             return "harm"
     extra, total = extra_seconds(cells)
@@ -102,6 +110,8 @@ def merge(states: list[dict]) -> dict:
                 continue
             for field in ("calls_a", "calls_b", "checked", "mismatched"):
                 have[field] = have.get(field, 0) + c.get(field, 0)
+            for field in ("bound_a_s", "bound_b_s"):
+                have[field] = max(have.get(field) or 0.0, c.get(field) or 0.0)
             for arm in ("a", "b"):
                 have[arm] = list(Moments.of(have[arm]).merge(Moments.of(c[arm])).as_tuple())
     out["cells"] = list(cells.values())
@@ -136,22 +146,41 @@ def merge_history(per_process: list[list]) -> list:
     return out
 
 
-def buckets(cells: list[dict]) -> list[dict]:
+def _weighted(c: dict) -> tuple:
+    return (c["calls_a"] + c["calls_b"], Moments.of(c["a"]), Moments.of(c["b"]), *bounds(c))
+
+
+def verdict(low: float | None, high: float | None) -> str:
+    """``no_worse`` (the band at or below 1), ``worse`` (above 1), else ``undecided`` (no band, or it holds 1)."""
+    if high is not None and high <= 1.0:
+        return "no_worse"
+    if low is not None and low > 1.0:
+        return "worse"
+    return "undecided"
+
+
+def buckets(cells: list[dict], fraction: float | None = None) -> list[dict]:
     """Moved cells pooled per rows bucket (across models, shapes and call classes, weighted by their calls): B/A of
-    the bucket's kernel time over the traffic seen, with a band. What a gate, which sees only rows, is judged on."""
+    the bucket's kernel time over the traffic seen, with a band (the clocks' bounds in it), and its verdict. What a
+    gate, which sees only rows, is judged on. An undecided bucket says about how many of its calls, at this
+    fraction, would decide it (``stats.calls_needed``), or why none would."""
     groups: dict[tuple, list[dict]] = {}
     for c in cells:
         if c["kernel_a"] != c["kernel_b"]:
             groups.setdefault((c["lo"], c["hi"], c["rows_bucket"]), []).append(c)
     out = []
     for (lo, hi, label), members in sorted(groups.items(), key=lambda item: item[0][0]):
-        weighted = [(c["calls_a"] + c["calls_b"], Moments.of(c["a"]), Moments.of(c["b"])) for c in members]
+        weighted = [_weighted(c) for c in members]
         r = pooled(weighted)
-        calls = sum(w for w, _, _ in weighted)
-        timed = sum(w for w, a, b in weighted if min(a.n, b.n) >= 2)
+        calls = sum(w[0] for w in weighted)
+        timed = sum(w[0] for w in weighted if min(w[1].n, w[2].n) >= 2)
+        decided = verdict(r.low, r.high)
+        need = calls_needed(r, calls, timed) if decided == "undecided" else None
         out.append({"rows_bucket": label, "lo": lo, "hi": hi, "calls": calls, "cells": len(members),
                     "covered": timed / calls if calls else 0.0, "ratio": r.ratio, "ratio_low": r.low,
-                    "ratio_high": r.high})
+                    "ratio_high": r.high, "ratio_low_stat": r.stat_low, "ratio_high_stat": r.stat_high,
+                    "pairs": r.pairs, "verdict": decided,
+                    "calls_needed": need[0] if need else None, "needed_because": need[1] if need else None})
     return out
 
 
@@ -159,7 +188,7 @@ def view(merged: dict) -> dict:
     """The ``GET /experiments`` item for one merged experiment."""
     config = ExperimentConfig.model_validate(merged["config"])
     cells = [cell_view(c) for c in merged["cells"]]
-    moments = [(c["calls_a"] + c["calls_b"], Moments.of(c["a"]), Moments.of(c["b"])) for c in merged["cells"]]
+    moments = [_weighted(c) for c in merged["cells"]]
     s = saving(moments)
     extra, total = extra_seconds(merged["cells"])
     elapsed = (merged["ended_at"] or 0.0) - merged["started_at"] if merged["ended_at"] else None
@@ -167,12 +196,14 @@ def view(merged: dict) -> dict:
     pooled_buckets = buckets(merged["cells"])
     moved = [(b["lo"], b["hi"], b["ratio_high"], b["ratio"]) for b in pooled_buckets]
     below = config.candidate.startswith("split_below_")
+    cross = crossover(moved, below=below) if moved else None
     history = []
     for t, points in merged.get("history", []):
         entry = []
         for name, calls_a, calls_b, a, b in points:
             c = by_name.get(name)
-            r = ratio(Moments.of(a), Moments.of(b))
+            ba, bb = bounds(c) if c else (0.0, 0.0)
+            r = ratio(Moments.of(a), Moments.of(b), bound_a=ba, bound_b=bb)
             entry.append({"model": c["model"] if c else None, "rows_bucket": c["rows_bucket"] if c else None,
                           "shape": c["shape"] if c else None, "call_class": c["call_class"] if c else None,
                           "calls_a": calls_a, "calls_b": calls_b, "timed_a": int(a[0]), "timed_b": int(b[0]),
@@ -185,9 +216,7 @@ def view(merged: dict) -> dict:
         "elapsed_s": elapsed, "processes": merged.get("processes", 1),
         "cells": cells,
         "saving": {"seconds": s.seconds, "low": s.low, "high": s.high},
-        "crossover": {"rows": crossover(moved, below=below) if moved else None,
-                      "rule": "largest edge below which every moved rows bucket's band is <= 1" if below else
-                      "smallest edge from which every moved rows bucket's band is <= 1"},
+        "crossover": crossover_view(pooled_buckets, cross, below),
         "buckets": pooled_buckets,
         "budget": {"extra_s": extra, "eligible_s": total, "share": config.budget, "window_s": config.window_s},
         "never_moved": merged["never_moved"], "ineligible": merged.get("ineligible", 0),
@@ -195,3 +224,20 @@ def view(merged: dict) -> dict:
         "clock_dropped": merged.get("clock_dropped", 0), "alpha": ALPHA,
         "config": merged["config"], "history": history,
     }
+
+
+def crossover_view(pooled_buckets: list[dict], rows: int | None, below: bool) -> dict:
+    """The measured crossover and whether the traffic decided it: the run of buckets that sets it ends either at a
+    bucket whose band shows B worse (decided) or at one too thin to show either (undecided: ``rows`` is then the
+    conservative answer, and ``undecided`` names the bucket and the calls it needs)."""
+    order = sorted(pooled_buckets, key=lambda b: b["lo"])
+    if not below:
+        order = order[::-1]
+    stop = next((b for b in order if b["verdict"] != "no_worse"), None)
+    return {"rows": rows,
+            "rule": "largest edge below which every moved rows bucket's band is <= 1" if below else
+            "smallest edge from which every moved rows bucket's band is <= 1",
+            "decided": stop is None or stop["verdict"] == "worse",
+            "undecided": None if stop is None or stop["verdict"] == "worse" else
+            {"rows_bucket": stop["rows_bucket"], "calls": stop["calls"], "calls_needed": stop["calls_needed"],
+             "needed_because": stop["needed_because"]}}

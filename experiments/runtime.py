@@ -43,7 +43,7 @@ class Cell:
 
     __slots__ = ("name", "model", "rows_bucket", "lo", "hi", "shape", "call_class", "kernel_a", "kernel_b",
                  "decision_b", "key", "base", "seen", "calls_a", "calls_b", "a", "b", "b_since_check", "verified",
-                 "checked", "mismatched", "covariate", "prediction")
+                 "checked", "mismatched", "covariate", "prediction", "bound_a", "bound_b")
 
     def __init__(self, model: str | None, rows_bucket: str, lo: int, hi: int | None, shape: CallShape,
                  decision: Decision, decision_b: Decision, covariate: Any, prediction: dict) -> None:
@@ -62,13 +62,15 @@ class Cell:
         self.checked = self.mismatched = 0
         self.covariate = covariate  # rows -> predicted seconds under A, or None
         self.prediction = prediction
+        self.bound_a = self.bound_b = 0.0  # the largest clock bound of the arm's readings (seconds)
 
     def state(self) -> dict:
         return {"name": self.name, "model": self.model, "rows_bucket": self.rows_bucket, "lo": self.lo,
                 "hi": self.hi, "shape": self.shape, "call_class": self.call_class, "kernel_a": self.kernel_a,
                 "kernel_b": self.kernel_b, "calls_a": self.calls_a, "calls_b": self.calls_b,
                 "a": list(self.a.as_tuple()), "b": list(self.b.as_tuple()), "checked": self.checked,
-                "mismatched": self.mismatched, "prediction": self.prediction}
+                "mismatched": self.mismatched, "prediction": self.prediction, "bound_a_s": self.bound_a,
+                "bound_b_s": self.bound_b}
 
 
 class Experiment:
@@ -232,7 +234,13 @@ class Experiment:
     def flush(self) -> None:
         """Fold timings and numerics in, apply the stops, keep a history point. Never called on the call path."""
         for ticket, seconds in self._clock.resolve():
-            (ticket.cell.b if ticket.is_b else ticket.cell.a).add(seconds, ticket.x)
+            cell = ticket.cell
+            if ticket.is_b:
+                cell.b.add(seconds, ticket.x)
+                cell.bound_b = max(cell.bound_b, ticket.bound)
+            else:
+                cell.a.add(seconds, ticket.x)
+                cell.bound_a = max(cell.bound_a, ticket.bound)
         self._take_numerics()
         if self.state_name == State.RUNNING:
             limit = self.config.max_seconds
@@ -272,7 +280,8 @@ class Experiment:
             "end_reason": self.end_reason, "started_at": self.started_at, "ended_at": self.ended_at,
             "cells": [c.state() for c in self.cells.values()], "never_moved": dict(self.never_moved),
             "ineligible": self.ineligible, "b_failures": self.b_failures, "last_error": self.last_error,
-            "clock_dropped": self._clock.dropped, "history": [list(h) for h in self.history],
+            "clock_dropped": self._clock.dropped, "clock_calibration": self._clock.calibrated(),
+            "history": [list(h) for h in self.history],
         }
 
     def view(self) -> list[dict]:

@@ -105,9 +105,22 @@ class Ratio:
     mean_b: float | None
     pairs: int
     cuped: bool
+    stat_low: float | None = None  # the statistical band alone, before the clock's bound widens it
+    stat_high: float | None = None
 
 
 NO_RATIO = Ratio(None, None, None, None, None, 0, False)
+
+
+def widen(low: float, high: float, mean_a: float, bound_a: float, bound_b: float) -> tuple[float, float]:
+    """The band on B/A of true kernel time, from the band on B/A of the readings and each arm's clock bound: interval
+    arithmetic on the arms' means (each reading may lie up to its bound off the kernel's time, the same way for a
+    whole arm, so a mean may too). The high end is infinite where A's bound reaches its mean."""
+    if bound_a <= 0.0 and bound_b <= 0.0:
+        return low, high
+    lo = max(low * mean_a - bound_b, 0.0) / (mean_a + bound_a)
+    hi = (high * mean_a + bound_b) / (mean_a - bound_a) if mean_a > bound_a else math.inf
+    return lo, hi
 
 
 def _cuped(a: Moments, b: Moments) -> tuple[float, float, float, float] | None:
@@ -138,17 +151,21 @@ def boundary(t: int, alpha: float = ALPHA, t_opt: int = T_OPT) -> float:
     return mixture_halfwidth(t, math.sqrt(t), alpha, t_opt)
 
 
-def pooled(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> Ratio:
-    """B/A of total kernel time over (calls, A moments, B moments) cells: the traffic-weighted ratio of one rows
-    bucket across models and call classes, with a band. Cells with fewer than two timed pairs are left out; the band
-    uses the widest boundary of the smallest and the summed pair counts (the boundary is not monotone in t)."""
-    used = [(w, a, b) for w, a, b in cells if min(a.n, b.n) >= 2 and a.mean_y > 0.0 and b.mean_y > 0.0 and w > 0]
+def pooled(cells: list[tuple], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> Ratio:
+    """B/A of total kernel time over (calls, A moments, B moments[, A's clock bound, B's]) cells: the
+    traffic-weighted ratio of one rows bucket across models and call classes, with a band widened by the clocks'
+    bounds (weighted alike). Cells with fewer than two timed pairs are left out; the band uses the widest boundary of
+    the smallest and the summed pair counts (the boundary is not monotone in t)."""
+    used = [(c[0], c[1], c[2], *(c[3:5] if len(c) >= 5 else (0.0, 0.0))) for c in cells
+            if min(c[1].n, c[2].n) >= 2 and c[1].mean_y > 0.0 and c[2].mean_y > 0.0 and c[0] > 0]
     if not used:
         return NO_RATIO
-    total_a = total_b = var_a = var_b = 0.0
+    total_a = total_b = var_a = var_b = bound_a = bound_b = 0.0
     any_cuped = False
     pairs = []
-    for w, a, b in used:
+    for w, a, b, ba, bb in used:
+        bound_a += w * ba
+        bound_b += w * bb
         mean_a, mean_b, va, vb, c = _arms(a, b, True)
         any_cuped |= c
         total_a += w * mean_a
@@ -160,11 +177,15 @@ def pooled(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t
     se = math.sqrt(var_b / (total_b * total_b) + var_a / (total_a * total_a))
     z = max(boundary(min(pairs), alpha, t_opt), boundary(sum(pairs), alpha, t_opt))
     log_r = math.log(r)
-    return Ratio(r, math.exp(log_r - z * se), math.exp(log_r + z * se), total_a, total_b, sum(pairs), any_cuped)
+    low, high = math.exp(log_r - z * se), math.exp(log_r + z * se)
+    wide = widen(low, high, total_a, bound_a, bound_b)
+    return Ratio(r, *wide, total_a, total_b, sum(pairs), any_cuped, low, high)
 
 
-def ratio(a: Moments, b: Moments, *, alpha: float = ALPHA, t_opt: int = T_OPT, cuped: bool = True) -> Ratio:
-    """The cell's B/A ratio of mean kernel time and its anytime-valid band at level 1 - ``alpha``."""
+def ratio(a: Moments, b: Moments, *, alpha: float = ALPHA, t_opt: int = T_OPT, cuped: bool = True,
+          bound_a: float = 0.0, bound_b: float = 0.0) -> Ratio:
+    """The cell's B/A ratio of mean kernel time and its anytime-valid band at level 1 - ``alpha``, widened by each
+    arm's clock bound (seconds: the most its readings may lie off the kernels' time, ``widen``)."""
     if a.n == 0 or b.n == 0 or a.mean_y <= 0.0 or b.mean_y <= 0.0:
         return NO_RATIO
     mean_a, mean_b, var_a, var_b, used = _arms(a, b, cuped)
@@ -176,7 +197,8 @@ def ratio(a: Moments, b: Moments, *, alpha: float = ALPHA, t_opt: int = T_OPT, c
     sigma = math.sqrt(t * (var_b / (b.n * mean_b * mean_b) + var_a / (a.n * mean_a * mean_a)))
     half = mixture_halfwidth(t, sigma, alpha, t_opt)
     log_r = math.log(r)
-    return Ratio(r, math.exp(log_r - half), math.exp(log_r + half), mean_a, mean_b, t, used)
+    low, high = math.exp(log_r - half), math.exp(log_r + half)
+    return Ratio(r, *widen(low, high, mean_a, bound_a, bound_b), mean_a, mean_b, t, used, low, high)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +210,9 @@ class Saving:
     high: float
 
 
-def saving(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> Saving:
-    """Over (eligible calls, A moments, B moments) per cell: sum of calls x mean A x (1 - ratio).
+def saving(cells: list[tuple], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> Saving:
+    """Over (eligible calls, A moments, B moments[, A's clock bound, B's]) per cell: sum of calls x mean A x
+    (1 - ratio).
 
     The band holds for all cells together: each cell's ratio band is taken at alpha / cells (Bonferroni); a cell
     with no band yet contributes its estimate to ``seconds`` and nothing certain to the band (its full A time
@@ -197,8 +220,10 @@ def saving(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t
     """
     k = max(len(cells), 1)
     seconds = low = high = 0.0
-    for calls, a, b in cells:
-        r = ratio(a, b, alpha=alpha / k, t_opt=t_opt)
+    for cell in cells:
+        calls, a, b = cell[:3]
+        ba, bb = cell[3:5] if len(cell) >= 5 else (0.0, 0.0)
+        r = ratio(a, b, alpha=alpha / k, t_opt=t_opt, bound_a=ba, bound_b=bb)
         if r.ratio is None or r.mean_a is None:
             continue
         base = calls * r.mean_a
@@ -207,7 +232,7 @@ def saving(cells: list[tuple[int, Moments, Moments]], *, alpha: float = ALPHA, t
             low += base * (1.0 - 10.0)
             high += base
         else:
-            low += base * (1.0 - r.high)
+            low += base * (1.0 - min(r.high, 10.0))
             high += base * (1.0 - r.low)
     return Saving(seconds, low, high)
 
@@ -233,3 +258,35 @@ def crossover(cells: list[tuple[int, int | None, float | None, float | None]], *
             break
         edge = lo
     return edge
+
+
+def calls_needed(r: Ratio, calls: int, timed_calls: int, *, alpha: float = ALPHA, t_opt: int = T_OPT,
+                 most: int = 10**12) -> tuple[int | None, str]:
+    """About how many calls a bucket holding ``calls`` (``timed_calls`` of them in cells with a band) needs, at the
+    same fraction, for its band to clear 1 if the ratio stays where it is: (calls, why). The spread per timed pair
+    is read off the statistical band; the clock's share of the band does not shrink with calls, so a ratio within
+    it of 1 needs a better clock, not more calls (None)."""
+    if r.ratio is None or r.stat_low is None or r.stat_high is None or r.pairs < 2 or calls <= 0:
+        return None, "too few timed calls for a spread: wait for more"
+    log_r = math.log(r.ratio)
+    if log_r == 0.0:
+        return None, "the ratio is 1: no number of calls decides it"
+    clock_share = math.log(r.high / r.stat_high) if log_r < 0 else math.log(r.stat_low / r.low)
+    room = abs(log_r) - clock_share
+    if room <= 0.0 or not math.isfinite(room):
+        return None, "within the clock's bound of 1: more calls cannot decide it"
+    sigma = math.log(r.stat_high / r.ratio) / mixture_halfwidth(r.pairs, 1.0, alpha, t_opt)
+    t = r.pairs
+    while t < most and mixture_halfwidth(t, sigma, alpha, t_opt) > room:
+        t *= 2
+    if t >= most:
+        return None, "more calls than any run holds"
+    lo, hi = t // 2, t
+    while hi - lo > max(1, lo // 100):
+        mid = (lo + hi) // 2
+        if mixture_halfwidth(mid, sigma, alpha, t_opt) > room:
+            lo = mid
+        else:
+            hi = mid
+    per_pair = max(timed_calls, 1) / r.pairs
+    return int(math.ceil(hi * per_pair)), "estimate at this fraction, if the ratio holds"

@@ -100,9 +100,16 @@ def crossover_line(experiment: Mapping[str, Any]) -> str | None:
     if x is None:
         return None
     rows, rule = (x.get("rows"), x.get("rule")) if isinstance(x, Mapping) else (x, None)
-    if rows is None:
-        return "measured crossover: not shown by the bands yet"
-    return f"measured crossover: {rows} rows" + (f" ({rule})" if rule else "")
+    head = ("measured crossover: not shown by the bands yet" if rows is None else
+            f"measured crossover: {rows} rows" + (f" ({rule})" if rule else ""))
+    thin = x.get("undecided") if isinstance(x, Mapping) else None
+    if not thin:
+        return head
+    need = thin.get("calls_needed")
+    ask = (f"about {need:,} of its calls at this fraction would decide it" if need is not None
+           else str(thin.get("needed_because") or "no estimate"))
+    return (f"{head}; undecided: the {thin.get('rows_bucket')} rows bucket is too thin to show B no worse or worse "
+            f"({thin.get('calls'):,} calls; {ask})")
 
 
 def facts_line(experiment: Mapping[str, Any]) -> str:

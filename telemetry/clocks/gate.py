@@ -122,6 +122,10 @@ class GateFactory:
         """Has ``device``'s gate been built, or failed to be (then its pairs are plain for good)?"""
         return device in self._gates
 
+    def ready(self) -> list[Any]:
+        """The devices whose gate is built (not those whose gate failed)."""
+        return [device for device, gate in self._gates.items() if gate is not None]
+
     @property
     def pending(self) -> bool:
         return bool(self._wanted)
