@@ -95,10 +95,14 @@ def _experiment(d: Dispatcher, ops: dict, specs: list[CallSpec], config: Experim
     return view
 
 
+def _off_ns(measured: float | None, truth: float | None) -> float | None:
+    return (measured - truth) * 1e9 if measured is not None and truth else None
+
+
 def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), threshold: int = 256, seed: int = 7,
         max_rows: int = 1024, per_cell: int = 200, tp_calls: int = 8000, tp_repeats: int = 6,
         device: str | None = None, clock: str = "gated", keep_rows: int = 0, thin: int = 1,
-        progress: Any = None) -> dict:
+        keep_below: int | None = None, progress: Any = None) -> dict:
     """The whole bench; a JSON-ready result."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     say = progress or (lambda text: None)
@@ -106,7 +110,8 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
     full = dev.type == "cuda"
     t_gen = time.perf_counter()
     if thin > 1:
-        specs, generated = thinned(calls, seed=seed, max_rows=max_rows, keep_rows=keep_rows, thin=thin, progress=say)
+        specs, generated = thinned(calls, seed=seed, max_rows=max_rows, keep_rows=keep_rows, thin=thin,
+                                   keep_below=keep_below, progress=say)
     else:
         specs, generated = stream(calls, seed=seed, max_rows=max_rows), None
     traffic_s = time.perf_counter() - t_gen
@@ -122,7 +127,7 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
     _sync(dev)
     result: dict[str, Any] = {"device": d.platform.device_name or dev.type, "arch": d.platform.arch,
                               "calls": len(specs), "threshold": threshold, "seed": seed, "max_rows": max_rows,
-                              "clock": clock, "keep_rows": keep_rows, "thin": thin,
+                              "clock": clock, "keep_rows": keep_rows, "keep_below": keep_below, "thin": thin,
                               "traffic": {"generated": generated, "seconds": traffic_s},
                               "fractions": list(fractions),
                               "experiments": {}}
@@ -152,7 +157,10 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
                          "off": (ratio / gt["ratio"] - 1.0) if gt and ratio else None,
                          "inside": (lo <= gt["ratio"] <= hi) if gt and lo is not None else None,
                          "inside_stat": (cell["ratio_low_stat"] <= gt["ratio"] <= cell["ratio_high_stat"])
-                         if gt and cell["ratio_low_stat"] is not None else None})
+                         if gt and cell["ratio_low_stat"] is not None else None,
+                         # each arm's mean reading against CUPTI's (ns): what the clock's bound must hold
+                         "off_a_ns": _off_ns(cell["mean_a_s"], gt and gt["mean_a"]),
+                         "off_b_ns": _off_ns(cell["mean_b_s"], gt and gt["mean_b"])})
         pooled_rows = []
         for b in view["buckets"]:
             gt = by_label.get(b["rows_bucket"])
@@ -223,8 +231,11 @@ def experiment_command(
     seed: int = typer_option(7, "the traffic's and the assignment's seed"),
     device: str = typer_option("", "cuda or cpu (default: cuda where torch sees one)"),
     clock: str = typer_option("gated", "GPU clock of the experiment's timed calls: gated or stamp"),
-    keep_rows: int = typer_option(0, "with --thin: every call of this many rows or more is kept (a rows bucket edge)"),
-    thin: int = typer_option(1, "keep one in this many calls under --keep-rows, over more traffic (1: none thinned)"),
+    keep_rows: int = typer_option(0, "with --thin: every call of this many rows or more is kept (a rows bucket edge)",
+                                  "--keep-rows"),
+    keep_below: int = typer_option(0, "with --thin: the kept calls have fewer rows than this (0: no upper edge)"),
+    thin: int = typer_option(1, "keep one in this many calls outside --keep-rows..--keep-below, over more traffic "
+                             "(1: none thinned)"),
     as_json: bool = typer_option(False, "print JSON", "--json"),
 ) -> None:
     """split_below_N experiments on the demo's traffic through the Dispatcher, against an interleaved replay."""
@@ -243,9 +254,12 @@ def experiment_command(
         from telemetry.buckets import rows_edges
 
         edges = rows_edges(Policy().thresholds + (threshold,))
-        if keep_rows not in edges or keep_rows < 2:
-            raise typer.BadParameter(f"{keep_rows}: thinning keeps whole rows buckets, so --keep-rows is one of their "
-                                     f"edges ({', '.join(map(str, edges[1:12]))}, ...)", param_hint="--keep-rows")
+        for name, edge in (("--keep-rows", keep_rows), ("--keep-below", keep_below)):
+            if edge and edge not in edges or name == "--keep-rows" and edge < 2:
+                raise typer.BadParameter(f"{edge}: thinning keeps whole rows buckets, so {name} is one of their "
+                                         f"edges ({', '.join(map(str, edges[1:12]))}, ...)", param_hint=name)
+        if keep_below and keep_below <= keep_rows:
+            raise typer.BadParameter(f"{keep_below}: must be above --keep-rows {keep_rows}", param_hint="--keep-below")
     for f in values:
         try:  # the same bounds as a start
             ExperimentConfig(id="check", candidate=f"split_below_{threshold}", fraction=f, clock=clock)
@@ -256,7 +270,7 @@ def experiment_command(
             raise typer.BadParameter(text) from exc
     result = run(calls=calls, fractions=values, threshold=threshold, seed=seed, max_rows=max_rows, per_cell=per_cell,
                  tp_calls=tp_calls, tp_repeats=tp_repeats, device=device or None, clock=clock,
-                 keep_rows=keep_rows, thin=thin,
+                 keep_rows=keep_rows, thin=thin, keep_below=keep_below or None,
                  progress=lambda text: typer.echo(f"bench experiment: {text}", err=True))
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))

@@ -1,28 +1,21 @@
 """How an experiment times its calls: the production clocks, with no device synchronisation on the call path.
 
 CPU tensors: the host clock around the launch (what telemetry uses for them). GPU tensors, ``gated`` (the default):
-an event pair behind telemetry's stream gate (``telemetry.clocks.gate``: the kernels run unstamped, as production
-runs them). ``stamp``: a device stamp where the call's kernels write one (the project's own kernels: no CUDA call
-on the host, but writing it slows a 7 µs split-K kernel by 9%, docs/experiments.md), gated pairs for the kernels
-that write none (AITER's, vLLM's: learnt from each cell's first timed call, which is dropped). Plain event pairs
+an event pair behind telemetry's stream gate (``telemetry.clocks.gate``), the kernels unstamped as production runs
+them, less the pair's own offset (``experiments.calibration``: per cell arm from a few stamped calls where the
+kernels write stamps, else per device from empty pairs). ``stamp``: a device stamp where the call's kernels write
+one (no CUDA call on the host, but writing it slows a 7 µs split-K kernel by 9%, docs/experiments.md), gated pairs
+for the kernels that write none (learnt from each cell arm's first timed call, which is dropped). Plain event pairs
 are never used: they time the host's launch path too.
 
-Calibration: what a gated pair reads beyond the kernels is measured per device, without a profiler, when the
-device's gate is built (the flush thread): ``CALIBRATION_PAIRS`` empty gated pairs on a side stream, their median
-(``calibration_ns``) plus the kernel step of the device's model (``KERNEL_STEP_NS``) is taken off every gated
-reading at resolve. Readings that arrive before it are held, not mixed in raw.
-
-Systematic bound: every reading carries its clock's residual bound (``BOUND_NS``, seconds on the ticket), the most
-the clock may read off a kernel's true time once calibrated, measured against CUPTI on the H200
-(docs/experiments.md); the report widens each cell's band by it, so many calls cannot narrow the band past what the
-clock can resolve. ROCm takes the same path through HIP's torch.cuda API (HIP events, the gate's Triton wait); the
-stamps' ``%globaltimer`` has its ROCm form in the kernels (``s_memrealtime``). Not run on AMD.
+Every reading carries its clock's residual bound (``Ticket.bound``, seconds), which the report adds to the band.
+Readings are resolved at flush (``resolve``); one whose calibration is not known yet is held, never mixed in raw.
+ROCm takes the same path through HIP's torch.cuda API (HIP events, the gate's Triton wait; the stamps'
+``%globaltimer`` is ``s_memrealtime`` there). Not run on AMD.
 """
 
 from __future__ import annotations
 
-import logging
-import statistics
 import threading
 import time
 from typing import Any
@@ -30,37 +23,17 @@ from typing import Any
 from telemetry.clocks.frame import AUTO, GATED, device_name, frame_ns, measured_ns
 from telemetry.clocks.stamps import StampTable
 
-log = logging.getLogger("routescope.experiments")
+from .calibration import (CALIBRATION_PAIRS, DEVICE, GIVE_UP_S as HOLD_S, KERNEL, STAMP, DeviceCalibration,
+                          KernelCalibration, bound_ns)
+
 GIVE_UP_S = 30.0
-GIVE_UP_CALIBRATION_S = 5.0
-CALIBRATION_PAIRS = 64
-CALIBRATION_MIN = 8  # pairs read before the give-up time for the calibration to count
-CALIBRATION_SLOT = -1  # slots at or below this are calibration pairs, never a call's
-HELD_MAX = 100_000  # readings held while a device calibrates; beyond this they are dropped (counted)
-
-# What a gated pair reads beyond an empty gated pair: the launch step into the kernel and out of it, per device model
-# (docs/experiments.md, "The clock"); a model not measured gets 0.
-KERNEL_STEP_NS: dict[str, int] = {}
-HOST, GATED_CLOCK, STAMP = "host", "gated", "stamp"
-# The residual bound per clock and device model, ns: the most one clock's mean reading of a kernel may lie off CUPTI's
-# after calibration (docs/experiments.md, "The clock"); a model not measured gets the DEFAULT's, a guess stated as one.
-BOUND_NS: dict[str, dict[str, int]] = {
-    HOST: {},  # on the CPU the host clock is the ground truth itself
-    GATED_CLOCK: {"NVIDIA H200": 600},
-    STAMP: {"NVIDIA H200": 2000},
-}
-DEFAULT_BOUND_NS = {HOST: 0, GATED_CLOCK: 1200, STAMP: 4000}
-
-
-def bound_ns(clock: str, name: str) -> int:
-    """The residual bound of ``clock`` on a device model named ``name``."""
-    return BOUND_NS[clock].get(name, DEFAULT_BOUND_NS[clock])
+HELD_MAX = 100_000  # readings held for a calibration; beyond this they are dropped (counted)
 
 
 class Ticket:
     """One chosen call's state: its cell, arm, covariate, clock handles, and its reading's bound (seconds)."""
 
-    __slots__ = ("cell", "is_b", "x", "t0", "stamp", "pair", "claimed", "on_device", "bound")
+    __slots__ = ("cell", "is_b", "x", "t0", "stamp", "pair", "claimed", "on_device", "bound", "kcal")
 
     def __init__(self, cell: Any, is_b: bool, x: float | None) -> None:
         self.cell = cell
@@ -72,41 +45,10 @@ class Ticket:
         self.claimed = 0.0
         self.on_device = False
         self.bound = 0.0
+        self.kcal: KernelCalibration | None = None  # gated: its arm's calibration; with a stamp, it calibrates
 
 
 UNLEARNT, BY_STAMP, BY_EVENTS = 0, 1, 2
-
-
-class Calibration:
-    """One device's gated offset: empty gated pairs read on a side stream, their median, plus the kernel step."""
-
-    def __init__(self, device: Any, name: str) -> None:
-        self.device = device
-        self.name = name
-        self.readings: list[int] = []
-        self.offset_ns: int | None = None  # taken off each gated reading once known
-        self.bound_s = bound_ns(GATED_CLOCK, name) * 1e-9
-        self.started = time.monotonic()
-
-    def add(self, ns: int) -> None:
-        self.readings.append(ns)
-        if len(self.readings) >= CALIBRATION_PAIRS:
-            self.settle()
-
-    def settle(self) -> None:
-        """The offset from the pairs read so far (at least ``CALIBRATION_MIN``), else the table's constant."""
-        if self.offset_ns is not None:
-            return
-        if len(self.readings) >= CALIBRATION_MIN:
-            self.offset_ns = round(statistics.median(self.readings)) + KERNEL_STEP_NS.get(self.name, 0)
-        else:
-            self.fall_back()
-
-    def fall_back(self) -> None:
-        """No empty pair came back: the table's constant for the model (``telemetry.clocks.frame``), logged."""
-        self.offset_ns = measured_ns(GATED, self.name)
-        log.warning("experiment clock: no calibration on %s; its gated pairs take the table's %d ns", self.device,
-                    self.offset_ns)
 
 
 class Clock:
@@ -125,25 +67,16 @@ class Clock:
         self._pending: list[Ticket] = []
         self._done: list[tuple[Ticket, float]] = []
         self._lock = threading.Lock()
-        self.calibrations: dict[Any, Calibration] = {}
-        self._cal_slots: dict[int, Calibration] = {}
-        self._held: list[tuple[Ticket, Any, int]] = []  # gated readings waiting for their device's calibration
-        # per (cell, arm), learnt from its first timed call: do its kernels stamp? (stamp clock only)
-        self._how: dict[tuple[Any, bool], int] = {}
+        self.devices: dict[Any, DeviceCalibration] = {}
+        self.kernels: dict[tuple[Any, bool], KernelCalibration] = {}  # per (cell, arm): gated clock only
+        self._cal_slots: dict[int, DeviceCalibration] = {}
+        self._held: list[tuple[Ticket, Any, int, float]] = []  # (ticket, device, raw ns, since): awaiting an offset
+        self._how: dict[tuple[Any, bool], int] = {}  # stamp clock: per (cell, arm), do its kernels stamp?
         self._stamp_bounds: dict[int, float] = {}
         self.dropped = 0  # timed calls whose clock could not be read (pool empty, never written, given up)
+        self.calibrating = 0  # gated calls that carried a stamp to calibrate their arm (not timing samples)
 
-    def calibrated(self) -> dict[str, dict]:
-        """Each device's calibration: the offset taken off its gated readings, the empty pairs read, the bound."""
-        out = {}
-        for device, cal in self.calibrations.items():
-            r = sorted(cal.readings)
-            out[str(device)] = {"offset_ns": cal.offset_ns, "pairs": len(r), "bound_ns": round(cal.bound_s * 1e9),
-                                "empty_p10_ns": r[len(r) // 10] if r else None,
-                                "empty_median_ns": r[len(r) // 2] if r else None,
-                                "empty_p90_ns": r[9 * len(r) // 10] if r else None,
-                                "kernel_step_ns": KERNEL_STEP_NS.get(cal.name, 0)}
-        return out
+    # -- the call path ------------------------------------------------------------------------------------------
 
     def begin(self, ticket: Ticket, q: Any, stream: Any) -> Any:
         """Start timing; returns a device stamp for the launch to write, or None."""
@@ -152,16 +85,28 @@ class Clock:
             return None
         ticket.on_device = True
         ticket.claimed = time.monotonic()
-        if self._gated or self._how.get((ticket.cell, ticket.is_b), UNLEARNT) == BY_EVENTS:
+        key = (ticket.cell, ticket.is_b)
+        if self._gated or self._how.get(key, UNLEARNT) == BY_EVENTS:
             got = self._gpu_events().begin(stream, q.device)  # closes the device's gate (once built)
-            # None: the pool is empty; a 1-tuple (CLOCK_PENDING): the device's gate is still being built
-            ticket.pair = ("gated", got[0], got[1], q.device) if got is not None and len(got) == 2 else None
+            if got is None or len(got) != 2:  # None: the pool is empty; CLOCK_PENDING: the gate is being built
+                return None
+            ticket.pair = (got[0], got[1], q.device)
+            if not self._gated:
+                return None
+            kcal = self.kernels.get(key)
+            if kcal is None:
+                kcal = self.kernels[key] = KernelCalibration()
+            ticket.kcal = kcal
+            if kcal.wants_stamp():
+                table = self._table(q.device)
+                with self._lock:
+                    ticket.stamp = table.claim()
+                return ticket.stamp
             return None
         table = self._table(q.device)
         with self._lock:
-            stamp = table.claim()
-        ticket.stamp = stamp
-        return stamp
+            ticket.stamp = table.claim()
+        return ticket.stamp
 
     def end(self, ticket: Ticket) -> None:
         """Stop timing (right after the launch returned)."""
@@ -171,15 +116,19 @@ class Clock:
                 self._done.append((ticket, dt * 1e-9))
             return
         pair = ticket.pair
+        stamp = ticket.stamp
         if pair is not None:
-            _, events_pair, stream, device = pair
+            if stamp is not None:
+                ticket.kcal.saw(stamp.armed)
+                if not stamp.armed:  # the kernels wrote no stamp: an ordinary sample
+                    self._free_stamp(ticket)
+            events_pair, stream, device = pair
             with self._lock:
                 self._slots += 1
                 slot = self._slots
                 self._by_slot[slot] = (ticket, device)
             self._events.end(slot, events_pair, stream, 0)  # records the end event, then opens the gate
             return
-        stamp = ticket.stamp
         if stamp is None:  # no pair (gate pending, pool empty) and no stamp entry
             self.dropped += 1
             return
@@ -196,14 +145,18 @@ class Clock:
     def drop(self, ticket: Ticket) -> None:
         """A timed launch that did not run as timed: free its clock."""
         if ticket.pair is not None:
-            self._events.release(ticket.pair[1])  # opens its gate first
+            self._events.release(ticket.pair[0])  # opens its gate first
             ticket.pair = None
-            return
+        self._free_stamp(ticket)
+
+    def _free_stamp(self, ticket: Ticket) -> None:
         stamp = ticket.stamp
         if stamp is not None:
             with self._lock:
                 stamp.table.free(stamp.index)
             ticket.stamp = None
+
+    # -- off the call path --------------------------------------------------------------------------------------
 
     def resolve(self) -> list[tuple[Ticket, float]]:
         """Every timing finished since the last call: (ticket, seconds), ``ticket.bound`` set. Never waits."""
@@ -212,7 +165,7 @@ class Clock:
             pending, self._pending = self._pending, []
         if self._events is not None:
             self._events.prepare()  # builds the gates asked for: off the call path
-            self._calibrate()
+            self._calibrate_devices()
             self._events.resolve(_Sink(self), _Health(self))
             self._release_held(done)
         keep = []
@@ -232,14 +185,24 @@ class Clock:
                 self._pending.extend(keep)
         return done
 
-    def _calibrate(self) -> None:
+    def calibrated(self) -> dict:
+        """What the clock takes off its gated readings: per device (empty pairs) and per cell arm (stamped calls)."""
+        kernels = {}
+        for (cell, is_b), kcal in self.kernels.items():
+            name = f"{getattr(cell, 'name', cell)}|{'b' if is_b else 'a'}"
+            kernels[name] = {"offset_ns": kcal.offset_ns(), "samples": len(kcal.samples), "stamps": kcal.stamps,
+                             "calls": kcal.calls}
+        return {"devices": {str(d): cal.summary() for d, cal in self.devices.items()}, "kernels": kernels,
+                "calibrating_calls": self.calibrating}
+
+    def _calibrate_devices(self) -> None:
         """Enqueue each newly gated device's empty pairs on a side stream (flush thread; read at later flushes)."""
         events = self._events
-        gates = events.gates
-        for device in gates.ready():
-            if device in self.calibrations:
+        for device in events.gates.ready():
+            if device in self.devices:
                 continue
-            cal = self.calibrations[device] = Calibration(device, device_name(self._torch, device))
+            name = device_name(self._torch, device)
+            cal = self.devices[device] = DeviceCalibration(device, name, measured_ns(GATED, name))
             side = self._torch.cuda.Stream(device)
             for _ in range(CALIBRATION_PAIRS):
                 got = events.begin(side, device)
@@ -254,21 +217,26 @@ class Clock:
                 cal.settle()  # no pair could be enqueued: the table's constant
 
     def _release_held(self, done: list) -> None:
-        """Held gated readings whose device is calibrated now: less its offset, with its bound."""
+        """Held gated readings whose offset is known now: less it, with its bound."""
         now = time.monotonic()
-        for cal in self.calibrations.values():
-            if cal.offset_ns is None and now - cal.started > GIVE_UP_CALIBRATION_S:
+        for cal in self.devices.values():
+            if cal.offset_ns is None and now - cal.started > HOLD_S:
                 cal.settle()  # some empty pairs never came back (a wait ran out): what was read, or the table's
-        if not self._held:
-            return
         keep = []
-        for ticket, device, ns in self._held:
-            cal = self.calibrations.get(device)
-            if cal is None or cal.offset_ns is None:
-                keep.append((ticket, device, ns))
-                continue
-            ticket.bound = cal.bound_s
-            done.append((ticket, max(ns - cal.offset_ns, 0) * 1e-9))
+        for item in self._held:
+            ticket, device, ns, since = item
+            kcal = ticket.kcal
+            offset = kcal.offset_ns() if kcal is not None and kcal.stamps else None
+            if offset is not None:
+                ticket.bound = bound_ns(KERNEL, self.devices[device].name if device in self.devices else "") * 1e-9
+            else:
+                cal = self.devices.get(device)
+                unknown = kcal is not None and kcal.stamps is not False and now - since < HOLD_S
+                if cal is None or cal.offset_ns is None or unknown:
+                    keep.append(item)
+                    continue
+                offset, ticket.bound = cal.offset_ns, cal.bound_s
+            done.append((ticket, max(ns - offset, 0) * 1e-9))
         self._held = keep
 
     def _read(self, ticket: Ticket) -> float | None:
@@ -281,10 +249,7 @@ class Clock:
         return (e - s + stamp.table.frame) * 1e-9
 
     def _stamp_bound(self, table: StampTable) -> float:
-        bound = self._stamp_bounds.get(id(table))
-        if bound is None:
-            bound = self._stamp_bounds[id(table)] = bound_ns(STAMP, device_name(self._torch, table.device)) * 1e-9
-        return bound
+        return self._stamp_bounds.get(id(table), 0.0)
 
     def _gpu_events(self) -> Any:
         if self._events is None:
@@ -304,21 +269,23 @@ class Clock:
             with self._lock:
                 table = self._tables.get(key)
                 if table is None:
-                    frame = frame_ns(device_name(self._torch, device), AUTO)
+                    name = device_name(self._torch, device)
                     table = self._tables[key] = StampTable(self._torch, device, eager=self._entries, graph=0,
-                                                           frame=frame)
+                                                           frame=frame_ns(name, AUTO))
+                    self._stamp_bounds[id(table)] = bound_ns(STAMP, name) * 1e-9
         return table
 
 
 class _Sink:
-    """Where ``GpuEvents.resolve`` hands its raw readings: calibration pairs, or a call's (held until calibrated)."""
+    """Where ``GpuEvents.resolve`` hands its raw readings: calibration pairs, stamped calls (their arm's offset), or
+    a call's reading (held until its offset is known)."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
 
     def observe(self, slot: int, kind: Any, dt_ns: int, wall_ns: int) -> None:
         clock = self._clock
-        if slot <= CALIBRATION_SLOT:
+        if slot < 0:
             cal = clock._cal_slots.pop(slot, None)
             if cal is not None and str(kind) == "gated":
                 cal.add(dt_ns)
@@ -326,13 +293,23 @@ class _Sink:
         got = clock._by_slot.pop(slot, None)
         if got is None:
             return
+        ticket, device = got
         if str(kind) != "gated":  # a plain pair (no gate on this device): it times the host's launch too
             clock.dropped += 1
+            clock._free_stamp(ticket)
+            return
+        stamp = ticket.stamp
+        if stamp is not None:  # the kernel measured both ways: one sample of its arm's offset, not a timing
+            s, e = stamp.table.read(stamp.index)
+            clock._free_stamp(ticket)
+            clock.calibrating += 1
+            if s > 0 and e >= s and ticket.kcal is not None:
+                ticket.kcal.add(dt_ns - (e - s + stamp.table.frame))
             return
         if len(clock._held) >= HELD_MAX:
             clock.dropped += 1
             return
-        clock._held.append((got[0], got[1], dt_ns))
+        clock._held.append((ticket, device, dt_ns, time.monotonic()))
 
 
 class _Health:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 ALPHA = 0.05
 T_OPT = 500  # timed pairs at which the band is tightest
+MARGIN = 1.5  # calls_needed: the band must fit 1/MARGIN of the room between the ratio and 1
 
 
 @dataclass(slots=True)
@@ -263,7 +264,8 @@ def crossover(cells: list[tuple[int, int | None, float | None, float | None]], *
 def calls_needed(r: Ratio, calls: int, timed_calls: int, *, alpha: float = ALPHA, t_opt: int = T_OPT,
                  most: int = 10**12) -> tuple[int | None, str]:
     """About how many calls a bucket holding ``calls`` (``timed_calls`` of them in cells with a band) needs, at the
-    same fraction, for its band to clear 1 if the ratio stays where it is: (calls, why). The spread per timed pair
+    same fraction, for its band to clear 1 with room to spare (``MARGIN``) if the ratio stays where it is: (calls,
+    why); most runs that long decide. The spread per timed pair
     is read off the statistical band; the clock's share of the band does not shrink with calls, so a ratio within
     it of 1 needs a better clock, not more calls (None)."""
     if r.ratio is None or r.stat_low is None or r.stat_high is None or r.pairs < 2 or calls <= 0:
@@ -275,6 +277,7 @@ def calls_needed(r: Ratio, calls: int, timed_calls: int, *, alpha: float = ALPHA
     room = abs(log_r) - clock_share
     if room <= 0.0 or not math.isfinite(room):
         return None, "within the clock's bound of 1: more calls cannot decide it"
+    room /= MARGIN  # the ratio seen is itself noisy: leave it room to move and still decide
     sigma = math.log(r.stat_high / r.ratio) / mixture_halfwidth(r.pairs, 1.0, alpha, t_opt)
     t = r.pairs
     while t < most and mixture_halfwidth(t, sigma, alpha, t_opt) > room:
