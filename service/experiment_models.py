@@ -30,6 +30,13 @@ class Prediction(_Open):
     notes: list[str] = Field([], description="how it was priced, where a reader should know (kv pools, wide gaps)")
 
 
+class ClockBound(_Open):
+    """The most each arm's mean reading may lie off its kernels' time, by the clock that read it (seconds)."""
+
+    a: float = Field(0.0, ge=0.0)
+    b: float = Field(0.0, ge=0.0)
+
+
 class ExperimentCell(_Open):
     """One cell (model x rows bucket, and the call's shape): both arms' counts and B/A of mean kernel time."""
 
@@ -42,8 +49,12 @@ class ExperimentCell(_Open):
     timed_a: int = Field(ge=0)
     timed_b: int = Field(ge=0)
     ratio: float | None = Field(None, description="mean kernel time of B / mean of A; null until both arms are timed")
-    ratio_low: float | None = Field(None, description="low end of the anytime-valid 95% band of ratio")
+    ratio_low: float | None = Field(None, description="low end of the 95% band of ratio: the anytime-valid band "
+                                    "widened by each arm's clock bound (docs/experiments.md, The clock)")
     ratio_high: float | None = Field(None, description="high end of that band")
+    ratio_low_stat: float | None = Field(None, description="low end of the anytime-valid band alone")
+    ratio_high_stat: float | None = Field(None, description="high end of the anytime-valid band alone")
+    clock_bound_s: ClockBound | None = None
     prediction: Prediction | None = None
 
 
