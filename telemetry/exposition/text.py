@@ -3,14 +3,15 @@
 ``generate_latest`` checks and escapes every label name and value of every sample at every scrape, which makes
 the text cost most of a multiprocess ``/metrics``. Here a sample's line up to its value is built once for a
 (name, labels dict) and reused while the collector yields the same dict again: the multiprocess reader
-(telemetry.multiproc.families) keeps one labels dict per series between scrapes, so a scrape writes only values.
-A labels dict a collector builds afresh each time is found by its items instead (one tuple a sample). Only the
+(telemetry.multiproc.families) keeps one labels dict per series between scrapes, so a scrape writes only values,
+and a series whose value did not move gets its whole line again. A labels dict a collector builds afresh each time is found by its items instead (one tuple a sample). Only the
 lines of the last scrape are kept.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import threading
 from functools import cache
 from typing import Any
@@ -33,7 +34,9 @@ class TextEncoder:
     """``encoder(collector) -> bytes``; thread-safe (concurrent scrapes share the lines of the last one)."""
 
     def __init__(self) -> None:
-        self._lines: dict[tuple[str, int], tuple[Any, str]] = {}  # (name, id(labels)) -> (labels, line head)
+        # (name, id(labels)) -> (labels, line head, value, timestamp, line): a series whose value did not move
+        # since the last scrape gets its line again
+        self._lines: dict[tuple[str, int], tuple[Any, str, Any, Any, str]] = {}
         self._heads: dict[tuple[str, tuple], str] = {}  # (name, labels' items) -> line head, for fresh dicts
         self._label_names: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -63,23 +66,29 @@ class TextEncoder:
 
     def _encode(self, collector: Collector) -> bytes:
         old, old_heads = self._lines, self._heads
-        new: dict[tuple[str, int], tuple[Any, str]] = {}
+        new: dict[tuple[str, int], tuple[Any, str, Any, Any, str]] = {}
         new_heads: dict[tuple[str, tuple], str] = {}
         output: list[str] = []
 
         def line(s: Any) -> str:
             key = (s.name, id(s.labels))
             got = old.get(key)
+            value, timestamp = s.value, s.timestamp
             if got is None or got[0] is not s.labels:
                 content = (s.name, tuple(s.labels.items()))  # a dict made afresh with the same labels
                 head = old_heads.get(content)
                 if head is None:
                     head = self._head(s.name, s.labels)
                 new_heads[content] = head
-                got = (s.labels, head)
-            new[key] = got
-            ts = "" if s.timestamp is None else f" {int(float(s.timestamp) * 1000):d}"
-            return f"{got[1]}{floatToGoString(s.value)}{ts}\n"
+                got = (s.labels, head, None, None, "")
+            elif got[2] == value and got[3] == timestamp and type(got[2]) is type(value) and (
+                    value or math.copysign(1.0, value) == math.copysign(1.0, got[2])):  # 0.0 and -0.0 read apart
+                new[key] = got  # the same series with the same value: the same line
+                return got[4]
+            ts = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
+            text = f"{got[1]}{floatToGoString(value)}{ts}\n"
+            new[key] = (got[0], got[1], value, timestamp, text)
+            return text
 
         for metric in collector.collect():
             try:

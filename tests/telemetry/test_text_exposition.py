@@ -47,6 +47,19 @@ def test_a_kept_labels_dict_reuses_its_line_but_never_its_value():
     assert enc(Fixed([fam])) == generate_latest(Fixed([fam]))
 
 
+def test_an_unmoved_value_gets_its_line_again_and_every_move_is_written():
+    """A kept labels dict whose value did not move reuses its whole line; a value that moved, changed type, turned
+    0.0 into -0.0, became NaN or gained a timestamp is written anew. Each scrape equals generate_latest's."""
+    labels = {"rank": "0"}
+    fam = Metric("m", "h", "gauge")
+    enc = TextEncoder()
+    for value, timestamp in ((1.0, None), (1.0, None), (2.0, None), (0.0, None), (-0.0, None), (-0.0, None),
+                             (float("nan"), None), (float("nan"), None), (3, None), (3.0, None), (3.0, 1.5),
+                             (3.0, 1.5), (3.0, None), (float("inf"), None)):
+        fam.samples = [Sample("m", labels, value, timestamp)]
+        assert enc(Fixed([fam])) == generate_latest(Fixed([fam])), (value, timestamp)
+
+
 def test_negotiate_serves_it_for_text_only():
     reg = CollectorRegistry()
     Counter("c", "h", registry=reg).inc()
