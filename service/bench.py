@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import math
 import urllib.parse
 from collections.abc import Sequence
@@ -129,7 +130,10 @@ def serve_bench_command(
         _phases(writers, phases, as_json)
         return
 
+    loads: list[tuple[float, float, float]] = []  # the machine's load average as each run started
+
     def one_run(base: str) -> tuple[Load, dict | None]:
+        loads.append(os.getloadavg())
         load = run_load(base, clients=clients, seconds=seconds, paths=paths)
         return load, _demo(base)
 
@@ -162,6 +166,7 @@ def serve_bench_command(
     failed = any(load.failures for load, _ in results)
     if as_json:
         out = [{"seconds": load.seconds, "paths": summary(load), "failures": load.failures[:20], "demo": demo,
+                "load_average": list(loads[i]),
                 **({"tree": trees[i]} if against is not None else {})} for i, (load, demo) in enumerate(results)]
         doc = {"clients": clients, **setting, "runs": out}
         if len(out) == 1:
@@ -171,9 +176,9 @@ def serve_bench_command(
         typer.echo(f"{setting.get('server', setting.get('url'))}")
         for i, (load, demo) in enumerate(results):
             if against is not None:
-                typer.echo(f"run {i // 2 + 1} of {runs}, server from {trees[i]}:")
+                typer.echo(f"run {i // 2 + 1} of {runs}, server from {trees[i]} (load average {loads[i][0]:.1f}):")
             elif runs > 1:
-                typer.echo(f"run {i + 1} of {runs}:")
+                typer.echo(f"run {i + 1} of {runs} (load average {loads[i][0]:.1f}):")
             for line in render(load, clients, demo):
                 typer.echo(line)
         for tree in dict.fromkeys(trees) if against is not None else [None]:
