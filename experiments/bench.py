@@ -247,6 +247,10 @@ def experiment_command(
         values = tuple(float(v) for v in fractions.split(",") if v.strip())
     except ValueError as exc:
         raise typer.BadParameter(f"{fractions!r}: expected numbers like 0.01,0.05", param_hint="--fractions") from exc
+    if device not in ("", "cpu", "cuda"):
+        raise typer.BadParameter(f"{device!r}: cuda or cpu (or empty: cuda where torch sees one)", param_hint="--device")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise typer.BadParameter("cuda: no CUDA/ROCm device is visible to torch", param_hint="--device")
     if thin < 1:
         raise typer.BadParameter(f"{thin}: one in at least 1", param_hint="--thin")
     if thin > 1:
