@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .arms import ArmChooser, choose, run_arm
+from .arms import ArmChooser, run_arm
 from .classify import CountsCache
 from .kernels.aiter import AiterSymbolMissing
 from .kernels.common import KernelArgs, SparseIndex
@@ -110,7 +110,11 @@ class Dispatcher:
                           attn_sink, output, None, memo)
         arms = self.arms
         if arms is not None:
-            arm = choose(self, arms, decision, shape, batch, model, q)
+            try:  # dispatcher/arms.py's contract: a chooser that raises leaves the call on A, counted
+                arm = arms.choose(decision, shape, batch, model, q)
+            except Exception:  # noqa: BLE001
+                self.arm_failures += 1
+                arm = None
             if arm is not None and not decision.refused:  # a refused call raises below, as without an experiment
                 return run_arm(self, arms, arm, decision, impl, shape, batch, model, stream, args)
         announced = impl.impl

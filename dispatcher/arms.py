@@ -98,16 +98,6 @@ def arm_decision(active: Decision, kernel: Kernel, why: str) -> Decision:
     return decision
 
 
-def choose(dispatcher: Any, chooser: ArmChooser, decision: Decision, shape: CallShape, batch: Batch,
-           model: str | None, q: torch.Tensor) -> Arm | None:
-    """The chooser's answer for one call, or None when it has none or raised (counted)."""
-    try:
-        return chooser.choose(decision, shape, batch, model, q)
-    except Exception:  # noqa: BLE001 - a chooser never breaks the call: it stays on A
-        dispatcher.arm_failures += 1
-        return None
-
-
 def _finish(dispatcher: Any, chooser: ArmChooser, arm: Arm, outcome: Outcome,
             error: BaseException | None = None, expected: Any = None, got: Any = None) -> None:
     try:
@@ -124,7 +114,10 @@ def _begin(dispatcher: Any, chooser: ArmChooser, arm: Arm, args: KernelArgs, str
     except Exception:  # noqa: BLE001
         dispatcher.arm_failures += 1
         return args
-    return args._replace(stamp=stamp) if stamp is not None else args
+    if stamp is None:
+        return args
+    q, kv, index, scale, sink, output, _, memo = args  # KernelArgs(...) is cheaper than NamedTuple._replace
+    return args.__class__(q, kv, index, scale, sink, output, stamp, memo)
 
 
 def run_arm(dispatcher: Any, chooser: ArmChooser, arm: Arm, active: Decision, impl_a: KernelImpl,

@@ -11,7 +11,10 @@ per-process salt (Python's ``hash`` of a string is salted per process, so it is 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from enum import Enum
+
+import numpy as np
 
 _MASK = (1 << 64) - 1
 _TWO64 = float(1 << 64)
@@ -62,3 +65,124 @@ def assign(seed: int, fraction: float, group: int, index: int) -> Arm:
     """The arm of call ``index`` of ``group``: B with probability ``fraction``, a timed A call with the same."""
     u = draw(seed, group, index)
     return Arm.B if u < fraction else Arm.TIMED_A if u < 2.0 * fraction else Arm.A
+
+
+# -- the call path's form: the same draws, found a batch at a time -----------------------------------------------
+
+B, TIMED_A = 1, 2  # what ``picks`` and ``Schedule.take`` answer for a picked index (0: not picked)
+CHUNK = 4096  # indices per batch of a group's draws: ~50 µs of numpy, once per 4,096 calls of a cell
+
+
+def _mix64_array(z: np.ndarray) -> np.ndarray:
+    """``mix64`` over an array of uint64 (numpy's unsigned arithmetic wraps modulo 2**64, as ``_MASK`` does)."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _kinds(z: np.ndarray, fraction: float, exact: Callable[[int], int]) -> tuple[list, list]:
+    """(positions, kinds) of the picks among the draws ``z``, ascending. u = float(z) / 2**64 exactly, so u < f is
+    float(z) < f * 2**64: numpy's conversion decides, and the rare draw within 2**-40 of a bound is drawn again in
+    Python by ``exact(position)`` (``draw``'s own arithmetic)."""
+    bound_b, bound_a = fraction * _TWO64, 2.0 * fraction * _TWO64
+    zf = z.astype(np.float64)
+    near = np.flatnonzero(zf < bound_a * (1.0 + 2.0**-40))
+    if not near.size:
+        return [], []
+    kinds = np.where(zf[near] < bound_b, B, np.where(zf[near] < bound_a, TIMED_A, 0))
+    edge = near[(np.abs(zf[near] - bound_b) <= bound_b * 2.0**-40) | (np.abs(zf[near] - bound_a) <= bound_a * 2.0**-40)]
+    if edge.size:
+        at = {p: k for k, p in enumerate(near.tolist())}
+        for p in edge.tolist():
+            kinds[at[p]] = exact(p)
+    keep = kinds != 0
+    return near[keep].tolist(), kinds[keep].tolist()
+
+
+def _kind(base: int, index: int, fraction: float) -> int:
+    u = mix64(base ^ (index & _MASK)) / _TWO64  # exactly ``draw``: the decision is the per-call one
+    return B if u < fraction else TIMED_A if u < 2.0 * fraction else 0
+
+
+def picks(base: int, fraction: float, start: int, count: int) -> tuple[list[int], list[int]]:
+    """The picked indices in [start, start + count) of the group whose ``group_base`` is ``base``, ascending, and
+    each one's ``B`` or ``TIMED_A``: what ``assign`` answers index by index, computed in one vectorised batch."""
+    idx = np.arange(start, start + count, dtype=np.uint64)
+    at, kinds = _kinds(_mix64_array(idx ^ np.uint64(base)), fraction, lambda p: _kind(base, start + p, fraction))
+    return [start + p for p in at], kinds
+
+
+class Schedule:
+    """One group's picks, a chunk at a time: the caller keeps ``next`` (the next index that needs a look) and
+    counts indices; only at ``next`` does it call ``take``. So an unpicked call costs an increment and a compare."""
+
+    __slots__ = ("base", "fraction", "chunk", "end", "indices", "kinds", "at", "next")
+
+    def __init__(self, base: int, fraction: float, chunk: int = CHUNK) -> None:
+        self.base, self.fraction, self.chunk = base, fraction, chunk
+        self.end = 0
+        self.indices: list[int] = []
+        self.kinds: list[int] = []
+        self.at = 0
+        self.next = 0
+        self._fill(0)
+
+    def _fill(self, start: int) -> None:
+        self.indices, self.kinds = picks(self.base, self.fraction, start, self.chunk)
+        self.at = 0
+        self.end = start + self.chunk
+        self.next = self.indices[0] if self.indices else self.end
+
+    def take(self, index: int) -> int:
+        """``B``, ``TIMED_A`` or 0 for ``index`` (== ``next``: the chunk's end, or a pick); moves ``next`` on."""
+        if index == self.end:
+            self._fill(index)
+            if self.next != index:
+                return 0
+        at = self.at
+        kind = self.kinds[at]
+        self.at = at = at + 1
+        self.next = self.indices[at] if at < len(self.indices) else self.end
+        return kind
+
+
+class GroupPicks:
+    """Picks by (group, index) for positions that name their group (the vLLM plugin's (step, call in step)): the
+    draws of ``span`` groups from the one asked for, over the first ``width`` indices, in one batch; an index past
+    ``width`` is drawn on its own (and the next batch is wider)."""
+
+    __slots__ = ("seed", "fraction", "span", "width", "first", "kinds", "wider")
+
+    def __init__(self, seed: int, fraction: float, *, span: int = 64, width: int = 128) -> None:
+        self.seed, self.fraction, self.span, self.width = seed, fraction, span, width
+        self.first = -1
+        self.kinds: list[dict[int, int]] = []
+        self.wider = width
+
+    def group(self, group: int) -> dict[int, int]:
+        """{index: B or TIMED_A} for the picked indices of ``group`` below ``width`` (``kind`` for the rest)."""
+        offset = group - self.first
+        if self.first < 0 or not 0 <= offset < len(self.kinds) or self.wider != self.width:
+            self._fill(group)
+            offset = 0
+        return self.kinds[offset]
+
+    def kind(self, group: int, index: int) -> int:
+        """An index past the batch's width, drawn alone; the next batch covers it."""
+        self.wider = max(self.wider, 1 << (index + 1).bit_length())
+        return _kind(group_base(self.seed, group), index, self.fraction)
+
+    def _fill(self, first: int) -> None:
+        self.width = self.wider
+        groups = np.arange(first, first + self.span, dtype=np.uint64)
+        bases = _mix64_array(np.uint64(mix64((self.seed ^ STREAM) & _MASK)) ^ groups)  # group_base, vectorised
+        width = self.width
+        index = np.arange(width, dtype=np.uint64)
+        z = _mix64_array(bases[:, None] ^ index[None, :]).ravel()
+        kinds: list[dict[int, int]] = [{} for _ in range(self.span)]
+        at, picked = _kinds(z, self.fraction, lambda p: _kind(int(bases[p // width]), p % width, self.fraction))
+        for flat, kind in zip(at, picked):
+            g, i = divmod(flat, width)
+            kinds[g][i] = kind
+        self.first, self.kinds = first, kinds

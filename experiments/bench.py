@@ -3,16 +3,14 @@
 One run, one device:
 1. the demo's prefill-entry calls (``workloads.traffic``, GLM's decode rows through prefill, so small calls reach the
    prefill entry) at full shapes on a GPU, up to ``max_rows`` rows (larger calls are on A under every split_below
-   candidate and would only dilute the cost figure); with ``thin`` > 1 every call from ``keep_rows`` up to
-   ``keep_below`` rows and one in ``thin`` of the others, over as much more traffic as that takes
-   (``experiments.sample``), so the thin buckets near the crossover get enough calls to decide;
+   candidate and would only dilute the cost figure);
 2. each fraction: the stream through the Dispatcher with the experiment attached (flusher thread at 0.5 s; the kill
    switch set out of the way, since the bench measures cells on both sides of the crossover);
 3. the ground truth: a sample of the same calls of every moved cell replayed under both arms, in interleaved blocks
    (A then B, then B then A), each call's kernel time from CUPTI (torch.profiler's GPU ranges); the host clock on
    CPU;
-4. throughput (``experiments.throughput``): passes over the stream with no experiment and with A/A at each
-   fraction, interleaved; the median ratio per pair of passes is the machinery's cost.
+4. throughput (``experiments.throughput``), measured first, before any profiler runs: interleaved passes with no
+   experiment and with A/A at each fraction; the median ratio per pair of passes is the machinery's cost.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from .sample import stream, thinned
 from .stats import crossover
 from .throughput import drive as _drive
 from .throughput import sync as _sync
-from .throughput import throughput
+from .throughput import describe, throughput
 from .truth import ground_truth, truth_buckets
 
 
@@ -102,7 +100,7 @@ def _off_ns(measured: float | None, truth: float | None) -> float | None:
 
 
 def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), threshold: int = 256, seed: int = 7,
-        max_rows: int = 1024, per_cell: int = 200, tp_calls: int = 8000, tp_repeats: int = 6,
+        max_rows: int = 1024, per_cell: int = 200, tp_calls: int = 8000, tp_repeats: int = 8,
         device: str | None = None, clock: str = "gated", keep_rows: int = 0, thin: int = 1,
         keep_below: int | None = None, progress: Any = None) -> dict:
     """The whole bench; a JSON-ready result."""
@@ -133,6 +131,10 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
                               "traffic": {"generated": generated, "seconds": traffic_s},
                               "fractions": list(fractions),
                               "experiments": {}}
+    # first: torch.profiler (the ground truth) leaves CUPTI subscribed after it stops (Kineto calls cuptiFinalize only
+    # with TEARDOWN_CUPTI=1), which makes every later CUDA API call dearer; a serving process runs no profiler
+    say("throughput: no experiment against A/A")
+    result["throughput"] = throughput(d, ops, specs[:tp_calls], fractions, dev, repeats=tp_repeats, clock=clock)
     say("ground truth: interleaved replay of the same calls under both arms")
     truth = ground_truth(d, ops, specs, threshold, dev, per_cell=per_cell)
     gt_buckets = truth_buckets(truth)
@@ -177,8 +179,6 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
                                          "saving": view["saving"], "state": view["state"],
                                          "stop_reason": view["stop_reason"], "wall_s": view["wall_s"],
                                          "clock_dropped": view["clock_dropped"], "never_moved": view["never_moved"]}
-    say("throughput: no experiment against A/A")
-    result["throughput"] = throughput(d, ops, specs[:tp_calls], fractions, dev, repeats=tp_repeats, clock=clock)
     return result
 
 
@@ -197,14 +197,9 @@ def render(result: dict) -> None:
             typer.echo(f"  undecided: the {thin['rows_bucket']} bucket ({thin['calls']} calls) is too thin; "
                        + (f"about {need} of its calls would decide it" if need is not None
                           else thin["needed_because"]))
-        cal = e.get("clock_calibration") or {}
-        for device, dev in (cal.get("devices") or {}).items():
-            typer.echo(f"  clock on {device}: {dev['offset_ns']} ns off gated readings of kernels that write no stamp "
-                       f"({dev['pairs']} empty pairs, floor {dev['empty_p10_ns']} ns), bound {dev['bound_ns']} ns")
-        offsets = [k["offset_ns"] for k in (cal.get("kernels") or {}).values() if k["offset_ns"] is not None]
-        if offsets:
-            typer.echo(f"  calibrated in place: {len(offsets)} cell arms, {min(offsets)}-{max(offsets)} ns off each "
-                       f"gated reading ({cal.get('calibrating_calls', 0)} stamped calls, not samples)")
+        for device, cal in (e.get("clock_calibration") or {}).items():
+            typer.echo(f"  clock on {device}: {cal['offset_ns']} ns off each gated reading ({cal['pairs']} empty "
+                       f"pairs, median {cal['empty_median_ns']} ns), bound {cal['bound_ns']} ns")
         typer.echo(f"{'model':<22}{'rows':>10}{'class':>12}{'B':>6}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
                    f"{'in':>5}")
         for c in e["cells"]:
@@ -222,9 +217,7 @@ def render(result: dict) -> None:
                        f"{b['truth'] if b['truth'] is not None else float('nan'):>8.3f}"
                        f"{(b['off'] or 0) * 100:>7.1f}%{str(b['inside']):>6}  {b['verdict']}"
                        + (f" (needs about {b['calls_needed']} calls)" if b.get("calls_needed") else ""))
-    tp = result["throughput"]
-    typer.echo("\nthroughput cost against no experiment: " +
-               ", ".join(f"{k} {v * 100:+.2f}%" for k, v in tp["cost"].items()))
+    typer.echo("\n" + describe(result["throughput"]))
 
 
 def experiment_command(
@@ -233,8 +226,8 @@ def experiment_command(
     threshold: int = typer_option(256, "the candidate split_below_N's N (rows)"),
     max_rows: int = typer_option(1024, "calls with more rows are left out of the stream"),
     per_cell: int = typer_option(200, "calls per cell replayed under each arm for the ground truth"),
-    tp_calls: int = typer_option(8000, "calls per throughput pass"),
-    tp_repeats: int = typer_option(6, "throughput passes per variant"),
+    tp_calls: int = typer_option(8000, "distinct calls of a throughput pass (repeated to fill it)"),
+    tp_repeats: int = typer_option(8, "throughput passes per variant (interleaved; each at least 1.2 s)"),
     seed: int = typer_option(7, "the traffic's and the assignment's seed"),
     device: str = typer_option("", "cuda or cpu (default: cuda where torch sees one)"),
     clock: str = typer_option("gated", "GPU clock of the experiment's timed calls: gated or stamp"),

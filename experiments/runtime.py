@@ -19,7 +19,7 @@ from dispatcher.policy import DecisionCache, Policy
 from dispatcher.types import Batch, CallShape, Decision
 from telemetry.buckets import rows_edges, rows_labels
 
-from .assignment import _TWO64, group_base, mix64, stable_key
+from .assignment import B, GroupPicks, Schedule, _kind, group_base, stable_key
 from .candidates import ArmRouter, NotMoved, refuse_decode_on_prefill
 from .clock import Clock, Ticket
 from .config import ExperimentConfig
@@ -42,8 +42,8 @@ class Cell:
     """Model x rows bucket x shape x call class: where A and B are compared."""
 
     __slots__ = ("name", "model", "rows_bucket", "lo", "hi", "shape", "call_class", "kernel_a", "kernel_b",
-                 "decision_b", "key", "base", "seen", "calls_a", "calls_b", "a", "b", "b_since_check", "verified",
-                 "checked", "mismatched", "covariate", "prediction", "bound_a", "bound_b")
+                 "decision_b", "key", "base", "seen", "next", "schedule", "lost", "calls_b", "a", "b", "b_since_check",
+                 "verified", "checked", "mismatched", "covariate", "prediction", "bound_a", "bound_b")
 
     def __init__(self, model: str | None, rows_bucket: str, lo: int, hi: int | None, shape: CallShape,
                  decision: Decision, decision_b: Decision, covariate: Any, prediction: dict) -> None:
@@ -56,13 +56,21 @@ class Cell:
         self.name = f"{model}|{rows_bucket}|{self.shape}|{self.call_class}|{self.kernel_a}|{self.kernel_b}"
         self.key = stable_key(self.name)
         self.base = 0  # assignment.group_base(seed, key), set by the experiment
-        self.seen = self.calls_a = self.calls_b = self.b_since_check = 0
+        self.schedule: Schedule | None = None  # the picks of this cell's count (the Dispatcher's position)
+        self.next = -1  # the count at which ``schedule`` is next asked (a pick, or its chunk's end)
+        # eligible calls seen (and drawn for); of them B's, and the picks that stayed on A untimed (captured, B
+        # unavailable): every other call ran on A, so calls A = seen - calls B - lost
+        self.seen = self.calls_b = self.lost = self.b_since_check = 0
         self.a, self.b = Moments(), Moments()
         self.verified = False  # a numerics sample of this cell has passed: B's output may reach the caller
         self.checked = self.mismatched = 0
         self.covariate = covariate  # rows -> predicted seconds under A, or None
         self.prediction = prediction
         self.bound_a = self.bound_b = 0.0  # the largest clock bound of the arm's readings (seconds)
+
+    @property
+    def calls_a(self) -> int:
+        return self.seen - self.calls_b - self.lost
 
     def state(self) -> dict:
         return {"name": self.name, "model": self.model, "rows_bucket": self.rows_bucket, "lo": self.lo,
@@ -89,6 +97,11 @@ class Experiment:
         self._clock = Clock(torch_mod, gated=config.clock == "gated", gate_launcher=gate_launcher)
         self._numerics = Numerics(config.tolerance, torch_mod)
         self._torch = torch_mod
+        cuda = getattr(torch_mod, "cuda", None)
+        self._capturing = getattr(cuda, "is_current_stream_capturing", None)  # asked only of a picked GPU call
+        self._groups = GroupPicks(config.seed, config.fraction)  # picks by position (step, call in step)
+        self._group = -1
+        self._group_kinds: dict[int, int] | None = None
         self._routes: dict[tuple, Any] = {}
         self.cells: dict[str, Cell] = {}
         self.never_moved: dict[str, int] = {}
@@ -114,13 +127,15 @@ class Experiment:
 
     def choose(self, decision: Decision, shape: CallShape, batch: Batch, model: str | None, q: Any,
                position: Any = None) -> Arm | None:
-        """See ``dispatcher.arms.ArmChooser.choose``; ``position`` (step, call in step) replaces the cell count."""
-        rows = shape[0]
-        key = (decision.ordinal if decision.ordinal >= 0 else (shape[1:], decision), bisect_right(self._edges, rows),
-               model)
-        route = self._routes.get(key)
+        """See ``dispatcher.arms.ArmChooser.choose``; ``position`` (step, call in step) replaces the cell count.
+
+        An eligible call that is not picked costs a count and a compare: the picks are found a batch at a time
+        (``assignment.Schedule``, ``assignment.GroupPicks``), the same draws as ``assignment.assign`` per call."""
+        ordinal = decision.ordinal
+        route = self._routes.get((ordinal if ordinal >= 0 else (shape[1:], decision),
+                                  bisect_right(self._edges, shape[0]), model))
         if route is None:
-            route = self._route(decision, shape, model, key)
+            route = self._route(decision, shape, model)
         if route.__class__ is not Cell:
             if route is not None:
                 self.never_moved[route] += 1
@@ -130,31 +145,47 @@ class Experiment:
         if not self.running:
             self.never_moved[NotMoved.STOPPED.value] = self.never_moved.get(NotMoved.STOPPED.value, 0) + 1
             return None
-        if q.is_cuda and self._torch.cuda.is_current_stream_capturing():
-            self.never_moved[NotMoved.CAPTURE.value] = self.never_moved.get(NotMoved.CAPTURE.value, 0) + 1
-            return None
-        cell = route
-        config = self.config
+        n = route.seen
+        route.seen = n + 1
         if position is None:
-            u = mix64(cell.base ^ cell.seen) / _TWO64  # assignment.draw(seed, cell key, count), its base kept
+            if n != route.next:
+                return None
+            kind = route.schedule.take(n)
+            route.next = route.schedule.next
         else:
-            u = mix64(group_base(config.seed, position[0]) ^ position[1]) / _TWO64
-        cell.seen += 1
-        f = config.fraction
-        if u < f:
+            group, index = position
+            if group != self._group:
+                self._group = group
+                self._group_kinds = self._groups.group(group) if group >= 0 else None
+            kinds = self._group_kinds
+            if kinds is not None and 0 <= index < self._groups.width:
+                kind = kinds.get(index, 0)
+            elif kinds is not None and index >= 0:
+                kind = self._groups.kind(group, index)
+            else:
+                kind = _kind(group_base(self.config.seed, group), index, self.config.fraction)
+        if not kind:
+            return None
+        return self._pick(route, kind, decision, shape[0], q)
+
+    def _pick(self, cell: Cell, kind: int, decision: Decision, rows: int, q: Any) -> Arm | None:
+        """A call drawn for B or a timed A: moved and timed unless it is being captured into a CUDA graph."""
+        if q.is_cuda and self._capturing is not None and self._capturing():
+            # counted here only: an unpicked captured call stays on A whatever the capture, so it is not asked
+            self.never_moved[NotMoved.CAPTURE.value] = self.never_moved.get(NotMoved.CAPTURE.value, 0) + 1
+            cell.lost += 1
+            return None
+        x = cell.covariate(rows) if cell.covariate is not None else None
+        if kind == B:
+            config = self.config
             cell.calls_b += 1
             self.b_calls += 1
             if config.max_calls is not None and self.b_calls >= config.max_calls:
                 self.end("max_calls")
             check = not cell.verified or cell.b_since_check + 1 >= config.numerics_every
             cell.b_since_check = 0 if check else cell.b_since_check + 1
-            x = cell.covariate(rows) if cell.covariate is not None else None
             return Arm(cell.decision_b, is_b=True, check=check, ticket=Ticket(cell, True, x))
-        cell.calls_a += 1
-        if u < 2.0 * f:
-            x = cell.covariate(rows) if cell.covariate is not None else None
-            return Arm(decision, is_b=False, ticket=Ticket(cell, False, x))
-        return None
+        return Arm(decision, is_b=False, ticket=Ticket(cell, False, x))
 
     def begin(self, arm: Arm, q: Any, stream: Any) -> Any:
         return self._clock.begin(arm.ticket, q, stream)
@@ -173,6 +204,7 @@ class Experiment:
         cell = ticket.cell
         if outcome is Outcome.UNAVAILABLE:
             cell.calls_b -= 1
+            cell.lost += 1
             self.b_calls -= 1
             reason = NotMoved.UNAVAILABLE.value
             self.never_moved[reason] = self.never_moved.get(reason, 0) + 1
@@ -187,10 +219,12 @@ class Experiment:
 
     # -- off the call path --------------------------------------------------------------------------------------
 
-    def _route(self, decision: Decision, shape: CallShape, model: str | None, key: tuple) -> Any:
+    def _route(self, decision: Decision, shape: CallShape, model: str | None) -> Any:
         """A cell, a never-moved reason, or None (the arms agree: not eligible) for calls like this one."""
         router = self.router
-        bucket = bisect_right(self._edges, shape[0]) - 1
+        ordinal = decision.ordinal
+        key = (ordinal if ordinal >= 0 else (shape[1:], decision), bisect_right(self._edges, shape[0]), model)
+        bucket = key[1] - 1
         label = self._labels[bucket]
         kernel_b = router.kernel_b(decision, shape)
         route: Any
@@ -217,6 +251,9 @@ class Experiment:
             cell = Cell(model, label, lo, hi, shape, decision, decision_b, covariate, prediction)
             cell.base = group_base(self.config.seed, cell.key)
             route = self.cells.setdefault(cell.name, cell)
+            if route.schedule is None:
+                route.schedule = Schedule(route.base, self.config.fraction)
+                route.next = route.schedule.next
         if route.__class__ is str:
             self.never_moved.setdefault(route, 0)
         self._routes[key] = route

@@ -140,15 +140,16 @@ def warm(gate: StreamGate, torch_mod: Any, device: Any) -> None:
 
 
 def triton_wait_launcher(torch_mod: Any, device: Any) -> WaitLauncher:
-    """The Triton wait kernel, launched straight through its compiled handle after the first launch."""
+    """The Triton wait kernel, launched through a ``launcher.Step`` bound to its compiled handle after the first
+    launch: the compiled C launcher with the words' addresses as plain ints (no JIT, no handle lookup, no pointer
+    check per launch: the host cost a sampled gated call pays, docs/timing-fidelity.md)."""
     import triton
     import triton.language as tl
 
-    from dispatcher.kernels.launcher import launch
+    from dispatcher.kernels.launcher import Step
     from dispatcher.kernels.stamps import Pointer
 
-    kernel = _wait_kernel(triton, tl)
-    key = ("gate", getattr(device, "index", None) or 0)
+    step = Step(_wait_kernel(triton, tl), ("gate", getattr(device, "index", None) or 0), (1,), {})
     pointers: dict[int, tuple[Any, Any]] = {}
 
     def launch_wait(words: Any, results: Any, index: int, ticket: int, max_polls: int, stream_handle: int) -> None:
@@ -156,7 +157,7 @@ def triton_wait_launcher(torch_mod: Any, device: Any) -> WaitLauncher:
         if typed is None:
             typed = pointers[id(words)] = (Pointer(words.data_ptr(), torch_mod.int32),
                                            Pointer(results.data_ptr(), torch_mod.int32))
-        launch(kernel, key, (1,), (*typed, index, ticket, max_polls), {}, stream_handle)
+        step((*typed, index, ticket, max_polls), stream_handle)
 
     return launch_wait
 

@@ -8,6 +8,8 @@ from dispatcher import CallClass, CallShape, what_if
 from dispatcher.policy import DecisionCache, Policy
 from dispatcher.types import Batch
 from experiments import ExperimentConfig
+from experiments.assignment import Arm as AssignedArm
+from experiments.assignment import assign
 from experiments.clock import Clock, Ticket
 from experiments.runtime import Experiment
 
@@ -57,9 +59,47 @@ def test_captured_calls_are_never_moved():
     FakeCuda.capturing = True
     arms = [exp.choose(decision, shape, Batch(CallClass.PREFILL), "m", CudaQ()) for _ in range(2000)]
     assert arms == [None] * 2000
-    assert exp.never_moved["capture"] == 2000
-    assert exp.b_calls == 0
+    # counted: the captured calls the draws picked (B or timed A), the only ones whose capture changes anything
+    (cell,) = exp.cells.values()
+    picked = sum(assign(exp.config.seed, 0.1, cell.key, i) is not AssignedArm.A for i in range(2000))
+    assert 300 < picked < 500 and exp.never_moved["capture"] == picked
+    assert exp.b_calls == 0 and cell.calls_b == 0 and cell.calls_a == 2000 - picked
     FakeCuda.capturing = False
     arms = [exp.choose(decision, shape, Batch(CallClass.PREFILL), "m", CudaQ()) for _ in range(2000)]
     assert sum(a is not None and a.is_b for a in arms) > 100  # outside the capture the same calls do move
+    reset()
+
+
+def test_the_current_stream_is_looked_up_once_per_raw_stream():
+    """torch.cuda.current_stream() builds a Stream per call; the clock reads the raw handle and keeps the object."""
+    from ..telemetry.cuda_double import FakeStream, FakeWait
+
+    reset()
+    raw = {"handle": 11}
+    streams: list = []
+
+    class RawCuda(FakeCuda):
+        @staticmethod
+        def current_stream(device=None):
+            FakeCuda.stream_lookups += 1
+            streams.append(FakeStream(name=f"current {raw['handle']}"))
+            return streams[-1]
+
+    class RawTorch(FakeTorch):
+        cuda = RawCuda
+        _C = type("_C", (), {"_cuda_getCurrentRawStream": staticmethod(lambda index: raw["handle"])})
+
+    class IndexedQ(CudaQ):
+        def get_device(self) -> int:
+            return 0
+
+    wait = FakeWait()
+    clock = Clock(RawTorch, gated=True, gate_launcher=wait.launcher)
+    clock.begin(Ticket("cell", True, None), IndexedQ(), None)  # no gate yet; the flush builds it
+    clock.resolve()
+    for i in range(6):
+        raw["handle"] = 11 if i < 3 else 12
+        clock.begin(Ticket("cell", True, None), IndexedQ(), None)
+    assert FakeCuda.stream_lookups == 2  # one per raw handle seen, not one per call
+    assert [launch[2] for launch in wait.launches[-6:]] == [streams[0].cuda_stream] * 3 + [streams[1].cuda_stream] * 3
     reset()
