@@ -57,6 +57,16 @@ def _grouping_labels(expr: str) -> set[str]:
     return {lbl.strip() for group in found for lbl in group.split(",") if lbl.strip()}
 
 
+def _set_operands(expr: str) -> list[str]:
+    """The operands of `and`/`unless` checked one by one, each carrying the operator's `on (...)` labels."""
+    parts = re.split(r"\s(?:unless|and)\s", expr)
+    out = []
+    for left, right in zip(parts, parts[1:] + [""]):
+        on = re.match(r"\s*(?:on|ignoring)\s*\([^)]*\)", right)
+        out.append(left + (f" {on.group(0).strip()}" if on else ""))
+    return out
+
+
 def _matcher_labels(expr: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for name, body in re.findall(r"([a-zA-Z_][\w:]*)\{([^}]*)\}", _strip_strings(expr)):
@@ -180,6 +190,8 @@ def test_every_query_uses_contract_series_and_labels():
     problems = []
     # each side of an `or` is checked on its own (the native and the classic form of a latency query)
     exprs = [(where, part) for where, expr in exprs for part in re.split(r"\)\s+or\s+(?=\w)", expr)]
+    # a set operator's sides too: in `a unless on (l) b`, a is grouped by its own labels and l must be on both sides
+    exprs = [(where, part) for where, expr in exprs for part in _set_operands(expr)]
     for where, expr in exprs:
         names = _metrics_in(expr)
         unknown = names - series.keys()
@@ -200,6 +212,12 @@ def test_contract_check_catches_a_wrong_label():
     expr = 'sum by (kernel) (rate(routescope_telemetry_errors_total{model="x"}[5m]))'
     assert not _matcher_labels(expr)["routescope_telemetry_errors_total"] <= all_series()["routescope_telemetry_errors_total"]
     assert not _grouping_labels(expr) <= all_series()["routescope_telemetry_errors_total"]
+    # a set operator's `on (...)` is checked on both sides, and each side's `by (...)` on its own series
+    unless = ('max by (experiment, stop_reason) (routescope_experiment_state) unless on (experiment, kernel) '
+              'routescope_experiment_acknowledged_timestamp_seconds')
+    left, right = _set_operands(unless)
+    assert "kernel" in _grouping_labels(left) and "kernel" in _grouping_labels(right)
+    assert "stop_reason" not in _grouping_labels(right)
 
 
 def test_substitution_matches_grafana():
