@@ -4,7 +4,8 @@ Imports dispatcher's types, advise's candidates and tables, telemetry's buckets 
 never imports it (it sees an experiment only through ``dispatcher.arms.ArmChooser``). Modules: ``config`` (the
 pydantic settings), ``assignment`` (pure: (seed, position) -> arm), ``candidates`` (arm B's kernel, eligibility,
 never-moved reasons, the start-time refusal), ``stats`` (pure: moments, the anytime-valid band, CUPED, saving,
-crossover), ``clock`` and ``numerics`` (timing and output checks with no sync), ``runtime`` (one experiment in one
+crossover, the clock's bound in the band, thin buckets' calls needed), ``clock`` and ``calibration`` (timing with no
+sync, the gated pair's offset taken out, each clock's residual bound), ``numerics`` (output checks with no sync), ``runtime`` (one experiment in one
 process), ``report`` (merge across processes, the view), ``control`` (start/stop/read on a target), ``covariate``
 (advise's tables as the CUPED covariate and the prediction). docs/experiments.md explains the statistics and rules.
 
@@ -17,13 +18,17 @@ Control API (the service and the CLI build on it; a target is a ``Registry`` or 
 
 Each item: ``id, candidate, fraction, state`` (running | stopped | finished), ``stop_reason`` (None unless stopped:
 harm, budget, numerics, b_raised, user, or the reason given), ``cells`` ([{model, rows_bucket, kernel_a, kernel_b,
-calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high, shape, call_class, cuped, mean_a_s, mean_b_s,
+calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high (the statistical band widened by the clocks'
+bounds), ratio_low_stat, ratio_high_stat (the statistical band alone), clock_bound_s ({a, b}: seconds), shape,
+call_class, cuped, mean_a_s, mean_b_s,
 prediction: {ratio, ratio_low, ratio_high, reason, tables, notes}: advise's, with its band, numerics: {checked,
 mismatched}}]), ``saving`` ({seconds, low, high}: what B would have
 saved over the eligible calls seen; positive is faster), ``history`` ([{t, cells: [{model, rows_bucket, shape,
 call_class, calls_a, calls_b, timed_a, timed_b, ratio, ratio_low, ratio_high}]}], at most 60 flushes), ``crossover``
-({rows, rule}: judged on ``buckets``), ``buckets`` ([{rows_bucket, lo, hi, calls, cells, covered, ratio, ratio_low,
-ratio_high}]: the moved cells of each rows bucket pooled across models, shapes and call classes), ``end_reason``
+({rows, rule, decided, undecided: None or {rows_bucket, calls, calls_needed, needed_because}}: judged on ``buckets``),
+``buckets`` ([{rows_bucket, lo, hi, calls, cells, covered, ratio, ratio_low, ratio_high, ratio_low_stat,
+ratio_high_stat, pairs, verdict (no_worse | worse | undecided), calls_needed, needed_because}]: the moved cells of
+each rows bucket pooled across models, shapes and call classes), ``end_reason``
 (max_calls | max_seconds when finished), ``never_moved`` ({reason: calls}: capture, candidate_unavailable,
 guard_refusal, batch_invariant, decode_on_prefill, not_running), ``ineligible``, ``b_failures``, ``last_error``,
 ``clock_dropped``, ``budget`` ({extra_s, eligible_s, share, window_s}), ``acknowledged`` ({at, by} once a
@@ -33,7 +38,7 @@ person acknowledged a stop, else None), ``processes``, ``started_at``,
 ``ExperimentConfig`` fields: id, candidate (gfx942_N | gfx950_N | split_below_N | decodes_split_k | aa), fraction
 (0.01, at most 0.1), seed, harm_bound (0.05), budget (0.005), window_s (3600), numerics_every (64), max_calls,
 max_seconds, allow_decode_on_prefill (False), cells (aa only: [{model, rows_bucket}]), min_samples (30), clock
-(stamp | gated), tolerance (None: the sweep's bound by dtype).
+(gated | stamp), tolerance (None: the sweep's bound by dtype).
 
 Attaching to a Dispatcher (the demo)::
 

@@ -3,7 +3,9 @@
 One run, one device:
 1. the demo's prefill-entry calls (``workloads.traffic``, GLM's decode rows through prefill, so small calls reach the
    prefill entry) at full shapes on a GPU, up to ``max_rows`` rows (larger calls are on A under every split_below
-   candidate and would only dilute the cost figure);
+   candidate and would only dilute the cost figure); with ``thin`` > 1 every call from ``keep_rows`` up to
+   ``keep_below`` rows and one in ``thin`` of the others, over as much more traffic as that takes
+   (``experiments.sample``), so the thin buckets near the crossover get enough calls to decide;
 2. each fraction: the stream through the Dispatcher with the experiment attached (flusher thread at 0.5 s; the kill
    switch set out of the way, since the bench measures cells on both sides of the crossover);
 3. the ground truth: a sample of the same calls of every moved cell replayed under both arms, in interleaved blocks
@@ -197,9 +199,14 @@ def render(result: dict) -> None:
             typer.echo(f"  undecided: the {thin['rows_bucket']} bucket ({thin['calls']} calls) is too thin; "
                        + (f"about {need} of its calls would decide it" if need is not None
                           else thin["needed_because"]))
-        for device, cal in (e.get("clock_calibration") or {}).items():
-            typer.echo(f"  clock on {device}: {cal['offset_ns']} ns off each gated reading ({cal['pairs']} empty "
-                       f"pairs, median {cal['empty_median_ns']} ns), bound {cal['bound_ns']} ns")
+        cal = e.get("clock_calibration") or {}
+        for device, dev in (cal.get("devices") or {}).items():
+            typer.echo(f"  clock on {device}: {dev['offset_ns']} ns off gated readings of kernels that write no stamp "
+                       f"({dev['pairs']} empty pairs, floor {dev['empty_p10_ns']} ns), bound {dev['bound_ns']} ns")
+        offsets = [k["offset_ns"] for k in (cal.get("kernels") or {}).values() if k["offset_ns"] is not None]
+        if offsets:
+            typer.echo(f"  calibrated in place: {len(offsets)} cell arms, {min(offsets)}-{max(offsets)} ns off each "
+                       f"gated reading ({cal.get('calibrating_calls', 0)} stamped calls, not samples)")
         typer.echo(f"{'model':<22}{'rows':>10}{'class':>12}{'B':>6}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
                    f"{'in':>5}")
         for c in e["cells"]:

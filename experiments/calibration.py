@@ -39,9 +39,9 @@ KERNEL_STEP_NS: dict[str, int] = {"NVIDIA H200": 1089}
 
 CALIBRATION_PAIRS = 64
 CALIBRATION_MIN = 8  # empty pairs read before the give-up time for the device's calibration to count
-KERNEL_CAL_FIRST = 4  # a cell arm's first calls all calibrate
+KERNEL_CAL_FIRST = 2  # a cell arm's first calls all calibrate
 KERNEL_CAL_EVERY = 8  # then one in this many
-KERNEL_CAL_MIN = 3  # samples before a cell arm's offset is used
+KERNEL_CAL_MIN = 2  # samples before a cell arm's offset is used
 KERNEL_CAL_KEEP = 1024  # samples kept per cell arm (the latest)
 OUTLIER_NS = 5000  # a stamped call's offset this far from the median is a preempted read, left out
 GIVE_UP_S = 5.0  # a reading held this long for a calibration takes the device's
