@@ -41,3 +41,19 @@ def test_thin_one_is_the_plain_stream_and_bad_arguments_are_refused():
         thinned(10, seed=1, max_rows=255, keep_rows=32, thin=0)
     with pytest.raises(ValueError, match="calls"):
         thinned(0, seed=1, max_rows=255, keep_rows=32, thin=2)
+
+
+def test_bench_experiment_refuses_a_thinning_that_would_split_a_rows_bucket():
+    import typer
+    from typer.testing import CliRunner
+
+    from experiments.bench import experiment_command
+
+    app = typer.Typer()
+    app.command()(experiment_command)
+    runner = CliRunner()
+    for argv, name in ((["--thin", "0"], "--thin"), (["--thin", "10", "--keep-rows", "33"], "--keep-rows"),
+                       (["--thin", "10", "--keep-rows", "32", "--keep-below", "48"], "--keep-below"),
+                       (["--thin", "10", "--keep-rows", "64", "--keep-below", "32"], "--keep-below")):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 2 and name in res.output, (argv, res.output)
