@@ -170,10 +170,18 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
         pooled_rows = []
         for b in view["buckets"]:
             gt = by_label.get(b["rows_bucket"])
-            pooled_rows.append({**b, "truth": gt["ratio"] if gt else None,
-                                "off": (b["ratio"] / gt["ratio"] - 1.0) if gt and b["ratio"] else None,
-                                "inside": (b["ratio_low"] <= gt["ratio"] <= b["ratio_high"])
-                                if gt and b["ratio_low"] is not None else None})
+            # the truth over the cells the bucket's band covers (those with two timed pairs), weighted as it weighs
+            # them; the truth over all the bucket's cells beside it
+            covered = [(c["calls_a"] + c["calls_b"], truth.get((c["model"], c["rows_bucket"], c["call_class"])))
+                       for c in view["cells"] if c["rows_bucket"] == b["rows_bucket"] and c["kernel_a"] != c["kernel_b"]
+                       and min(c["timed_a"], c["timed_b"]) >= 2]
+            covered = [(w, t) for w, t in covered if t is not None]
+            true = (sum(w * t["mean_b"] for w, t in covered) / sum(w * t["mean_a"] for w, t in covered)
+                    if covered else None)
+            pooled_rows.append({**b, "truth": true, "truth_all_cells": gt["ratio"] if gt else None,
+                                "off": (b["ratio"] / true - 1.0) if true and b["ratio"] else None,
+                                "inside": (b["ratio_low"] <= true <= b["ratio_high"])
+                                if true and b["ratio_low"] is not None else None})
         result["experiments"][str(f)] = {"cells": rows, "buckets": pooled_rows,
                                          "crossover": view["crossover"]["rows"],
                                          "crossover_detail": view["crossover"],
