@@ -254,6 +254,10 @@ def _headline(model: str, outs: list[CandidateOut], best: CandidateOut | None, t
         saving = best.saving_per_hour if hourly else best.saving
         share = f"{fmt_share(best.saving_share.mid)} {SHARE_OF}, " if best.saving_share else ""
         text = f"{model}: {_what(best, active, target)} would have saved {share}{fmt_band(saving, hourly)}"
+        if best.saving.low <= 0:  # the estimate saves, its band does not: say so before anyone moves a gate
+            text = (f"{model}: no confident recommendation: the best estimate, {_what(best, active, target)}, "
+                    f"saves {share}{fmt_band(saving, hourly)}, a band that reaches no saving (measure it: "
+                    "`routescope bench ab`, or an experiment)")
         if len(ties) > 1:
             text += (f" (any gate from {ties[0]} to {ties[-1]} rows saves as much, to within {TIE:.1%}: few or no "
                      "calls fall between them)")
