@@ -169,6 +169,7 @@ def create_app(
                     experiments.close()  # a last flush: the experiment's statistics and state file
                 except Exception:  # noqa: BLE001 - the shutdown goes on to flush telemetry
                     log.exception("experiments did not close cleanly")
+            state.metrics.close()  # the /metrics build worker ends once idle
             telemetry.close()  # stops the flush thread, flushes once more, releases multiprocess files
             if demo is not None:
                 c = demo.counts

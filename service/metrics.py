@@ -115,6 +115,7 @@ class ChainedCollector:
         self._building = False  # the worker is running
         self._read: _Read | None = None  # the last sound read: formats asked after it encode from it while current
         self._worker: ThreadPoolExecutor | None = None
+        self._closed = False
         self._tail_lines = TextEncoder()  # the last source's text lines, kept apart from the leading sources'
         self.builds = 0  # encodings the worker made (every format)
 
@@ -207,15 +208,28 @@ class ChainedCollector:
             return
         self._building = True
         try:
+            if self._closed:
+                raise RuntimeError("closed")
             if self._worker is None:  # one long-lived thread: starting one per build would stall the scrape under load
                 self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="routescope-metrics-build")
             self._worker.submit(self._run)
-        except RuntimeError:  # the interpreter is shutting down: this scrape builds
+        except RuntimeError:  # closed, or the interpreter is shutting down: a scrape that waits builds itself
+            if not waited:
+                self._building = False
+                return
             self._cond.release()
             try:
                 self._run()
             finally:
                 self._cond.acquire()
+
+    def close(self) -> None:
+        """Let the worker thread end once it has built what was asked (the app's shutdown); a scrape after this that
+        must wait builds in its own thread."""
+        with self._cond:
+            self._closed, worker, self._worker = True, self._worker, None
+        if worker is not None:
+            worker.shutdown(wait=False)
 
     def _next(self) -> tuple[str, Encoder, _Read | None] | None:
         """The next format to encode (waited-for first) and a read it may reuse; None when none is left (lock held)."""

@@ -345,3 +345,19 @@ def test_a_read_is_shared_by_the_formats_asked_for_after_it_until_the_next_flush
     assert {f.name: f.metric[0].counter.value for f in decode_delimited(proto)}["demo_calls_total"] == 1
     om = chain.render(ACCEPTS["OpenMetrics 1.0"])[0]  # never asked for: waited for, from the same read
     assert source.collects == 2 and _calls(om) == 1
+
+
+def test_after_close_the_worker_ends_and_a_scrape_that_must_wait_builds_itself():
+    source, errors, now = _Source(), [], [0.0]
+    chain = _chain(source, errors, now)
+    chain.render(None)
+    worker = chain._worker
+    chain.close()
+    assert worker is not None and chain._worker is None
+    source.calls.inc()
+    source.flush()
+    now[0] = 1.0
+    assert _calls(chain.render(None)[0]) == 0  # young enough: kept, nothing asked of a worker that is gone
+    assert chain.idle(1) and source.collects == 1
+    now[0] = 3.0  # too old: this scrape builds in its own thread
+    assert _calls(chain.render(None)[0]) == 1 and source.collects == 2 and errors == []
