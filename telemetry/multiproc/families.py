@@ -30,6 +30,17 @@ from ..native import NativeCounts, contradiction, native_histogram
 from .mpfile import NATIVE_INDEX
 
 LabelsKey = tuple  # sorted (label, value) pairs
+_LE: dict[float, str] = {}  # bucket bound -> its ``le`` label, as prometheus_client writes it
+
+
+def _le_of(bound: float) -> str:
+    """``floatToGoString(bound)``, once per bound: a plan asks it for every bucket of every series."""
+    got = _LE.get(bound)
+    if got is None:
+        got = floatToGoString(bound)
+        if bound and len(_LE) < 4096:  # 0.0 and -0.0 are one key but two labels: never kept
+            _LE[bound] = got
+    return got
 _new_sample = tuple.__new__  # Sample(name, labels, value) without NamedTuple's keyword handling: 80k a scrape
 
 
@@ -198,7 +209,7 @@ class Plan:
                 if bounds:
                     cum_starts.append(len(cum_order))
                     for bound in sorted(bounds):
-                        le = floatToGoString(bound)
+                        le = _le_of(bound)
                         names_labels.append((fam.name + "_bucket", index.labels_of(key, le)))
                         src.append(n_sum + n_max + len(cum_order))
                         cum_order.append(bounds[bound])
