@@ -30,6 +30,8 @@ from .stats import Moments
 
 log = logging.getLogger("routescope.experiments")
 HISTORY = 60  # flushes kept per process for the page's chart
+MAX_ROUTES = 65536  # call-path keys (decision, rows, model) kept; past it, calls look their rows bucket up
+INELIGIBLE = ("ineligible",)  # the route of calls the two arms route alike (kept, so they are not worked out again)
 
 
 class State:
@@ -131,16 +133,14 @@ class Experiment:
 
         An eligible call that is not picked costs a count and a compare: the picks are found a batch at a time
         (``assignment.Schedule``, ``assignment.GroupPicks``), the same draws as ``assignment.assign`` per call."""
-        ordinal = decision.ordinal
-        route = self._routes.get((ordinal if ordinal >= 0 else (shape[1:], decision),
-                                  bisect_right(self._edges, shape[0]), model))
+        route = self._routes.get((decision.ordinal, shape[0], model))  # a known (decision, rows, model): no bisect
         if route is None:
             route = self._route(decision, shape, model)
         if route.__class__ is not Cell:
-            if route is not None:
-                self.never_moved[route] += 1
-            else:
+            if route is INELIGIBLE:
                 self.ineligible += 1
+            else:
+                self.never_moved[route] += 1
             return None
         if not self.running:
             self.never_moved[NotMoved.STOPPED.value] = self.never_moved.get(NotMoved.STOPPED.value, 0) + 1
@@ -220,11 +220,20 @@ class Experiment:
     # -- off the call path --------------------------------------------------------------------------------------
 
     def _route(self, decision: Decision, shape: CallShape, model: str | None) -> Any:
-        """A cell, a never-moved reason, or None (the arms agree: not eligible) for calls like this one."""
-        router = self.router
+        """A cell, a never-moved reason, or ``INELIGIBLE`` (the arms agree) for calls like this one."""
         ordinal = decision.ordinal
-        key = (ordinal if ordinal >= 0 else (shape[1:], decision), bisect_right(self._edges, shape[0]), model)
-        bucket = key[1] - 1
+        bucket = bisect_right(self._edges, shape[0]) - 1
+        key = ("bucket", ordinal if ordinal >= 0 else (shape[1:], decision), bucket, model)  # never a 3-tuple
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self._new_route(decision, shape, model, bucket)
+        if ordinal >= 0 and len(self._routes) < MAX_ROUTES:  # the call path's key: the exact rows (no bisect)
+            self._routes[(ordinal, shape[0], model)] = route
+        return route
+
+    def _new_route(self, decision: Decision, shape: CallShape, model: str | None, bucket: int) -> Any:
+        """Worked out once per (decision, rows bucket, model): B's kernel, eligibility, the cell."""
+        router = self.router
         label = self._labels[bucket]
         kernel_b = router.kernel_b(decision, shape)
         route: Any
@@ -233,7 +242,7 @@ class Experiment:
         else:
             eligible = kernel_b is not decision.kernel
         if not eligible:
-            route = None
+            route = INELIGIBLE
         elif decision.refused:
             route = NotMoved.GUARD.value
         elif self._batch_invariant:
@@ -256,7 +265,6 @@ class Experiment:
                 route.next = route.schedule.next
         if route.__class__ is str:
             self.never_moved.setdefault(route, 0)
-        self._routes[key] = route
         return route
 
     def _take_numerics(self) -> None:

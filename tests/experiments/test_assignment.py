@@ -145,3 +145,25 @@ def test_two_processes_with_one_config_assign_identically():
     assert 20 < first[:900].count("b") < 75 and first[:900].count("timed_a") > 20  # 5% of 900 eligible calls each
     assert by_position == [{Arm.A: None, Arm.B: "b", Arm.TIMED_A: "timed_a"}[assign(11, 0.05, step, index)]
                            for step in range(200) for index in range(70)]
+
+
+def test_a_route_is_worked_out_once_per_decision_rows_bucket_and_model():
+    """The call path looks a call up by its exact rows; a rows value first seen reuses its bucket's route, and calls
+    the arms route alike are kept as such (not worked out again per call)."""
+    from dispatcher import CallClass, CallShape, what_if
+    from dispatcher.policy import DecisionCache, Policy
+    from dispatcher.types import Batch
+    from experiments import ExperimentConfig
+    from experiments.runtime import Experiment
+
+    platform, policy = what_if("cpu"), Policy()
+    cache = DecisionCache(platform, policy)
+    exp = Experiment(ExperimentConfig(id="routes", candidate="split_below_64", fraction=0.05), platform, policy)
+    worked = []
+    new_route = exp._new_route
+    exp._new_route = lambda *a: worked.append(a[3]) or new_route(*a)
+    for rows in (8, 9, 8, 9, 100, 101, 100, 200, 8):  # 8-15 eligible; 64-127 and 128-255 not (split below 64)
+        exp.choose(cache.decide(CallShape(rows), CallClass.PREFILL), CallShape(rows), Batch(CallClass.PREFILL), "m",
+                   _CpuQ)
+    assert len(worked) == 3  # one per rows bucket
+    assert exp.ineligible == 4 and sum(c.seen for c in exp.cells.values()) == 5
