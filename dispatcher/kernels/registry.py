@@ -2,14 +2,15 @@
 
 The in-tree names (``intree.ragged_prefill``, ``intree.sparse_decode``) have Gluon (Hopper) and Triton
 implementations where Triton imports (``triton_impls``), and torch everywhere; the AITER names have AITER's own
-kernels behind lazy adapters (``aiter``). The first in line that runs on the call's device takes it, resolved once
-per (name, device type).
+kernels behind lazy adapters (``aiter``), each imported from the module AITER defines it in (``aiter.MODULES``,
+under the package ``aiter_module``). The first in line that runs on the call's device takes it, resolved once per
+(name, device type).
 """
 
 from __future__ import annotations
 
 from ..types import Kernel
-from .aiter import OPUS, PA_PREFILL_SPARSE, AiterSymbol, make_adapter
+from .aiter import OPUS, PA_PREFILL_SPARSE, aiter_symbol, make_adapter
 from .impl import KernelImpl
 from .torch_ref import ragged_prefill
 from .torch_splitk import sparse_decode
@@ -65,5 +66,5 @@ def default_registry(*, aiter_module: str = "aiter", triton: bool = True, gluon:
     reg.register(KernelImpl(Kernel.INTREE_RAGGED_PREFILL, "torch", ragged_prefill))
     reg.register(KernelImpl(Kernel.INTREE_SPARSE_DECODE, "torch", sparse_decode))
     for kernel, symbol in ((Kernel.AITER_PA_PREFILL_SPARSE, PA_PREFILL_SPARSE), (Kernel.AITER_OPUS, OPUS)):
-        reg.register(KernelImpl(kernel, "aiter", make_adapter(AiterSymbol(symbol, aiter_module))))
+        reg.register(KernelImpl(kernel, "aiter", make_adapter(aiter_symbol(symbol, aiter_module))))
     return reg

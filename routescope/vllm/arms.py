@@ -8,19 +8,17 @@ own code does, so a B launch is the launch vLLM would make had its gate said oth
 | --- | --- |
 | ``intree.ragged_prefill`` | vLLM's ``_rocm_sparse_attn_prefill_ragged_triton`` (ragged indices) or ``_rocm_sparse_attn_prefill_triton`` (dense), as its fall-through does |
 | ``aiter.pa_sparse_prefill_opus`` (gfx950) | vLLM's ``_rocm_sparse_attn_prefill_ragged_aiter_opus``, dense indices made ragged by vLLM's ``build_ragged_indices_from_dense`` |
-| ``aiter.pa_prefill_sparse`` (gfx942) | routescope's lazy AITER adapter (``dispatcher/kernels/aiter.py``): 0.33.0 has no gfx942 branch to borrow; it takes dense indices, so ragged ones are laid out dense first (``dense_from_ragged``, before B's clock starts) |
+| ``aiter.pa_prefill_sparse`` (gfx942) | routescope's lazy AITER adapter (``dispatcher/kernels/aiter.py``): 0.33.0 has no gfx942 branch to borrow; vLLM's ragged layout goes straight through to AITER's CSR arguments, dense indices are made ragged on the device inside the launch (``csr_from_dense``: the layout of vLLM's ``build_ragged_indices_from_dense``), as vLLM's OPUS branch makes them |
 | ``intree.sparse_decode`` (split-K) | vLLM's ``rocm_sparse_attn_decode_bf16`` (the original, not the plugin's counting wrapper), splits from ``rocm_sparse_decode_bf16_num_splits`` |
 
 :meth:`VllmArms.unavailable` says, before anything is launched, why a kernel cannot take a call here (a
-missing function, AITER's symbol absent, vLLM's arch flag off, a ragged layout whose row width the shapes do not
-tell); such a call is never moved. Nothing here reads a device tensor.
+missing function, AITER's symbol absent, vLLM's arch flag off, ragged indices of a form AITER does not take);
+such a call is never moved. Nothing here reads a device tensor.
 
 Ragged indices as vLLM's ROCm sparse MLA path passes them (the backend's ``paged_kv_indices`` /
 ``paged_kv_indptr`` for a pure-decode batch, or ``build_ragged_indices_from_dense``'s output): a flat buffer
-of ``rows x W`` slots (W = the backend's ``topk_tokens``, or the dense width) and an ``[rows + 1]`` prefix sum
-whose rows each hold at most W slots, packed from ``indptr[i]``. W is read from the shapes alone
-(``numel // rows``); a buffer that is not a whole number of rows, or an indptr of another length, cannot be laid
-out without reading the device and is ``candidate_unavailable``, with the reason.
+and an ``[rows + 1]`` prefix sum, row i's slots from ``indptr[i]`` to ``indptr[i + 1]``; what follows
+``indptr[-1]`` is never read. That is AITER's CSR form, so the gfx942 arm passes both as they are (int32).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from dispatcher.kernels.aiter import AiterSymbol, AiterSymbolMissing, make_adapter
+from dispatcher.kernels.aiter import PA_PREFILL_SPARSE, AiterSymbolMissing, aiter_symbol, make_adapter
 from dispatcher.kernels.common import KernelArgs, SparseIndex
 from dispatcher.types import Kernel
 
@@ -79,31 +77,16 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def ragged_refusal(call: PrefillCall) -> str | None:
-    """Why this ragged-only call's indices cannot be laid out dense from its shapes alone; None when they can."""
+    """Why this ragged-only call's indices are not AITER's CSR form (read from their shapes); None when they are."""
     indices, indptr, rows = call.ragged_indices, call.ragged_indptr, call.q.shape[0]
     if indices is None or indptr is None:
         return "no indices: neither dense nor both ragged_indices and ragged_indptr were given"
     if indices.dim() != 1 or indptr.dim() != 1 or indptr.shape[0] != rows + 1:
         return (f"ragged layout not vLLM's (indices {list(indices.shape)}, indptr {list(indptr.shape)} for {rows} "
-                "rows; expected [rows x W] and [rows + 1])")
+                "rows; expected 1-D indices and [rows + 1])")
     if indices.dtype not in _INDEX_DTYPES or indptr.dtype not in _INDEX_DTYPES:
         return f"ragged indices of dtype {indices.dtype}/{indptr.dtype}; int32 or int64 expected"
-    if rows == 0 or indices.shape[0] == 0 or indices.shape[0] % rows:
-        return (f"a ragged buffer of {indices.shape[0]} slots for {rows} rows is not rows x W: the row width "
-                "cannot be told without reading the device")
     return None
-
-
-def dense_from_ragged(indices: Any, indptr: Any, rows: int) -> tuple[Any, Any]:
-    """vLLM's ragged layout (``rows x W`` slots, rows packed from ``indptr[i]``, each at most W long) as dense
-    ``[rows, W]`` int32 indices padded with -1 and their ``[rows]`` int32 lengths. Device ops only, no sync."""
-    width = indices.shape[0] // rows
-    starts = indptr[:-1].long()
-    lengths = (indptr[1:] - indptr[:-1]).clamp(0, width)  # no row is longer than W in vLLM's layout
-    columns = torch.arange(width, device=indices.device)
-    positions = (starts.unsqueeze(1) + columns).clamp_(0, indices.shape[0] - 1)
-    dense = torch.where(columns < lengths.unsqueeze(1), indices[positions], -1)
-    return dense.to(torch.int32), lengths.to(torch.int32)
 
 
 def _original(fn: Any) -> Any:
@@ -116,7 +99,7 @@ class VllmArms:
 
     def __init__(self, module: ModuleType, *, aiter_module: str = "aiter") -> None:
         self.module = module
-        self.pa = AiterSymbol("pa_prefill_sparse", aiter_module)
+        self.pa = aiter_symbol(PA_PREFILL_SPARSE, aiter_module)
         self._pa_launch = make_adapter(self.pa)
         self._pa_missing: str | None = None  # the first load failure, kept: an import is not retried per call
         self._launch: dict[Kernel, Callable[[PrefillCall, Any], None]] = {
@@ -146,7 +129,7 @@ class VllmArms:
                 return "vLLM's _get_aiter_sparse_prefill_opus returned None (AITER MLA off or no OPUS symbol)"
             return None
         if kernel is Kernel.AITER_PA_PREFILL_SPARSE:
-            if call.indices is None:
+            if call.ragged or call.indices is None:
                 why = ragged_refusal(call)
                 if why is not None:
                     return why
@@ -171,11 +154,8 @@ class VllmArms:
         return f"no launcher for {kernel}"
 
     def prepare(self, kernel: Kernel, call: PrefillCall) -> PrefillCall:
-        """The call as ``kernel``'s launcher takes it: ragged-only indices laid out dense for pa_prefill_sparse
-        (device work, no read: run before B's clock starts); any other call unchanged."""
-        if kernel is Kernel.AITER_PA_PREFILL_SPARSE and call.indices is None:
-            dense, lengths = dense_from_ragged(call.ragged_indices, call.ragged_indptr, call.q.shape[0])
-            return call._replace(indices=dense, topk_length=lengths)
+        """The call as ``kernel``'s launcher takes it, before B's clock starts: every launcher takes vLLM's layouts
+        as they come (a dense call's ragged form is made inside the launch, as vLLM's branches make it)."""
         return call
 
     def launch(self, kernel: Kernel, call: PrefillCall, output: Any) -> None:
@@ -213,7 +193,10 @@ class VllmArms:
             raise ArmUnavailable("vLLM's OPUS launch declined (its getter returned None)")
 
     def _pa(self, call: PrefillCall, output: Any) -> None:
-        index = SparseIndex(call.indices.reshape(call.indices.shape[0], -1), call.topk_length)
+        if call.ragged:  # vLLM's ragged layout (preferred where both are given, as vLLM's branches do): AITER's CSR
+            index = SparseIndex(None, None, call.ragged_indices, call.ragged_indptr)
+        else:
+            index = SparseIndex(call.indices.reshape(call.indices.shape[0], -1), call.topk_length)
         self._pa_launch(KernelArgs(call.q, call.kv, index, float(call.scale), call.sink(), output))
 
     def _split_k(self, call: PrefillCall, output: Any) -> None:

@@ -247,8 +247,8 @@ class Router:
             self.failed("begin", exc)
 
     def prepare_b(self, arm: Arm, call: PrefillCall) -> tuple[PrefillCall, BaseException | None]:
-        """B's call as its launcher takes it (ragged indices laid out dense for pa_prefill_sparse), made before B's
-        clock starts so the layout is not B's time; an exception it raised is B's failure, and A runs instead."""
+        """B's call as its launcher takes it (``VllmArms.prepare``), made before B's clock starts; an exception it
+        raised is B's failure, and A runs instead."""
         try:
             return self.arms.prepare(arm.decision.kernel, call), None
         except Exception as exc:  # noqa: BLE001
