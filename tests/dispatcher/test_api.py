@@ -108,7 +108,9 @@ def test_eligible_call_launches_aiter(aiter_mod, full_out, uses_out):
 
 def test_missing_symbol_on_eligible_call_raises_naming_it():
     d = dispatcher_for("gfx942", aiter_module="routescope_no_such_aiter", gfx942_min_rows=8)
-    with pytest.raises(AiterSymbolMissing, match=r"routescope_no_such_aiter\.pa_prefill_sparse .*ModuleNotFoundError"):
+    # the module AITER defines it in (aiter/ops/triton/attention/pa_prefill_sparse.py), the symbol, the failure
+    where = r"routescope_no_such_aiter\.ops\.triton\.attention\.pa_prefill_sparse\.pa_prefill_sparse"
+    with pytest.raises(AiterSymbolMissing, match=where + r" is needed for this call .*ModuleNotFoundError"):
         d(*call_args(8, dtype=torch.bfloat16))
 
 

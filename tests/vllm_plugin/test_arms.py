@@ -3,9 +3,12 @@ TEST DOUBLES (tests/vllm_plugin/doubles.py); AITER is tests/dispatcher/aiter_dou
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
+from dispatcher.kernels.aiter import MODULES, PA_PREFILL_SPARSE
 from dispatcher.types import Kernel
 from routescope.vllm.arms import PrefillCall, VllmArms
 from tests.dispatcher import aiter_double
@@ -66,15 +69,14 @@ def test_what_each_kernel_takes(ops):
     try:
         assert arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, _call(), "bfloat16", "bfloat16") is None
         assert arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, vllm_ragged(_call()), "bfloat16", "bfloat16") is None
-        # packed with no room to spare (row 0 one slot short: 23 slots for 8 rows), or an indptr of the wrong length
+        # packed with no room to spare (23 slots for 8 rows): still AITER's CSR form, taken as it is
         packed = _call(ragged_only=True)
         packed = packed._replace(ragged_indices=packed.ragged_indices[1:], ragged_indptr=(
             packed.ragged_indptr - torch.tensor([0] + [1] * 8, dtype=torch.int32)))
-        assert "23 slots for 8 rows is not rows x W" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, packed,
-                                                                         "bfloat16", "bfloat16")
+        assert arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, packed, "bfloat16", "bfloat16") is None
         short = vllm_ragged(_call())
         short = short._replace(ragged_indptr=short.ragged_indptr[:-1])
-        assert "expected [rows x W] and [rows + 1]" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, short,
+        assert "expected 1-D indices and [rows + 1]" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, short,
                                                                        "bfloat16", "bfloat16")
         assert "fp16/bf16" in arms.unavailable(Kernel.AITER_PA_PREFILL_SPARSE, _call(), "float32", "float32")
     finally:
@@ -109,36 +111,30 @@ def test_every_launcher_writes_the_reference(ops, kernel, ragged_only):
     assert torch.equal(call.output, expected)  # the caller's output untouched when B writes elsewhere
 
 
-def test_pa_prefill_sparse_takes_vllms_ragged_layout_laid_out_dense(ops):
+def test_pa_prefill_sparse_takes_vllms_ragged_layout_straight_through(ops):
     """A ragged-only call (GLM's pure-decode path passes the backend's paged_kv_indices / paged_kv_indptr) reaches
-    pa_prefill_sparse (AITER's TEST DOUBLE) as dense indices and lengths, and writes the reference bit for bit;
-    the buffer's tail past the rows is never read."""
+    pa_prefill_sparse (AITER's TEST DOUBLE, AITER's signature) as AITER's CSR arguments, the same tensors, and writes
+    the reference bit for bit; the buffer's tail past the rows is never read. A dense call is made ragged by the
+    adapter; nothing is prepared before B's clock."""
     aiter = aiter_double.install()
+    seen = []
+    fn = sys.modules[f"{aiter_double.NAME}.{MODULES[PA_PREFILL_SPARSE]}"].pa_prefill_sparse
+    sys.modules[f"{aiter_double.NAME}.{MODULES[PA_PREFILL_SPARSE]}"].pa_prefill_sparse = (
+        lambda *a, **k: seen.append(a[2:4]) or fn(*a, **k))
     try:
         arms = VllmArms(ops, aiter_module=aiter_double.NAME)
         _, ref = prefill_args(8, sink=True, nope=12, rope=4, full_lanes=True)
         for tail in (1, 5):
             call = vllm_ragged(_call(), tail=tail)
-            ready = arms.prepare(Kernel.AITER_PA_PREFILL_SPARSE, call)
-            assert ready.indices.shape == (8, 4) and ready.indices.dtype == torch.int32
-            assert ready.topk_length.tolist() == (_call().indices >= 0).sum(1).tolist()
+            assert arms.prepare(Kernel.AITER_PA_PREFILL_SPARSE, call) is call
             out = torch.full_like(call.output, 7.0)
-            arms.launch(Kernel.AITER_PA_PREFILL_SPARSE, ready, out)
+            arms.launch(Kernel.AITER_PA_PREFILL_SPARSE, call, out)
             torch.testing.assert_close(out, ref, rtol=0, atol=0)
-        assert [name for name, _ in aiter.calls] == ["pa_prefill_sparse"] * 2
+            assert seen[-1][0] is call.ragged_indices and seen[-1][1] is call.ragged_indptr  # straight through
         dense = _call()
-        assert arms.prepare(Kernel.AITER_PA_PREFILL_SPARSE, dense) is dense  # dense calls go as they are
-        ragged = vllm_ragged(dense)
-        assert arms.prepare(Kernel.INTREE_RAGGED_PREFILL, ragged) is ragged  # only pa_prefill_sparse needs it
+        out = torch.full_like(dense.output, 7.0)
+        arms.launch(Kernel.AITER_PA_PREFILL_SPARSE, dense, out)
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        assert [name for name, _ in aiter.calls] == ["pa_prefill_sparse"] * 3
     finally:
         aiter_double.uninstall()
-
-
-def test_rows_of_unequal_length_are_laid_out_with_their_own_lengths():
-    """Rows of 0, 1 and W slots (W = 3 here: a 9-slot buffer for 3 rows), int64 indices."""
-    from routescope.vllm.arms import dense_from_ragged
-
-    indices = torch.tensor([4, 7, 8, 9, 0, 0, 0, 0, 0], dtype=torch.int64)
-    indptr = torch.tensor([0, 0, 1, 4], dtype=torch.int64)
-    dense, lengths = dense_from_ragged(indices, indptr, 3)
-    assert dense.tolist() == [[-1, -1, -1], [4, -1, -1], [7, 8, 9]] and lengths.tolist() == [0, 1, 3]

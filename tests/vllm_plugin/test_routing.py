@@ -347,8 +347,8 @@ def _reference(args: tuple, indices: torch.Tensor) -> torch.Tensor:
 def test_gfx942_arm_through_routescopes_aiter_adapter_on_a_vllm_without_the_branch(vllm_doubles, tmp_path):
     """vLLM 0.33.0 has no gfx942 branch: every call stays in-tree. Candidate gfx942_32 measures the seed's change
     (gate 32 here) anyway, launching pa_prefill_sparse through routescope's lazy AITER adapter (tests/dispatcher/aiter_double.py,
-    AITER's TEST DOUBLE), for dense calls and for ragged-only ones in vLLM's layout (laid out dense first); a
-    ragged buffer that is not rows x W cannot be laid out from its shapes and stays on A, counted."""
+    AITER's TEST DOUBLE), for dense calls (made ragged by the adapter) and for ragged-only ones in vLLM's layout,
+    handed over as AITER's CSR arguments, a buffer packed with no room to spare too."""
     aiter = aiter_double.install()
     try:
         s = Server(vllm_doubles, tmp_path, "gfx942", getters="opus_only", layout=Layout(aiter_module=aiter_double.NAME))
@@ -372,13 +372,13 @@ def test_gfx942_arm_through_routescopes_aiter_adapter_on_a_vllm_without_the_bran
         assert item["state"] == "running" and ragged["numerics"]["checked"] >= 1
         assert all(c["numerics"]["mismatched"] == 0 for c in cells.values())
         assert item["never_moved"].get("candidate_unavailable", 0) == 0
-        for i in range(100):  # not vLLM's layout: never moved, counted, the call still answers A's output
+        for i in range(100):  # packed with no room to spare: still AITER's CSR form, handed over as it is
             out, expected = _ragged_call(s, ROWS, seed=2000 + i, whole=False)
             assert torch.equal(out, expected), i
-        assert sum(1 for name, _ in aiter.calls if name == "pa_prefill_sparse") == n_b
+        assert sum(1 for name, _ in aiter.calls if name == "pa_prefill_sparse") > n_b
         item = s.report()
-        assert item["never_moved"]["candidate_unavailable"] >= 1 and item["state"] == "running"
-        assert s.obs.status()["routing"]["unavailable"] == {PA: 1}  # asked once: that cell then stays on A
+        assert item["never_moved"].get("candidate_unavailable", 0) == 0 and item["state"] == "running"
+        assert all(c["numerics"]["mismatched"] == 0 for c in item["cells"])
     finally:
         aiter_double.uninstall()
 
