@@ -41,10 +41,11 @@ def test_a_flush_during_the_first_call_exports_no_placeholder_impl(run):
     assert samples(exported, "routescope_calls_total", impl="torch") == 0, exported
 
 
-def test_vllms_own_ragged_layout_is_sized_from_its_shapes_and_read_back_exactly(run):
+def test_vllms_own_ragged_layout_is_the_adapters(run):
     """build_ragged_indices_from_dense (0.33.0's, as its OPUS branch calls it) makes a buffer of rows x width slots,
-    rows packed from indptr: the gfx942 arm's dense layout (routescope/vllm/arms.py) takes it without a refusal and
-    gives back every row's slots, -1, out-of-pool and past-length entries dropped as vLLM drops them."""
+    rows packed from indptr: the AITER adapter's csr_from_dense makes the same (indptr and every row's slots, -1,
+    out-of-pool and past-length entries dropped as vLLM drops them), and the gfx942 arm takes vLLM's without a
+    refusal."""
     assert [(x["rows"], x["width"]) for x in run.data["layouts"]] == [(5, 8), (3, 16), (6, 2048)]
     for x in run.data["layouts"]:
         assert x["numel"] == x["rows"] * x["width"] and x["refusal"] is None and x["match"], x

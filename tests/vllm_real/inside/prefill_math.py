@@ -63,9 +63,11 @@ cases.append(case(512, 0, torch.float32, True, False, 512, 102))
 
 
 def ragged_layout(rows: int, width: int, seed: int) -> dict:
-    """vLLM's own build_ragged_indices_from_dense (its Triton kernels, interpreted) makes the ragged layout the
-    gfx942 arm lays out dense again (routescope/vllm/arms.py): is it sized from the shapes, and read back exactly?"""
-    from routescope.vllm.arms import PrefillCall, dense_from_ragged, ragged_refusal
+    """vLLM's own build_ragged_indices_from_dense (its Triton kernels, interpreted) against the AITER adapter's
+    csr_from_dense (dispatcher/kernels/aiter.py), which makes the gfx942 arm's dense calls ragged: the same
+    buffer size, the same indptr, every row's slots the same."""
+    from dispatcher.kernels.aiter import csr_from_dense
+    from routescope.vllm.arms import PrefillCall, ragged_refusal
 
     g = torch.Generator().manual_seed(seed)
     dense = torch.randint(0, SKV, (rows, width), generator=g, dtype=torch.int32)
@@ -76,10 +78,10 @@ def ragged_layout(rows: int, width: int, seed: int) -> dict:
     lengths = torch.full((rows,), width, dtype=torch.int32)
     flat, ptr = ops.build_ragged_indices_from_dense(dense, lengths, num_rows=SKV)
     call = PrefillCall(torch.empty(rows, 1, 1), None, None, None, 1.0, 1, 1, 0, None, None, flat, ptr)
-    got, got_len = dense_from_ragged(flat, ptr, rows)
-    want = [[int(v) for v in row if 0 <= v < SKV] for row in dense]
-    match = all(got[i, : int(got_len[i])].tolist() == want[i] and bool((got[i, int(got_len[i]):] == -1).all())
-                for i in range(rows))
+    got, got_ptr = csr_from_dense(dense, lengths, SKV)
+    n = int(ptr[-1])
+    match = (got.shape == flat.shape and torch.equal(got_ptr, ptr.to(torch.int32))
+             and torch.equal(got[:n], flat[:n].to(torch.int32)))
     return {"rows": rows, "width": width, "numel": int(flat.numel()), "refusal": ragged_refusal(call), "match": match}
 
 
