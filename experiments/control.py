@@ -63,13 +63,15 @@ class Registry:
     ``directory``: a multiprocess directory whose experiments this process runs (``flush`` picks them up).
     ``batch_invariant``: vLLM's batch-invariant mode is on (every call keeps its kernel; the caller reads
     ``VLLM_BATCH_INVARIANT``).
+    ``gate_launcher``: tests only, a stand-in for the stream gate's Triton wait kernel (which needs a GPU).
     """
 
     def __init__(self, platform: Platform, policy: Policy, *, torch_mod: Any = None,
                  predictor: Predictor | None = None, directory: str | os.PathLike | None = None,
-                 batch_invariant: bool = False) -> None:
+                 batch_invariant: bool = False, gate_launcher: Any = None) -> None:
         self.platform, self.policy = platform, policy
         self.torch = torch_mod
+        self.gate_launcher = gate_launcher
         self.predictor = predictor
         self.directory = Path(directory) if directory is not None else None
         self.batch_invariant = batch_invariant
@@ -105,7 +107,7 @@ class Registry:
             try:
                 experiment = Experiment(config, self.platform, self.policy, torch_mod=self.torch,
                                         predictor=self.predictor, batch_invariant=self.batch_invariant,
-                                        started_at=started_at)
+                                        started_at=started_at, gate_launcher=self.gate_launcher)
             except StartRefused as exc:
                 raise ExperimentError(str(exc)) from exc
             self.all[config.id] = experiment

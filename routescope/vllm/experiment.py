@@ -38,8 +38,11 @@ def flush_interval(env: Mapping[str, str]) -> float:
     return value if value > 0 else 1.0
 
 
-def registry_factory(*, env: Mapping[str, str], torch_mod: Any = None) -> Callable[..., Any] | None:
-    """``make(platform=, policy=, batch_invariant=)`` building a process's Registry; None when none can run (logged)."""
+def registry_factory(*, env: Mapping[str, str], torch_mod: Any = None,
+                     gate_launcher: Any = None) -> Callable[..., Any] | None:
+    """``make(platform=, policy=, batch_invariant=)`` building a process's Registry; None when none can run (logged).
+
+    ``torch_mod`` and ``gate_launcher``: tests only (the CUDA double and the stand-in for the gate's wait kernel)."""
     if env.get(SWITCH_ENV, "").strip().lower() in _OFF:
         log.info("routescope: %s is off: the plugin observes and routes nothing", SWITCH_ENV)
         return None
@@ -56,6 +59,7 @@ def registry_factory(*, env: Mapping[str, str], torch_mod: Any = None) -> Callab
         from experiments.covariate import predictor_for
 
         return Registry(platform, policy, torch_mod=torch if torch_mod is None else torch_mod,
-                        predictor=predictor_for(platform), directory=directory, batch_invariant=batch_invariant)
+                        predictor=predictor_for(platform), directory=directory, batch_invariant=batch_invariant,
+                        gate_launcher=gate_launcher)
 
     return make

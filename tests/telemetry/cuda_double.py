@@ -39,6 +39,7 @@ class FakeEvent:
             return
         FakeEvent.clock += 0.004  # 4 µs per record, in ms
         self.t = FakeEvent.clock
+        self.done = False  # as a real event: recorded again, it is pending until the device reaches it
         self.streams.append(stream)
         FakeCuda.recorded += 1
 
@@ -198,6 +199,9 @@ class _Context:
         return None
 
 
+CURRENT_STREAM = FakeStream(name="current")  # what current_stream answers: one stream, with a raw handle
+
+
 class FakeCuda:
     Event = FakeEvent
     Stream = FakeStream
@@ -221,9 +225,9 @@ class FakeCuda:
         return 0
 
     @staticmethod
-    def current_stream(device: Any = None) -> str:
+    def current_stream(device: Any = None) -> FakeStream:
         FakeCuda.stream_lookups += 1
-        return "current-stream"
+        return CURRENT_STREAM
 
     @staticmethod
     def device(device: Any = None) -> _Context:

@@ -18,7 +18,7 @@ from routescope.vllm.experiment import registry_factory
 from routescope.vllm.layout import Layout
 from tests.dispatcher import aiter_double
 from telemetry import Telemetry, TelemetryConfig
-from tests.telemetry.cuda_double import FakeCuda, FakeEvent, FakeTorch, RocmTorch, reset
+from tests.telemetry.cuda_double import CURRENT_STREAM, FakeCuda, FakeEvent, FakeTorch, FakeWait, RocmTorch, reset
 
 from .conftest import Meta, prefill_args, samples, telemetry
 from .test_graphs import DeviceLooking
@@ -221,7 +221,8 @@ def test_a_wrong_b_stops_the_experiment_and_the_caller_only_ever_gets_as_output(
 @pytest.fixture(params=["cuda", "rocm"])
 def on_device(vllm_doubles, tmp_path, request):
     """The OPUS server with telemetry and the experiment given tests/telemetry/cuda_double.py's stand-in for
-    torch.cuda (as CUDA, or as torch's ROCm build presents HIP), and q a CPU tensor reporting is_cuda."""
+    torch.cuda (as CUDA, or as torch's ROCm build presents HIP), and q a CPU tensor reporting is_cuda; the
+    experiment's stream gate waits through the double's FakeWait (``s.wait``) for the Triton kernel."""
     reset()
     torch_module = FakeTorch
     if request.param == "rocm":
@@ -234,20 +235,31 @@ def on_device(vllm_doubles, tmp_path, request):
             super().__init__(*a, **kw)
             events.append(self)
 
+        def record(self, stream=None):
+            if stream is CURRENT_STREAM and not FakeCuda.capturing:  # the call's stream: a kernel ran before it
+                FakeEvent.clock += KERNEL_US / 1000
+            super().record(stream)
+
     FakeCuda.Event = Event
 
     def telemetry_factory(*, platform, policy, model, rank, **_):
         return Telemetry(TelemetryConfig(models=(model,), rank=rank, timing_gate=False), platform=platform,
                          policy=policy, torch_module=torch_module)
 
+    wait = FakeWait()
+
     def factory(*, env):
-        return registry_factory(env=env, torch_mod=torch_module)
+        return registry_factory(env=env, torch_mod=torch_module, gate_launcher=wait.launcher)
 
     s = _opus_server(vllm_doubles, tmp_path, factory=factory, telemetry_factory=telemetry_factory)
     s.events = events
+    s.wait = wait
     yield s
     FakeCuda.Event = FakeEvent
     reset()
+
+
+KERNEL_US = 2.0  # in on_device, what a pair on the call's stream reads beyond an empty pair on a side stream
 
 
 def _device_call(s: Server, i: int) -> None:
@@ -275,22 +287,43 @@ def test_captured_calls_are_never_moved(on_device):
     assert sum(c["calls_a"] for c in report["cells"]) + captured == 50
 
 
-def test_on_a_device_both_arms_are_timed_by_event_pairs_read_at_flush(on_device):
-    """Eager calls on a device: every B call and A's timed sample get an event pair around the launch (vLLM's kernels
-    write no stamps), read by query() at flush; nothing synchronises (the double raises if anything does)."""
-    s = on_device
-    s.start(id="events", candidate="gfx950_32", fraction=0.1, seed=2)
-    for i in range(150):
-        _device_call(s, i)
-    routed = s.obs.status()["routing"]["routed"]
-    (cell,) = s.report()["cells"]
-    assert cell["timed_b"] == 0 and cell["timed_a"] == 0  # no event has completed yet: nothing read, nothing waited
+def _device_runs(s: Server) -> None:
+    """The device reaches everything queued: the gates' waits released, every event recorded so far complete."""
+    s.wait.run()
     for e in s.events:
         e.done = True
+
+
+def test_on_a_device_both_arms_are_timed_by_gated_event_pairs_read_at_flush(on_device):
+    """Eager calls on a device: every B call and A's timed sample get an event pair behind the stream gate (vLLM's
+    kernels write no stamps), read by query() at flush and less the device's calibrated offset; nothing synchronises
+    (the double raises if anything does)."""
+    s = on_device
+    s.start(id="events", candidate="gfx950_32", fraction=0.1, seed=2)
+    for i in range(30):  # until a timed call asks for the gate, which the flush builds, then its empty pairs
+        _device_call(s, i)
+    for _ in range(3):
+        s.report()
+        _device_runs(s)
+    clock = s.obs.router.registry.current._clock
+    assert [cal.offset_ns for cal in clock.devices.values()] == [4000]  # the double's event record: 4 µs
+    before, dropped = dict(s.obs.status()["routing"]["routed"]), clock.dropped
+    assert dropped > 0  # the timed calls before the flush built the gate
     (cell,) = s.report()["cells"]
-    assert cell["timed_b"] == routed["b"] + routed["b_checked"] == cell["calls_b"] >= 5
-    assert cell["timed_a"] == routed["a_timed"] >= 5
-    assert cell["mean_a_s"] > 0 and cell["mean_b_s"] > 0
+    timed_b, timed_a = cell["timed_b"], cell["timed_a"]
+    for i in range(150):
+        _device_call(s, 100 + i)
+    routed = s.obs.status()["routing"]["routed"]
+    (cell,) = s.report()["cells"]
+    assert (cell["timed_b"], cell["timed_a"]) == (timed_b, timed_a)  # no event has completed: nothing read or waited
+    _device_runs(s)
+    (cell,) = s.report()["cells"]
+    new_b = routed["b"] + routed["b_checked"] - before["b"] - before["b_checked"]
+    assert cell["timed_b"] - timed_b == new_b >= 5
+    assert cell["timed_a"] - timed_a == routed["a_timed"] - before["a_timed"] >= 5
+    # the empty pairs' 4 µs taken off: what is left is the kernel (to the ns the float clock of the double rounds)
+    assert cell["mean_a_s"] == pytest.approx(KERNEL_US * 1e-6, abs=2e-9) and cell["mean_b_s"] == pytest.approx(KERNEL_US * 1e-6, abs=2e-9)
+    assert clock.dropped == dropped  # once the gate is there, every timed call is read
 
 
 def test_batch_invariant_mode_moves_nothing(vllm_doubles, tmp_path):
