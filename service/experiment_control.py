@@ -237,4 +237,8 @@ def start_demo_experiment(settings: Any, control: Control | None) -> dict[str, A
         raise ControlFailed(exc.status, f"--experiment {name}: {exc.message}{hint}") from None
     if isinstance(control, CoreControl):
         control.owned = started["id"]
+        if control.registry is not None and isinstance(control.target, Path):
+            # the demo's own registry picks the directory's config up now, so the demo's first call runs it (its
+            # flush thread would find it one flush interval later, after a short demo's calls had all gone by)
+            control.registry.flush()
     return started
