@@ -159,22 +159,22 @@ def _central_counts(fleet, extra: str = "") -> dict[tuple[str, str, str], float]
 
 
 def _wait_synced(fleet, what: str) -> dict[tuple[str, str, str], float]:
-    """Until the central store's counts equal the nodes' (nothing lost, nothing doubled); those counts."""
-    want = _routing_counts(fleet)
-    assert want and sum(want.values()) > 0
+    """Until the central store's counts equal the nodes' (nothing lost, nothing doubled); those counts. Both sides
+    are read again at each probe: a node's /routing may be up to two flush intervals old (service/routing_cache.py),
+    so a wave's last calls can reach it after they reach the central store."""
     last: dict = {}
 
     def synced() -> bool:
-        last["got"] = _central_counts(fleet)
-        return last["got"] == want
+        last["want"], last["got"] = _routing_counts(fleet), _central_counts(fleet)
+        return sum(last["want"].values()) > 0 and last["got"] == last["want"]
 
     try:
         fleet.central.wait_for(synced, timeout=SYNC_TIMEOUT, interval=0.5, what=what)
     except TimeoutError:
-        diff = {k: (want.get(k), last["got"].get(k)) for k in set(want) | set(last["got"])
-                if want.get(k) != last["got"].get(k)}
+        want, got = last["want"], last["got"]
+        diff = {k: (want.get(k), got.get(k)) for k in set(want) | set(got) if want.get(k) != got.get(k)}
         raise AssertionError(f"{what}: central differs from the nodes' /routing (node, central): {diff}") from None
-    return want
+    return last["want"]
 
 
 def test_fleet_counts_equal_the_nodes_across_an_agent_restart(fleet):
