@@ -14,8 +14,9 @@ def serve_once(directory) -> list[dict]:
     app = create_app(ServiceSettings(demo=True, multiproc_dir=str(directory), experiment="aa", experiment_fraction=0.1,
                                      demo_limit=30, demo_duty=1.0, flush_interval_s=0.2))
     # running before the demo's first call: the registry has picked the directory's config up at the start
-    assert [e.config.id for e in app.state.routescope.experiments.registry.all.values() if e.running][-1:] == [
-        "aa" if not (directory / "experiments" / "aa.stop.json").exists() else "aa-2"]
+    control = app.state.routescope.experiments
+    current = control.registry.current
+    assert current is not None and current.running and current.config.id == control.owned
     with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as c:
         assert app.state.routescope.demo.wait_done(120)
         app.state.routescope.experiments.registry.flush()
