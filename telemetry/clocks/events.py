@@ -136,7 +136,7 @@ class GpuEvents:
                     continue
                 self.gated[index] = None
                 try:
-                    ns = int(pair[0].elapsed_time(pair[1]) * 1e6)
+                    ns = round(pair[0].elapsed_time(pair[1]) * 1e6)
                     if gate is None:
                         sink.observe(slot, Clock.EVENTS, ns, wall_ns)
                         done += 1
@@ -213,7 +213,7 @@ class GraphEvents:
             try:
                 if not pair[1].query():
                     continue  # a replay in flight: the next flush reads it
-                ns = int(pair[0].elapsed_time(pair[1]) * 1e6)
+                ns = round(pair[0].elapsed_time(pair[1]) * 1e6)
             except Exception:  # noqa: BLE001
                 health.error("timing")
                 entry[3] = now
