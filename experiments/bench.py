@@ -36,7 +36,7 @@ from .sample import stream, thinned
 from .stats import crossover
 from .throughput import drive as _drive
 from .throughput import sync as _sync
-from .throughput import describe, throughput
+from .throughput import throughput
 from .truth import ground_truth, truth_buckets
 
 
@@ -129,7 +129,8 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
     _sync(dev)
     result: dict[str, Any] = {"device": d.platform.device_name or dev.type, "arch": d.platform.arch,
                               "calls": len(specs), "threshold": threshold, "seed": seed, "max_rows": max_rows,
-                              "clock": clock, "keep_rows": keep_rows, "keep_below": keep_below, "thin": thin,
+                              "clock": clock, "truth_clock": "cupti" if full else "host", "keep_rows": keep_rows,
+                              "keep_below": keep_below, "thin": thin,
                               "traffic": {"generated": generated, "seconds": traffic_s},
                               "fractions": list(fractions),
                               "experiments": {}}
@@ -192,49 +193,6 @@ def run(*, calls: int = 60000, fractions: tuple[float, ...] = (0.01, 0.05), thre
     return result
 
 
-def render(result: dict) -> None:
-    """A table per fraction: measured ratio and band beside the ground truth."""
-    import typer
-
-    typer.echo(f"{result['device']} ({result['arch']}): {result['calls']} prefill-entry calls, "
-               f"split_below_{result['threshold']}; ground-truth crossover {result['ground_truth_crossover']}")
-    for f, e in result["experiments"].items():
-        typer.echo(f"\nfraction {f}: crossover {e['crossover']}, saving {e['saving']['seconds']:.4g} s "
-                   f"[{e['saving']['low']:.4g}, {e['saving']['high']:.4g}], state {e['state']}")
-        thin = (e.get("crossover_detail") or {}).get("undecided")
-        if thin:
-            need = thin["calls_needed"]
-            typer.echo(f"  undecided: the {thin['rows_bucket']} bucket ({thin['calls']} calls) is too thin; "
-                       + (f"about {need} of its calls would decide it" if need is not None
-                          else thin["needed_because"]))
-        cal = e.get("clock_calibration") or {}
-        for device, dev in (cal.get("devices") or {}).items():
-            typer.echo(f"  clock on {device}: {dev['offset_ns']} ns off gated readings of kernels that write no stamp "
-                       f"({dev['pairs']} empty pairs, floor {dev['empty_p10_ns']} ns), bound {dev['bound_ns']} ns")
-        offsets = [k["offset_ns"] for k in (cal.get("kernels") or {}).values() if k["offset_ns"] is not None]
-        if offsets:
-            typer.echo(f"  calibrated in place: {len(offsets)} cell arms, {min(offsets)}-{max(offsets)} ns off each "
-                       f"gated reading ({cal.get('calibrating_calls', 0)} stamped calls, not samples)")
-        typer.echo(f"{'model':<22}{'rows':>10}{'class':>12}{'B':>6}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
-                   f"{'in':>5}")
-        for c in e["cells"]:
-            band = "" if c["ratio_low"] is None else f"[{c['ratio_low']:.3f}, {c['ratio_high']:.3f}]"
-            typer.echo(f"{c['model']:<22}{c['rows_bucket']:>10}{c['call_class']:>12}{c['timed_b']:>6}"
-                       f"{c['ratio'] if c['ratio'] is not None else float('nan'):>8.3f}{band:>18}"
-                       f"{c['truth'] if c['truth'] is not None else float('nan'):>8.3f}"
-                       f"{(c['off'] or 0) * 100:>7.1f}%{str(c['inside']):>5}")
-        typer.echo(f"{'rows bucket':>12}{'calls':>8}{'covered':>9}{'ratio':>8}{'band':>18}{'truth':>8}{'off':>8}"
-                   f"{'in':>6}  verdict")
-        for b in e["buckets"]:
-            band = "" if b["ratio_low"] is None else f"[{b['ratio_low']:.3f}, {b['ratio_high']:.3f}]"
-            typer.echo(f"{b['rows_bucket']:>12}{b['calls']:>8}{b['covered']:>9.2f}"
-                       f"{b['ratio'] if b['ratio'] is not None else float('nan'):>8.3f}{band:>18}"
-                       f"{b['truth'] if b['truth'] is not None else float('nan'):>8.3f}"
-                       f"{(b['off'] or 0) * 100:>7.1f}%{str(b['inside']):>6}  {b['verdict']}"
-                       + (f" (needs about {b['calls_needed']} calls)" if b.get("calls_needed") else ""))
-    typer.echo("\n" + describe(result["throughput"]))
-
-
 def experiment_command(
     calls: int = typer_option(60000, "prefill-entry calls of the demo's traffic per experiment run"),
     fractions: str = typer_option("0.01,0.05", "comma-separated fractions of eligible calls sent to B"),
@@ -294,4 +252,6 @@ def experiment_command(
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
+        from .bench_render import render
+
         render(result)

@@ -204,11 +204,12 @@ def ratio(a: Moments, b: Moments, *, alpha: float = ALPHA, t_opt: int = T_OPT, c
 
 @dataclass(frozen=True, slots=True)
 class Saving:
-    """Seconds B would have saved over the eligible traffic seen (negative: cost), with a band."""
+    """Seconds B would have saved over the eligible traffic seen (negative: cost), with a band; all three None while
+    no cell has a ratio (nothing measured is not a saving of zero)."""
 
-    seconds: float
-    low: float
-    high: float
+    seconds: float | None
+    low: float | None
+    high: float | None
 
 
 def saving(cells: list[tuple], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> Saving:
@@ -217,10 +218,12 @@ def saving(cells: list[tuple], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> S
 
     The band holds for all cells together: each cell's ratio band is taken at alpha / cells (Bonferroni); a cell
     with no band yet contributes its estimate to ``seconds`` and nothing certain to the band (its full A time
-    either way, from -calls x mean A x 9 to +calls x mean A).
+    either way, from -calls x mean A x 9 to +calls x mean A). No cell with a ratio (no timed call in an arm
+    yet): unknown, every field None.
     """
     k = max(len(cells), 1)
     seconds = low = high = 0.0
+    measured = 0
     for cell in cells:
         calls, a, b = cell[:3]
         ba, bb = cell[3:5] if len(cell) >= 5 else (0.0, 0.0)
@@ -228,6 +231,7 @@ def saving(cells: list[tuple], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> S
         if r.ratio is None or r.mean_a is None:
             continue
         base = calls * r.mean_a
+        measured += 1
         seconds += base * (1.0 - r.ratio)
         if r.low is None or r.high is None:
             low += base * (1.0 - 10.0)
@@ -235,6 +239,8 @@ def saving(cells: list[tuple], *, alpha: float = ALPHA, t_opt: int = T_OPT) -> S
         else:
             low += base * (1.0 - min(r.high, 10.0))
             high += base * (1.0 - r.low)
+    if not measured:
+        return Saving(None, None, None)
     return Saving(seconds, low, high)
 
 

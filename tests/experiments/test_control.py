@@ -26,6 +26,7 @@ def test_registry_start_run_stop_contract():
     view = start(reg, ExperimentConfig(id="e1", candidate="split_below_64", fraction=0.1, harm_bound=1.0,
                                        budget=1.0))
     assert view["state"] == "running" and view["stop_reason"] is None
+    assert view["saving"] == {"seconds": None, "low": None, "high": None}  # nothing timed yet: unknown, not zero
     _run(d, reg)
     (item,) = experiments(reg)
     assert CONTRACT <= set(item)
@@ -33,7 +34,7 @@ def test_registry_start_run_stop_contract():
     for cell in item["cells"]:
         assert CELL <= set(cell)
         assert cell["calls_a"] + cell["calls_b"] == 80
-    assert set(item["saving"]) == {"seconds", "low", "high"}
+    assert set(item["saving"]) == {"seconds", "low", "high"} and item["saving"]["seconds"] is not None
     with pytest.raises(ExperimentError, match="is running"):
         start(reg, ExperimentConfig(id="e2", candidate="aa"))
     with pytest.raises(NotStopped, match="'e1' is running: only a stopped experiment's stop is acknowledged"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.stats import (
-    ALPHA, T_OPT, Moments, boundary, crossover, mixture_halfwidth, pooled, ratio, rho_squared, saving,
+    ALPHA, T_OPT, Moments, Saving, boundary, crossover, mixture_halfwidth, pooled, ratio, rho_squared, saving,
 )
 
 
@@ -116,6 +116,7 @@ def test_saving_and_crossover():
         b.add(_lognormal(rng, 1.0, 0.1))
     s = saving([(1000, a, b)])
     assert s.low < s.seconds < s.high and s.seconds == pytest.approx(1000, rel=0.05)
+    assert saving([]) == saving([(1000, a, Moments())]) == Saving(None, None, None)  # nothing measured: unknown
     buckets = [(1, 2, 0.3, 0.2), (2, 4, 0.5, 0.4), (32, 64, 1.2, 0.9), (64, 128, 1.5, 1.4)]
     assert crossover(buckets, below=True) == 4  # split below 4 is shown no worse; 32-63 is not shown
     assert crossover([(256, 512, 0.9, 0.8), (512, 1024, 0.7, 0.6)], below=False) == 256
